@@ -1,0 +1,33 @@
+# The two commands of the README: `make run` (main job) and `make test`.
+# Both create and fill .venv on first use (scripts/setup_env.sh).
+
+VENV := .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+RUN_ARGS ?=
+UV ?= $(shell command -v uv || echo .tools/uv/bin/uv)
+
+.PHONY: env run test test-fast lock bench clean
+
+env:
+	@bash scripts/setup_env.sh
+
+run: env
+	$(VENV)/bin/tfx-tpu-trainer run $(RUN_ARGS)
+
+test: env
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: env
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+bench: env
+	$(PY) -m benchmarks.run_benchmark $(BENCH_ARGS)
+
+# Regenerates the fully pinned lock file from setup.py.
+lock:
+	$(UV) pip compile setup.py --extra test --python-version 3.10 \
+	  --python-platform x86_64-manylinux_2_28 -o requirements.lock
+
+clean:
+	rm -rf $(VENV) .tools .pytest_cache

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Creates or refreshes .venv: Python 3.10, the pinned lock file, this package.
+#
+# Idempotent and quick when nothing changed: the hash of requirements.lock and
+# setup.py is stamped into the venv, and a matching stamp skips the install.
+set -euo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="${repo_root}/.venv"
+stamp="${venv}/.tfx-tpu-trainer-installed"
+tools="${repo_root}/.tools"
+
+log() { echo "[setup] $*" >&2; }
+
+python_works() { "$1" -c 'import sys; assert sys.version_info[:2] == (3, 10)' >/dev/null 2>&1; }
+
+find_python310() {
+  local candidate
+  for candidate in "${PYTHON310:-}" python3.10 \
+      "$(command -v pyenv >/dev/null 2>&1 && pyenv root)"/versions/3.10*/bin/python3.10 \
+      "${HOME}"/.pyenv/versions/3.10*/bin/python3.10 \
+      /usr/local/bin/python3.10 /usr/bin/python3.10; do
+    [ -n "${candidate}" ] || continue
+    if python_works "${candidate}"; then
+      command -v "${candidate}" || echo "${candidate}"
+      return 0
+    fi
+  done
+  return 1
+}
+
+find_uv() {
+  if command -v uv >/dev/null 2>&1; then command -v uv; return 0; fi
+  if [ -x "${tools}/uv/bin/uv" ]; then echo "${tools}/uv/bin/uv"; return 0; fi
+  log "uv not found; installing it into ${tools}/uv (from PyPI)"
+  "$1" -m pip install --quiet --disable-pip-version-check \
+      --target "${tools}/uv" uv >&2
+  echo "${tools}/uv/bin/uv"
+}
+
+fingerprint() {
+  cat "${repo_root}/requirements.lock" "${repo_root}/setup.py" | sha256sum | cut -d' ' -f1
+}
+
+if ! python310="$(find_python310)"; then
+  cat >&2 <<'MSG'
+[setup] error: Python 3.10 was not found (TFX 1.15.1 needs Python >=3.9,<3.11).
+[setup] Install it, then run this command again, e.g.:
+[setup]   pyenv install 3.10 && pyenv local 3.10      (pyenv)
+[setup]   apt-get install python3.10 python3.10-venv    (Debian/Ubuntu)
+[setup] or point PYTHON310 at an interpreter: PYTHON310=/path/to/python3.10
+MSG
+  exit 1
+fi
+
+if [ -f "${stamp}" ] && [ "$(cat "${stamp}")" = "$(fingerprint)" ] \
+    && [ -x "${venv}/bin/python" ]; then
+  exit 0
+fi
+
+uv="$(find_uv "${python310}")"
+if [ ! -x "${venv}/bin/python" ]; then
+  log "creating ${venv} with ${python310}"
+  "${uv}" venv --quiet --seed --python "${python310}" "${venv}"
+fi
+log "installing the locked dependencies (first run: ~2 min, ~3 GB)"
+"${uv}" pip install --quiet --python "${venv}/bin/python" -r "${repo_root}/requirements.lock"
+"${uv}" pip install --quiet --python "${venv}/bin/python" --no-deps -e "${repo_root}"
+fingerprint > "${stamp}"
+log "environment ready: ${venv}"

@@ -1,0 +1,29 @@
+"""Package definition for tfx-tpu-trainer."""
+
+import setuptools
+
+# Each pin has its reason in ../shared/DESIGN.md ("The stack").
+INSTALL_REQUIRES = [
+    'tfx[kfp]==1.15.1',
+    'tensorflow==2.15.1',
+    'tensorflow-estimator==2.15.0',
+    'tensorflow-transform==1.15.0',
+    'apache-beam[gcp]==2.59.0',
+    'kfp==1.8.22',
+]
+
+setuptools.setup(
+    name='tfx-tpu-trainer',
+    version='0.1.0',
+    description=('A TFX Trainer component that trains a TPUEstimator from a '
+                 'user module and exports a dual-tag (serve, serve+tpu) '
+                 'SavedModel.'),
+    python_requires='>=3.10,<3.11',
+    packages=setuptools.find_packages(include=['tfx_tpu_trainer',
+                                               'tfx_tpu_trainer.*']),
+    install_requires=INSTALL_REQUIRES,
+    extras_require={'test': ['pytest']},
+    entry_points={
+        'console_scripts': ['tfx-tpu-trainer=tfx_tpu_trainer.cli:main'],
+    },
+)

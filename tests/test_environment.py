@@ -1,0 +1,55 @@
+"""The pinned stack of DESIGN.md is what the virtual environment holds."""
+
+import importlib.metadata
+import sys
+
+import pytest
+
+PINNED = {
+    'tfx': '1.15.1',
+    'tensorflow': '2.15.1',
+    'tensorflow-estimator': '2.15.0',
+    'tensorflow-transform': '1.15.0',
+    'apache-beam': '2.59.0',
+    'kfp': '1.8.22',
+}
+
+
+def test_python_is_3_10():
+  assert sys.version_info[:2] == (3, 10)
+
+
+@pytest.mark.parametrize('distribution,version', sorted(PINNED.items()))
+def test_pinned_distribution_versions(distribution, version):
+  assert importlib.metadata.version(distribution) == version
+
+
+def test_tensorflow_and_estimator_import_at_pinned_versions():
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_estimator  # pylint: disable=g-import-not-at-top
+
+  assert tf.__version__ == '2.15.1'
+  assert tensorflow_estimator.estimator.tpu.TPUEstimator is (
+      tf.compat.v1.estimator.tpu.TPUEstimator)
+  tpu_estimator_cls = tf.compat.v1.estimator.tpu.TPUEstimator
+  assert issubclass(tpu_estimator_cls, tf.compat.v1.estimator.Estimator)
+  assert hasattr(tf.compat.v1.estimator.tpu, 'TPUEstimatorSpec')
+
+
+def test_tfx_trainer_and_kubeflow_runner_import():
+  from tfx import version  # pylint: disable=g-import-not-at-top
+  from tfx.components.trainer import executor  # pylint: disable=g-import-not-at-top
+  from tfx.orchestration.kubeflow import kubeflow_dag_runner  # pylint: disable=g-import-not-at-top
+  import kfp  # pylint: disable=g-import-not-at-top
+
+  assert version.__version__ == '1.15.1'
+  assert kfp.__version__ == '1.8.22'
+  assert issubclass(executor.Executor, executor.GenericExecutor)
+  assert hasattr(kubeflow_dag_runner, 'KubeflowDagRunner')
+
+
+def test_venv_has_pip_for_module_file_packaging():
+  # TFX installs packaged module files with `python -m pip`.
+  assert importlib.metadata.version('pip')
+  import setuptools  # pylint: disable=g-import-not-at-top,unused-import
+  import wheel  # pylint: disable=g-import-not-at-top,unused-import

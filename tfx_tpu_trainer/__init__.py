@@ -1,0 +1,1 @@
+"""tfx-tpu-trainer."""
