@@ -1,0 +1,1 @@
+"""Pipeline definitions and runners of tfx-tpu-trainer."""

@@ -1,0 +1,123 @@
+"""The Chicago taxi pipeline with TPUTrainer: one factory for every runner."""
+
+import dataclasses
+import os
+from typing import Any, Dict, List, Optional
+
+import tensorflow_model_analysis as tfma
+from tfx import v1 as tfx
+
+from tfx_tpu_trainer import TPUTrainer
+
+PIPELINE_NAME = 'taxi_tpu'
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COMPONENTS_DIR = os.path.join(REPO_ROOT, 'components')
+PREPROCESSING_MODULE_FILE = os.path.join(COMPONENTS_DIR,
+                                         'taxi_preprocessing.py')
+TRAINER_MODULE_FILE = os.path.join(COMPONENTS_DIR, 'taxi_tpu_module.py')
+LABEL_KEY = 'big_tipper'
+PREDICTION_KEY = 'probabilities'
+
+
+def embedded_data_root() -> str:
+  """The taxi CSV (big_tipper_label variant) that the tfx wheel ships."""
+  import tfx.examples.chicago_taxi_pipeline as taxi_example  # pylint: disable=g-import-not-at-top
+  return os.path.join(
+      os.path.dirname(taxi_example.__file__), 'data', 'big_tipper_label')
+
+
+@dataclasses.dataclass
+class TaxiPipelineOptions:
+  """What a taxi pipeline run varies."""
+  pipeline_root: str
+  data_root: str
+  serving_model_dir: str
+  preprocessing_module_file: str = PREPROCESSING_MODULE_FILE
+  trainer_module_file: str = TRAINER_MODULE_FILE
+  train_steps: int = 1000
+  eval_steps: int = 100
+  custom_config: Dict[str, Any] = dataclasses.field(default_factory=dict)
+  min_accuracy: float = 0.5
+  pipeline_name: str = PIPELINE_NAME
+  metadata_connection_config: Optional[Any] = None
+  beam_pipeline_args: List[str] = dataclasses.field(default_factory=list)
+  enable_cache: bool = False
+
+
+def create_data_components(options: TaxiPipelineOptions) -> Dict[str, Any]:
+  """ExampleGen, StatisticsGen, SchemaGen, ExampleValidator, Transform."""
+  example_gen = tfx.components.CsvExampleGen(input_base=options.data_root)
+  statistics_gen = tfx.components.StatisticsGen(
+      examples=example_gen.outputs['examples'])
+  schema_gen = tfx.components.SchemaGen(
+      statistics=statistics_gen.outputs['statistics'],
+      infer_feature_shape=False)
+  example_validator = tfx.components.ExampleValidator(
+      statistics=statistics_gen.outputs['statistics'],
+      schema=schema_gen.outputs['schema'])
+  transform = tfx.components.Transform(
+      examples=example_gen.outputs['examples'],
+      schema=schema_gen.outputs['schema'],
+      module_file=options.preprocessing_module_file)
+  return {
+      'example_gen': example_gen,
+      'statistics_gen': statistics_gen,
+      'schema_gen': schema_gen,
+      'example_validator': example_validator,
+      'transform': transform,
+  }
+
+
+def eval_config(min_accuracy: float) -> tfma.EvalConfig:
+  """TFMA over the `serve` signature; blesses above `min_accuracy`."""
+  return tfma.EvalConfig(
+      model_specs=[
+          tfma.ModelSpec(
+              signature_name='serving_default',
+              label_key=LABEL_KEY,
+              prediction_key=PREDICTION_KEY,
+              preprocessing_function_names=[])
+      ],
+      slicing_specs=[tfma.SlicingSpec()],
+      metrics_specs=[
+          tfma.MetricsSpec(metrics=[
+              tfma.MetricConfig(class_name='ExampleCount'),
+              tfma.MetricConfig(class_name='AUC'),
+              tfma.MetricConfig(
+                  class_name='BinaryAccuracy',
+                  threshold=tfma.MetricThreshold(
+                      value_threshold=tfma.GenericValueThreshold(
+                          lower_bound={'value': min_accuracy}))),
+          ])
+      ])
+
+
+def create_pipeline(options: TaxiPipelineOptions) -> tfx.dsl.Pipeline:
+  """The whole pipeline: data components, TPUTrainer, Evaluator, Pusher."""
+  data = create_data_components(options)
+  trainer = TPUTrainer(
+      module_file=options.trainer_module_file,
+      examples=data['transform'].outputs['transformed_examples'],
+      transform_graph=data['transform'].outputs['transform_graph'],
+      schema=data['schema_gen'].outputs['schema'],
+      train_args=tfx.proto.TrainArgs(num_steps=options.train_steps),
+      eval_args=tfx.proto.EvalArgs(num_steps=options.eval_steps),
+      custom_config=options.custom_config)
+  evaluator = tfx.components.Evaluator(
+      examples=data['example_gen'].outputs['examples'],
+      model=trainer.outputs['model'],
+      eval_config=eval_config(options.min_accuracy))
+  pusher = tfx.components.Pusher(
+      model=trainer.outputs['model'],
+      model_blessing=evaluator.outputs['blessing'],
+      push_destination=tfx.proto.PushDestination(
+          filesystem=tfx.proto.PushDestination.Filesystem(
+              base_directory=options.serving_model_dir)))
+  return tfx.dsl.Pipeline(
+      pipeline_name=options.pipeline_name,
+      pipeline_root=options.pipeline_root,
+      components=list(data.values()) + [trainer, evaluator, pusher],
+      enable_cache=options.enable_cache,
+      metadata_connection_config=options.metadata_connection_config,
+      beam_pipeline_args=options.beam_pipeline_args)

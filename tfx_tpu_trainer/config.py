@@ -1,0 +1,252 @@
+"""The `custom_config` schema of TPUTrainer: one typed object and its checks.
+
+Nothing else in the library reads the raw `custom_config` dict: the executor
+calls `TrainerConfig.from_custom_config` once, before any training, and every
+later step reads the typed fields.
+
+Keys (all optional; defaults in brackets):
+  use_tpu: [auto] true when a TPU is named (`tpu.name`) or `TPU_NAME` is set.
+  tpu: {name, zone, project} for `TPUClusterResolver` (a plain string is the
+    name).
+  train_batch_size [64], eval_batch_size [64], predict_batch_size [8]: global
+    batch sizes; functions get per-shard sizes in `params['batch_size']`.
+  iterations_per_loop [100], num_shards [None: from the TPU system],
+  per_host_input ["PER_HOST_V2"]: one of PER_SHARD_V1, PER_HOST_V1,
+    PER_HOST_V2, BROADCAST.
+  eval_on_tpu [true], export_to_tpu [true], export_saved_model_api_version [1].
+  eval_strategy ["train_and_evaluate"]: or "alternate" (train/evaluate in
+    turns, one cycle per `save_checkpoints_steps`).
+  save_checkpoints_steps [None: estimator default], keep_checkpoint_max [None].
+  label_key [module's LABEL_KEY]: the label feature.
+  params [{}]: merged into the `params` that model_fn/input_fn receive.
+"""
+
+import dataclasses
+import os
+from typing import Any, Dict, Mapping, Optional
+
+TPU_NAME_ENV = 'TPU_NAME'
+
+PER_HOST_INPUT_MODES = ('PER_SHARD_V1', 'PER_HOST_V1', 'PER_HOST_V2',
+                        'BROADCAST')
+EVAL_STRATEGIES = ('train_and_evaluate', 'alternate')
+EXPORT_API_VERSIONS = (1, 2)
+# TPUEstimator reserves these (`batch_size`, `context`); `use_tpu` it sets
+# itself in every mode, so a user value would be silently overwritten.
+RESERVED_PARAMS_KEYS = ('batch_size', 'context', 'use_tpu')
+TPU_SPEC_KEYS = ('name', 'zone', 'project')
+
+
+class ConfigError(ValueError):
+  """A `custom_config` entry is unknown or has an invalid value."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TpuSpec:
+  """Where the TPU is: the arguments of `TPUClusterResolver`."""
+  name: str
+  zone: Optional[str] = None
+  project: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerConfig:
+  """Validated `custom_config` of a TPUTrainer (see the module docstring)."""
+  use_tpu: bool = False
+  tpu: Optional[TpuSpec] = None
+  train_batch_size: int = 64
+  eval_batch_size: int = 64
+  predict_batch_size: int = 8
+  iterations_per_loop: int = 100
+  num_shards: Optional[int] = None
+  per_host_input: str = 'PER_HOST_V2'
+  eval_on_tpu: bool = True
+  export_to_tpu: bool = True
+  export_saved_model_api_version: int = 1
+  eval_strategy: str = 'train_and_evaluate'
+  save_checkpoints_steps: Optional[int] = None
+  keep_checkpoint_max: Optional[int] = None
+  label_key: Optional[str] = None
+  params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+  @classmethod
+  def from_custom_config(
+      cls,
+      custom_config: Optional[Mapping[str, Any]],
+      environ: Optional[Mapping[str, str]] = None) -> 'TrainerConfig':
+    """Validates a raw `custom_config` dict and returns the typed config.
+
+    Args:
+      custom_config: the Trainer's `custom_config` (None means all defaults).
+      environ: environment to read `TPU_NAME` from (default `os.environ`).
+
+    Returns:
+      The validated config, with `use_tpu` resolved.
+
+    Raises:
+      ConfigError: naming the first bad key and the accepted values.
+    """
+    environ = os.environ if environ is None else environ
+    if not isinstance(custom_config or {}, Mapping):
+      raise ConfigError(
+          f'custom_config must be a dict, got {type(custom_config).__name__}.')
+    raw = dict(custom_config or {})
+    unknown = sorted(set(raw) - set(_FIELD_NAMES))
+    if unknown:
+      raise ConfigError(
+          f'Unknown custom_config key(s) {unknown}. Accepted keys: '
+          f'{sorted(_FIELD_NAMES)}.')
+
+    tpu = _tpu_spec(raw.get('tpu'))
+    if tpu is None and environ.get(TPU_NAME_ENV):
+      tpu = TpuSpec(name=environ[TPU_NAME_ENV])
+    use_tpu = raw.get('use_tpu')
+    if use_tpu is None:
+      use_tpu = tpu is not None
+    else:
+      use_tpu = _bool('use_tpu', use_tpu)
+
+    config = cls(
+        use_tpu=use_tpu,
+        tpu=tpu,
+        train_batch_size=_positive_int(
+            'train_batch_size', raw.get('train_batch_size', 64)),
+        eval_batch_size=_positive_int(
+            'eval_batch_size', raw.get('eval_batch_size', 64)),
+        predict_batch_size=_positive_int(
+            'predict_batch_size', raw.get('predict_batch_size', 8)),
+        iterations_per_loop=_positive_int(
+            'iterations_per_loop', raw.get('iterations_per_loop', 100)),
+        num_shards=_optional_positive_int('num_shards', raw.get('num_shards')),
+        per_host_input=_choice('per_host_input',
+                               raw.get('per_host_input', 'PER_HOST_V2'),
+                               PER_HOST_INPUT_MODES),
+        eval_on_tpu=_bool('eval_on_tpu', raw.get('eval_on_tpu', True)),
+        export_to_tpu=_bool('export_to_tpu', raw.get('export_to_tpu', True)),
+        export_saved_model_api_version=_choice(
+            'export_saved_model_api_version',
+            raw.get('export_saved_model_api_version', 1), EXPORT_API_VERSIONS),
+        eval_strategy=_choice('eval_strategy',
+                              raw.get('eval_strategy', 'train_and_evaluate'),
+                              EVAL_STRATEGIES),
+        save_checkpoints_steps=_optional_positive_int(
+            'save_checkpoints_steps', raw.get('save_checkpoints_steps')),
+        keep_checkpoint_max=_optional_positive_int(
+            'keep_checkpoint_max', raw.get('keep_checkpoint_max')),
+        label_key=_optional_str('label_key', raw.get('label_key')),
+        params=_params(raw.get('params')),
+    )
+    config.check_shard_divisibility()
+    return config
+
+  def check_shard_divisibility(self) -> None:
+    """On TPU, every global batch size must divide by `num_shards`."""
+    if not self.use_tpu or self.num_shards is None:
+      return
+    for key in ('train_batch_size', 'eval_batch_size', 'predict_batch_size'):
+      if key == 'eval_batch_size' and not self.eval_on_tpu:
+        continue
+      value = getattr(self, key)
+      if value % self.num_shards:
+        raise ConfigError(
+            f'custom_config[{key!r}]={value} does not divide by '
+            f'num_shards={self.num_shards}: TPU splits each global batch '
+            f'evenly across shards. Use a multiple of {self.num_shards}.')
+
+  def check_steps(self, train_steps: Optional[int],
+                  eval_steps: Optional[int]) -> None:
+    """Checks train_args/eval_args steps against this config.
+
+    Args:
+      train_steps: `train_args.num_steps` (None when unset or 0).
+      eval_steps: `eval_args.num_steps` (None when unset or 0).
+
+    Raises:
+      ConfigError: when training has no positive step count, or a TPU
+        evaluation has no step count.
+    """
+    if train_steps is None or train_steps <= 0:
+      raise ConfigError(
+          f'train_args.num_steps must be a positive integer, got '
+          f'{train_steps or 0}. Set TrainArgs(num_steps=N) on the TPUTrainer.')
+    if eval_steps is not None and eval_steps <= 0:
+      raise ConfigError(
+          f'eval_args.num_steps must be positive when set, got {eval_steps}.')
+    if self.use_tpu and self.eval_on_tpu and eval_steps is None:
+      raise ConfigError(
+          'eval_args.num_steps is required when use_tpu is true: TPU '
+          'evaluation runs a fixed number of steps over a repeating input. '
+          'Set EvalArgs(num_steps=N), or custom_config eval_on_tpu=False.')
+
+
+_FIELD_NAMES = tuple(f.name for f in dataclasses.fields(TrainerConfig))
+
+
+def _bool(key: str, value: Any) -> bool:
+  if not isinstance(value, bool):
+    raise ConfigError(
+        f'custom_config[{key!r}] must be true or false, got {value!r}.')
+  return value
+
+
+def _positive_int(key: str, value: Any) -> int:
+  if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    raise ConfigError(
+        f'custom_config[{key!r}] must be a positive integer, got {value!r}.')
+  return value
+
+
+def _optional_positive_int(key: str, value: Any) -> Optional[int]:
+  return None if value is None else _positive_int(key, value)
+
+
+def _optional_str(key: str, value: Any) -> Optional[str]:
+  if value is not None and (not isinstance(value, str) or not value):
+    raise ConfigError(
+        f'custom_config[{key!r}] must be a non-empty string, got {value!r}.')
+  return value
+
+
+def _choice(key: str, value: Any, accepted: tuple) -> Any:  # pylint: disable=g-bare-generic
+  if isinstance(value, bool) or value not in accepted:
+    raise ConfigError(
+        f'custom_config[{key!r}]={value!r} is not accepted; use one of '
+        f'{list(accepted)}.')
+  return value
+
+
+def _tpu_spec(value: Any) -> Optional[TpuSpec]:
+  if value is None:
+    return None
+  if isinstance(value, str):
+    value = {'name': value}
+  if not isinstance(value, Mapping):
+    raise ConfigError(
+        "custom_config['tpu'] must be a dict {name, zone, project} or a TPU "
+        f'name, got {value!r}.')
+  unknown = sorted(set(value) - set(TPU_SPEC_KEYS))
+  if unknown:
+    raise ConfigError(f"Unknown custom_config['tpu'] key(s) {unknown}. "
+                      f'Accepted keys: {list(TPU_SPEC_KEYS)}.')
+  for key in TPU_SPEC_KEYS:
+    _optional_str(f'tpu.{key}', value.get(key))
+  if not value.get('name'):
+    raise ConfigError("custom_config['tpu'] needs a 'name' (the TPU node, "
+                      "or 'local' on a TPU VM).")
+  return TpuSpec(**value)
+
+
+def _params(value: Any) -> Dict[str, Any]:
+  if value is None:
+    return {}
+  if not isinstance(value, Mapping) or not all(
+      isinstance(k, str) for k in value):
+    raise ConfigError(
+        f"custom_config['params'] must be a dict with string keys, got "
+        f'{value!r}.')
+  reserved = sorted(set(value) & set(RESERVED_PARAMS_KEYS))
+  if reserved:
+    raise ConfigError(
+        f"custom_config['params'] may not set {reserved}: TPUEstimator sets "
+        'these itself (batch sizes come from train/eval/predict_batch_size).')
+  return dict(value)

@@ -1,0 +1,109 @@
+"""Builds the TPU RunConfig and the TPUEstimator from a TrainerConfig."""
+
+from typing import Any, Callable, Dict, Optional
+
+from absl import logging
+import tensorflow as tf
+
+from tfx_tpu_trainer import config as config_lib
+
+_INPUT_PIPELINE_CONFIGS = {
+    'PER_SHARD_V1': tf.compat.v1.estimator.tpu.InputPipelineConfig.PER_SHARD_V1,
+    'PER_HOST_V1': tf.compat.v1.estimator.tpu.InputPipelineConfig.PER_HOST_V1,
+    'PER_HOST_V2': tf.compat.v1.estimator.tpu.InputPipelineConfig.PER_HOST_V2,
+    'BROADCAST': tf.compat.v1.estimator.tpu.InputPipelineConfig.BROADCAST,
+}
+
+ResolverFactory = Callable[..., Any]
+
+
+def _default_resolver_factory(**kwargs):
+  return tf.distribute.cluster_resolver.TPUClusterResolver(**kwargs)
+
+
+def build_run_config(
+    config: config_lib.TrainerConfig,
+    model_dir: str,
+    resolver_factory: ResolverFactory = _default_resolver_factory,
+) -> tf.compat.v1.estimator.tpu.RunConfig:
+  """The TPU RunConfig of a run.
+
+  A named TPU is resolved and passed as `master=`, never as `cluster=`: with
+  a cluster, `train_and_evaluate` takes its distributed branch and never
+  evaluates (tensorflow/tpu#606). The resolver's cluster spec still reaches
+  the session through `session_config.cluster_def`, as `cluster=` would do.
+
+  Args:
+    config: the validated trainer config.
+    model_dir: where checkpoints and TensorBoard events go.
+    resolver_factory: builds the cluster resolver from tpu/zone/project.
+
+  Returns:
+    The RunConfig.
+  """
+  master = None
+  session_config = None
+  if config.use_tpu and config.tpu is not None:
+    resolver = resolver_factory(
+        tpu=config.tpu.name, zone=config.tpu.zone, project=config.tpu.project)
+    master = resolver.master()
+    cluster_spec = resolver.cluster_spec()
+    if cluster_spec and cluster_spec.as_dict():
+      session_config = tf.compat.v1.ConfigProto(
+          allow_soft_placement=True, isolate_session_state=True)
+      session_config.cluster_def.CopyFrom(cluster_spec.as_cluster_def())
+    logging.info('TPU %s resolved to master %s.', config.tpu.name, master)
+
+  tpu_config = tf.compat.v1.estimator.tpu.TPUConfig(
+      iterations_per_loop=config.iterations_per_loop,
+      num_shards=config.num_shards,
+      per_host_input_for_training=_INPUT_PIPELINE_CONFIGS[
+          config.per_host_input])
+  optional = {}
+  if config.save_checkpoints_steps is not None:
+    optional['save_checkpoints_steps'] = config.save_checkpoints_steps
+  if config.keep_checkpoint_max is not None:
+    optional['keep_checkpoint_max'] = config.keep_checkpoint_max
+  return tf.compat.v1.estimator.tpu.RunConfig(
+      tpu_config=tpu_config,
+      master=master,
+      model_dir=model_dir,
+      session_config=session_config,
+      **optional)
+
+
+def build_estimator(
+    model_fn: Callable[..., Any],
+    config: config_lib.TrainerConfig,
+    run_config: tf.compat.v1.estimator.tpu.RunConfig,
+    params: Dict[str, Any],
+    warm_start_from: Optional[str] = None,
+) -> tf.compat.v1.estimator.tpu.TPUEstimator:
+  """The TPUEstimator, with all three batch sizes set.
+
+  A mode without a batch size would hand `input_fn` params without
+  `batch_size` at all, so all three are always set.
+
+  Args:
+    model_fn: the TPU model_fn.
+    config: the validated trainer config.
+    run_config: from `build_run_config`.
+    params: what model_fn and input_fn receive (besides batch_size, use_tpu).
+    warm_start_from: a checkpoint or SavedModel directory (the base model).
+
+  Returns:
+    The estimator.
+  """
+  return tf.compat.v1.estimator.tpu.TPUEstimator(
+      model_fn=model_fn,
+      config=run_config,
+      params=dict(params),
+      use_tpu=config.use_tpu,
+      train_batch_size=config.train_batch_size,
+      eval_batch_size=config.eval_batch_size,
+      predict_batch_size=config.predict_batch_size,
+      eval_on_tpu=config.eval_on_tpu,
+      export_to_tpu=config.export_to_tpu,
+      export_to_cpu=True,
+      warm_start_from=warm_start_from,
+      export_saved_model_api_version=config.export_saved_model_api_version)

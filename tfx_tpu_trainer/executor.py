@@ -1,0 +1,141 @@
+"""The TPUTrainer executor: trains a TPUEstimator from a user module."""
+
+import json
+import os
+from typing import Any, Dict, List, Optional
+
+from absl import logging
+from tfx import types
+from tfx.components.trainer import constants
+from tfx.components.trainer import executor as trainer_executor
+from tfx.components.trainer import fn_args_utils
+from tfx.types import artifact_utils
+from tfx.types import standard_component_specs
+
+from tfx_tpu_trainer import config as config_lib
+from tfx_tpu_trainer import estimator_builder
+from tfx_tpu_trainer import export
+from tfx_tpu_trainer import input_fns
+from tfx_tpu_trainer import metrics as metrics_lib
+from tfx_tpu_trainer import model_fns
+from tfx_tpu_trainer import params as params_lib
+from tfx_tpu_trainer import schemas as schemas_lib
+from tfx_tpu_trainer import serving
+from tfx_tpu_trainer import training
+from tfx_tpu_trainer import user_module as user_module_lib
+
+
+def is_chief() -> bool:
+  """True unless TF_CONFIG names this task a non-chief worker."""
+  tf_config = json.loads(os.environ.get(constants.TF_CONFIG_ENV) or '{}')
+  if not tf_config.get('cluster'):
+    return True
+  task = tf_config.get('task', {})
+  return task.get('type') == 'chief' or (
+      task.get('type') == 'master' and task.get('index', 0) == 0)
+
+
+class Executor(trainer_executor.GenericExecutor):
+  """Trains a TPUEstimator from the module's model_fn; exports serve+tpu."""
+
+  def Do(self, input_dict: Dict[str, List[types.Artifact]],
+         output_dict: Dict[str, List[types.Artifact]],
+         exec_properties: Dict[str, Any]) -> None:
+    """Validates, trains and evaluates, exports, and records metrics.
+
+    Args:
+      input_dict: examples, and optionally transform_graph, schema,
+        base_model, hyperparameters.
+      output_dict: model and model_run.
+      exec_properties: the Trainer's: module_file or module_path,
+        train_args, eval_args, custom_config (see config.py).
+    """
+    self._log_startup(input_dict, output_dict, exec_properties)
+    fn_args = self._GetFnArgs(input_dict, output_dict, exec_properties)
+    config = config_lib.TrainerConfig.from_custom_config(fn_args.custom_config)
+    config.check_steps(fn_args.train_steps, fn_args.eval_steps)
+    module = user_module_lib.load_user_module(exec_properties)
+    schemas = schemas_lib.load_schemas(fn_args.schema_path,
+                                       fn_args.transform_graph_path)
+    label_key = _label_key(config, module, schemas)
+    params = params_lib.build_params(config, fn_args.hyperparameters)
+
+    estimator = _build_estimator(fn_args, config, module, params)
+    train_input_fn, eval_input_fn = _build_input_fns(fn_args, module, schemas,
+                                                     label_key)
+    logging.info('Training to step %d (eval_strategy=%s, use_tpu=%s).',
+                 fn_args.train_steps, config.eval_strategy, config.use_tpu)
+    final_metrics = training.train_and_evaluate(
+        estimator, config, train_input_fn, eval_input_fn, fn_args.train_steps,
+        fn_args.eval_steps)
+    if not is_chief():
+      logging.info('Not the chief: export and metrics are left to the chief.')
+      return
+
+    export.export_serving_model(
+        estimator,
+        serving.make_serving_input_receiver_fn(
+            schemas, label_key, params, module.serving_input_receiver_fn,
+            module.source),
+        fn_args.serving_model_dir)
+    metrics = metrics_lib.to_python(final_metrics or {})
+    metrics_path = metrics_lib.write_metrics_json(metrics,
+                                                  fn_args.model_run_dir)
+    metrics_lib.record_on_artifact(
+        metrics,
+        artifact_utils.get_single_instance(
+            output_dict[standard_component_specs.MODEL_KEY]))
+    logging.info('Final evaluation: %s (written to %s).', metrics,
+                 metrics_path)
+
+
+def _label_key(config: config_lib.TrainerConfig,
+               module: user_module_lib.UserModule,
+               schemas: schemas_lib.ExampleSchemas) -> Optional[str]:
+  label_key = config.label_key or module.label_key
+  if label_key is None:
+    if module.input_fn is not None:
+      return None
+    raise config_lib.ConfigError(
+        f'No label key: set LABEL_KEY in {module.source} or '
+        "custom_config['label_key'] to the label feature.")
+  schemas_lib.check_label_key(
+      schemas.examples, label_key,
+      'transformed' if schemas.tf_transform_output else 'examples')
+  return label_key
+
+
+def _build_estimator(fn_args: fn_args_utils.FnArgs,
+                     config: config_lib.TrainerConfig,
+                     module: user_module_lib.UserModule,
+                     params: Dict[str, Any]):
+  run_config = estimator_builder.build_run_config(config,
+                                                  fn_args.model_run_dir)
+  return estimator_builder.build_estimator(
+      model_fns.checked_model_fn(module.model_fn, module.source),
+      config,
+      run_config,
+      params,
+      warm_start_from=fn_args.base_model)
+
+
+def _build_input_fns(fn_args: fn_args_utils.FnArgs,
+                     module: user_module_lib.UserModule,
+                     schemas: schemas_lib.ExampleSchemas,
+                     label_key: Optional[str]):
+  common = dict(
+      data_accessor=fn_args.data_accessor,
+      schema=schemas.examples,
+      label_key=label_key,
+      module_input_fn=module.input_fn,
+      module_source=module.source)
+  train_input_fn = input_fns.make_input_fn(
+      fn_args.train_files, training=True, repeat=True, **common)
+  eval_input_fn = input_fns.make_input_fn(
+      fn_args.eval_files,
+      training=False,
+      repeat=fn_args.eval_steps is not None,
+      **common)
+  return train_input_fn, eval_input_fn
+
+

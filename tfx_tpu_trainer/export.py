@@ -1,0 +1,54 @@
+"""Exports the dual-tag SavedModel where TFX's Evaluator and Pusher find it."""
+
+import os
+import uuid
+
+from absl import logging
+import tensorflow as tf
+from tfx.dsl.io import fileio
+
+from tfx_tpu_trainer import serving
+
+SERVE_TAGS = (tf.saved_model.SERVING,)
+SERVE_TPU_TAGS = (tf.saved_model.SERVING, tf.saved_model.TPU)
+
+
+def export_serving_model(estimator: tf.compat.v1.estimator.tpu.TPUEstimator,
+                         serving_input_receiver_fn: serving.ServingInputReceiverFn,
+                         serving_model_dir: str) -> str:
+  """Exports the latest checkpoint as a SavedModel at `serving_model_dir`.
+
+  The estimator writes `{serve}` (and `{serve, tpu}` when `export_to_tpu`)
+  into a timestamped directory under a temporary parent beside
+  `serving_model_dir`; the finished model is then renamed into place, so
+  `serving_model_dir` exists only complete
+  (`path_utils.serving_model_path(model.uri)` returns it).
+
+  Args:
+    estimator: the trained TPUEstimator.
+    serving_input_receiver_fn: the serving input.
+    serving_model_dir: `path_utils.serving_model_dir(model.uri)`.
+
+  Returns:
+    `serving_model_dir`.
+
+  Raises:
+    FileExistsError: when `serving_model_dir` already exists.
+  """
+  if fileio.exists(serving_model_dir):
+    raise FileExistsError(
+        f'{serving_model_dir} already exists; a model artifact is written '
+        'once.')
+  parent = os.path.dirname(serving_model_dir.rstrip('/'))
+  staging_dir = os.path.join(parent, f'.export-{uuid.uuid4().hex}')
+  fileio.makedirs(staging_dir)
+  try:
+    exported = estimator.export_saved_model(
+        export_dir_base=staging_dir,
+        serving_input_receiver_fn=serving_input_receiver_fn)
+    exported = exported.decode() if isinstance(exported, bytes) else exported
+    fileio.rename(exported, serving_model_dir)
+  finally:
+    fileio.rmtree(staging_dir)
+  logging.info('Exported the serving model to %s.', serving_model_dir)
+  return serving_model_dir

@@ -1,0 +1,51 @@
+"""Wraps the module's `model_fn` so that its failures name the module."""
+
+import inspect
+from typing import Any, Callable
+
+import tensorflow as tf
+from tensorflow import estimator as tf_estimator
+
+from tfx_tpu_trainer import user_module as user_module_lib
+
+ModelFn = Callable[..., tf.compat.v1.estimator.tpu.TPUEstimatorSpec]
+
+
+def checked_model_fn(model_fn: Callable[..., Any], source: str) -> ModelFn:
+  """Returns a model_fn that calls `model_fn` and checks what it returns.
+
+  Args:
+    model_fn: the module's `model_fn(features, labels, mode, params[, config])`.
+    source: where the module came from, for error messages.
+
+  Returns:
+    A model_fn for TPUEstimator with the full argument list.
+  """
+  passes_config = 'config' in inspect.signature(model_fn).parameters
+
+  def tpu_model_fn(features, labels, mode, params, config):
+    kwargs = dict(features=features, labels=labels, mode=mode, params=params)
+    if passes_config:
+      kwargs['config'] = config
+    try:
+      spec = model_fn(**kwargs)
+    except user_module_lib.UserModuleError:
+      raise
+    except Exception as e:  # pylint: disable=broad-except
+      raise user_module_lib.UserModuleError(
+          f'model_fn in {source} raised {type(e).__name__} in mode '
+          f'{mode!r}: {e}') from e
+    if isinstance(spec, tf.compat.v1.estimator.tpu.TPUEstimatorSpec):
+      return spec
+    if isinstance(spec, tf_estimator.EstimatorSpec):
+      raise user_module_lib.UserModuleError(
+          f'model_fn in {source} returned a tf.estimator.EstimatorSpec in '
+          f'mode {mode!r}; TPUEstimator needs a '
+          'tf.compat.v1.estimator.tpu.TPUEstimatorSpec (eval metrics as '
+          '`eval_metrics=(metric_fn, tensors)`).')
+    raise user_module_lib.UserModuleError(
+        f'model_fn in {source} must return a '
+        f'tf.compat.v1.estimator.tpu.TPUEstimatorSpec, got '
+        f'{type(spec).__name__} in mode {mode!r}.')
+
+  return tpu_model_fn

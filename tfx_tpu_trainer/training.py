@@ -1,0 +1,77 @@
+"""Runs training and evaluation of a TPUEstimator."""
+
+from typing import Any, Dict, Optional
+
+from absl import logging
+import tensorflow as tf
+from tensorflow import estimator as tf_estimator
+
+from tfx_tpu_trainer import config as config_lib
+from tfx_tpu_trainer import input_fns
+
+EVAL_NAME = 'eval'
+
+
+def train_and_evaluate(estimator: tf.compat.v1.estimator.tpu.TPUEstimator,
+                       config: config_lib.TrainerConfig,
+                       train_input_fn: input_fns.InputFn,
+                       eval_input_fn: input_fns.InputFn,
+                       train_steps: int,
+                       eval_steps: Optional[int]) -> Optional[Dict[str, Any]]:
+  """Trains to `train_steps` and returns the final evaluation's metrics.
+
+  "train_and_evaluate" runs `tf.estimator.train_and_evaluate`; "alternate"
+  runs `train(max_steps)` and `evaluate(steps)` in turns, one cycle per
+  `save_checkpoints_steps` (one cycle when unset), which avoids re-initialising
+  the TPU system inside training.
+
+  Args:
+    estimator: the TPUEstimator.
+    config: the validated trainer config.
+    train_input_fn: training input.
+    eval_input_fn: evaluation input.
+    train_steps: the global step to train to.
+    eval_steps: evaluation steps (None: the whole eval split, CPU only).
+
+  Returns:
+    The metrics of the final evaluation; None where this task does not
+    evaluate (a worker of a distributed run).
+  """
+  if config.eval_strategy == 'alternate':
+    return _alternate(estimator, config, train_input_fn, eval_input_fn,
+                      train_steps, eval_steps)
+  train_spec = tf_estimator.TrainSpec(train_input_fn, max_steps=train_steps)
+  eval_spec = tf_estimator.EvalSpec(
+      eval_input_fn, steps=eval_steps, name=EVAL_NAME, start_delay_secs=0)
+  result = tf_estimator.train_and_evaluate(estimator, train_spec, eval_spec)
+  if result is None:
+    return None
+  metrics, _ = result
+  return metrics
+
+
+def _alternate(estimator, config, train_input_fn, eval_input_fn, train_steps,
+               eval_steps):
+  cycle = config.save_checkpoints_steps or train_steps
+  current = _global_step(estimator)
+  metrics = None
+  while current < train_steps:
+    target = min(current + cycle, train_steps)
+    logging.info('Training from step %d to %d of %d.', current, target,
+                 train_steps)
+    estimator.train(train_input_fn, max_steps=target)
+    metrics = estimator.evaluate(eval_input_fn, steps=eval_steps,
+                                 name=EVAL_NAME)
+    logging.info('Evaluation at step %d: %s', target, metrics)
+    current = target
+  if metrics is None:
+    metrics = estimator.evaluate(eval_input_fn, steps=eval_steps,
+                                 name=EVAL_NAME)
+  return metrics
+
+
+def _global_step(estimator) -> int:
+  try:
+    return int(estimator.get_variable_value(tf.compat.v1.GraphKeys.GLOBAL_STEP))
+  except ValueError:  # No checkpoint yet.
+    return 0

@@ -1,0 +1,194 @@
+"""Loads a TPUTrainer user module and checks it against the module contract.
+
+The contract (DESIGN.md, "User module contract"):
+  model_fn(features, labels, mode, params[, config]) -> TPUEstimatorSpec,
+    required unless build_keras_model is given.
+  build_keras_model(params) -> compiled tf.keras model (instead of model_fn).
+  input_fn(file_pattern, data_accessor, schema, params) -> tf.data.Dataset
+    of (features, label); optional.
+  serving_input_receiver_fn(params) -> ServingInputReceiver; optional.
+  LABEL_KEY: optional module attribute naming the label feature.
+"""
+
+import dataclasses
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+import types
+from typing import Any, Callable, Dict, Optional
+
+from absl import logging
+from tfx.components.util import udf_utils
+from tfx.types import standard_component_specs
+from tfx.utils import io_utils
+
+MODEL_FN = 'model_fn'
+INPUT_FN = 'input_fn'
+SERVING_INPUT_RECEIVER_FN = 'serving_input_receiver_fn'
+BUILD_KERAS_MODEL = 'build_keras_model'
+LABEL_KEY_ATTRIBUTE = 'LABEL_KEY'
+
+_REQUIRED_ARGS = {
+    MODEL_FN: ('features', 'labels', 'mode', 'params'),
+    INPUT_FN: ('file_pattern', 'data_accessor', 'schema', 'params'),
+    SERVING_INPUT_RECEIVER_FN: ('params',),
+    BUILD_KERAS_MODEL: ('params',),
+}
+# Arguments the estimator passes when the function names them.
+_OPTIONAL_ARGS = {MODEL_FN: ('config',)}
+
+
+class UserModuleError(ValueError):
+  """The user module is missing, fails to import, or breaks the contract."""
+
+
+@dataclasses.dataclass(frozen=True)
+class UserModule:
+  """The parts of a user module that TPUTrainer uses."""
+  source: str
+  model_fn: Optional[Callable[..., Any]]
+  build_keras_model: Optional[Callable[..., Any]]
+  input_fn: Optional[Callable[..., Any]]
+  serving_input_receiver_fn: Optional[Callable[..., Any]]
+  label_key: Optional[str]
+
+
+def load_user_module(exec_properties: Dict[str, Any]) -> UserModule:
+  """Imports the module named by `module_file` or `module_path`.
+
+  Args:
+    exec_properties: the Trainer's execution properties.
+
+  Returns:
+    The checked user module.
+
+  Raises:
+    UserModuleError: when the module cannot be found or imported, or a
+      function breaks the contract (what is wrong, where, what to do).
+  """
+  module_file = exec_properties.get(standard_component_specs.MODULE_FILE_KEY)
+  module_path = exec_properties.get(standard_component_specs.MODULE_PATH_KEY)
+  if module_path:
+    module, source = _import_module_path(module_path), module_path
+  elif module_file:
+    module, source = _import_module_file(module_file), module_file
+  else:
+    raise UserModuleError(
+        'TPUTrainer needs a module_file that defines model_fn (or '
+        'build_keras_model); none was given.')
+  return check_module(module, source)
+
+
+def check_module(module: types.ModuleType, source: str) -> UserModule:
+  """Checks an imported module against the contract."""
+  functions = {}
+  for name in _REQUIRED_ARGS:
+    fn = getattr(module, name, None)
+    if fn is not None:
+      _check_signature(fn, name, source)
+    functions[name] = fn
+  if functions[MODEL_FN] is None and functions[BUILD_KERAS_MODEL] is None:
+    raise UserModuleError(
+        f'Module {source} defines neither model_fn(features, labels, mode, '
+        'params) nor build_keras_model(params). Define one of them.')
+  label_key = getattr(module, LABEL_KEY_ATTRIBUTE, None)
+  if label_key is not None and (not isinstance(label_key, str) or
+                                not label_key):
+    raise UserModuleError(
+        f'{LABEL_KEY_ATTRIBUTE} in {source} must be a non-empty string, got '
+        f'{label_key!r}.')
+  return UserModule(
+      source=source,
+      model_fn=functions[MODEL_FN],
+      build_keras_model=functions[BUILD_KERAS_MODEL],
+      input_fn=functions[INPUT_FN],
+      serving_input_receiver_fn=functions[SERVING_INPUT_RECEIVER_FN],
+      label_key=label_key)
+
+
+def _check_signature(fn: Any, name: str, source: str) -> None:
+  """Checks that `fn` can be called with the contract's named arguments."""
+  expected = _REQUIRED_ARGS[name]
+  usage = f'{name}({", ".join(expected)})'
+  if not callable(fn):
+    raise UserModuleError(
+        f'{name} in {source} must be a function {usage}, got '
+        f'{type(fn).__name__}.')
+  try:
+    signature = inspect.signature(fn)
+  except (TypeError, ValueError) as e:
+    raise UserModuleError(
+        f'Cannot read the signature of {name} in {source}: {e}') from e
+  parameters = signature.parameters
+  takes_kwargs = any(p.kind == p.VAR_KEYWORD for p in parameters.values())
+  missing = [arg for arg in expected
+             if arg not in parameters and not takes_kwargs]
+  allowed = set(expected) | set(_OPTIONAL_ARGS.get(name, ()))
+  extra_required = [
+      p.name for p in parameters.values()
+      if p.name not in allowed and p.default is p.empty and
+      p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+  ]
+  positional_only = [p.name for p in parameters.values()
+                     if p.kind == p.POSITIONAL_ONLY]
+  if missing or extra_required or positional_only:
+    problems = []
+    if missing:
+      problems.append(f'missing argument(s) {missing}')
+    if extra_required:
+      problems.append(f'unexpected required argument(s) {extra_required}')
+    if positional_only:
+      problems.append(f'positional-only argument(s) {positional_only}')
+    raise UserModuleError(
+        f'{name}{signature} in {source} does not match the TPUTrainer '
+        f'contract {usage}: {"; ".join(problems)}. The estimator passes '
+        'these arguments by name.')
+
+
+def _import_module_file(module_file: str) -> types.ModuleType:
+  """Imports a module from a .py file path (local or remote)."""
+  if not io_utils.fileio.exists(module_file):
+    raise UserModuleError(
+        f'module_file {module_file!r} does not exist. Pass the path of a '
+        'Python file that defines model_fn.')
+  local_path = io_utils.ensure_local(module_file)
+  module_name = os.path.splitext(os.path.basename(local_path))[0]
+  spec = importlib.util.spec_from_file_location(module_name, local_path)
+  if spec is None or spec.loader is None:
+    raise UserModuleError(
+        f'module_file {module_file!r} is not an importable Python file.')
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[module_name] = module
+  # As for a script, the module's own directory is importable (siblings).
+  module_dir = os.path.dirname(os.path.abspath(local_path))
+  sys.path.insert(0, module_dir)
+  try:
+    spec.loader.exec_module(module)
+  except Exception as e:  # pylint: disable=broad-except
+    del sys.modules[module_name]
+    raise UserModuleError(
+        f'module_file {module_file!r} failed to import: '
+        f'{type(e).__name__}: {e}') from e
+  finally:
+    sys.path.remove(module_dir)
+  logging.info('Loaded user module %s from %s.', module_name, module_file)
+  return module
+
+
+def _import_module_path(module_path: str) -> types.ModuleType:
+  """Imports `name` or `name@wheel` (TFX's packaged user module)."""
+  module_name, wheels = udf_utils.decode_user_module_key(module_path)
+  wheels = [io_utils.ensure_local(wheel) for wheel in wheels]
+  with udf_utils.TempPipInstallContext(wheels):
+    if module_name in sys.modules:
+      del sys.modules[module_name]
+    try:
+      module = importlib.import_module(module_name)
+    except Exception as e:  # pylint: disable=broad-except
+      raise UserModuleError(
+          f'User module {module_path!r} failed to import: '
+          f'{type(e).__name__}: {e}') from e
+  logging.info('Loaded user module %s.', module_path)
+  return module
