@@ -24,6 +24,7 @@ Keys (all optional; defaults in brackets):
 import dataclasses
 import os
 from typing import Any, Dict, Mapping, Optional
+from tfx_tpu_trainer import errors
 
 TPU_NAME_ENV = 'TPU_NAME'
 
@@ -37,7 +38,7 @@ RESERVED_PARAMS_KEYS = ('batch_size', 'context', 'use_tpu')
 TPU_SPEC_KEYS = ('name', 'zone', 'project')
 
 
-class ConfigError(ValueError):
+class ConfigError(errors.TPUTrainerError):
   """A `custom_config` entry is unknown or has an invalid value."""
 
 

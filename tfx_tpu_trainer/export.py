@@ -1,10 +1,12 @@
 """Exports the dual-tag SavedModel where TFX's Evaluator and Pusher find it."""
 
 import os
+from typing import Iterable, List, Set, Tuple
 import uuid
 
 from absl import logging
 import tensorflow as tf
+from tensorflow.python.tools import saved_model_utils  # pylint: disable=g-direct-tensorflow-import
 from tfx.dsl.io import fileio
 
 from tfx_tpu_trainer import serving
@@ -52,3 +54,22 @@ def export_serving_model(estimator: tf.compat.v1.estimator.tpu.TPUEstimator,
     fileio.rmtree(staging_dir)
   logging.info('Exported the serving model to %s.', serving_model_dir)
   return serving_model_dir
+
+
+def saved_model_tag_sets(saved_model_dir: str) -> List[Tuple[str, ...]]:
+  """The tag sets of the meta graphs in a SavedModel, each sorted."""
+  saved_model = saved_model_utils.read_saved_model(saved_model_dir)
+  return sorted(
+      tuple(sorted(meta_graph.meta_info_def.tags))
+      for meta_graph in saved_model.meta_graphs)
+
+
+def saved_model_op_types(saved_model_dir: str,
+                         tags: Iterable[str]) -> Set[str]:
+  """The op types of one meta graph, its function library included."""
+  meta_graph = saved_model_utils.get_meta_graph_def(saved_model_dir,
+                                                    ','.join(tags))
+  op_types = {node.op for node in meta_graph.graph_def.node}
+  for function in meta_graph.graph_def.library.function:
+    op_types.update(node.op for node in function.node_def)
+  return op_types

@@ -6,9 +6,10 @@ from typing import Optional
 import tensorflow_transform as tft
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx.utils import io_utils
+from tfx_tpu_trainer import errors
 
 
-class SchemaError(ValueError):
+class SchemaError(errors.TPUTrainerError):
   """The schema inputs are missing or do not describe the label."""
 
 

@@ -23,6 +23,7 @@ from absl import logging
 from tfx.components.util import udf_utils
 from tfx.types import standard_component_specs
 from tfx.utils import io_utils
+from tfx_tpu_trainer import errors
 
 MODEL_FN = 'model_fn'
 INPUT_FN = 'input_fn'
@@ -40,7 +41,7 @@ _REQUIRED_ARGS = {
 _OPTIONAL_ARGS = {MODEL_FN: ('config',)}
 
 
-class UserModuleError(ValueError):
+class UserModuleError(errors.TPUTrainerError):
   """The user module is missing, fails to import, or breaks the contract."""
 
 

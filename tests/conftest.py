@@ -1,0 +1,48 @@
+"""Shared fixtures: a small slice of the taxi data through real TFX components."""
+
+import csv
+import os
+import sys
+
+from absl import logging
+import pytest
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO_ROOT not in sys.path:
+  sys.path.insert(0, REPO_ROOT)
+
+TEST_MODULES_DIR = os.path.join(os.path.dirname(__file__), 'modules')
+SLICE_ROWS = 400
+
+
+def write_taxi_slice(directory: str, rows: int = SLICE_ROWS) -> str:
+  """Writes the first `rows` rows of the embedded taxi CSV to `directory`."""
+  from pipelines import taxi_pipeline  # pylint: disable=g-import-not-at-top
+  source = os.path.join(taxi_pipeline.embedded_data_root(), 'data.csv')
+  os.makedirs(directory, exist_ok=True)
+  with open(source, newline='') as src, open(
+      os.path.join(directory, 'data.csv'), 'w', newline='') as dst:
+    for index, line in enumerate(src):
+      if index > rows:
+        break
+      dst.write(line)
+  return directory
+
+
+def read_taxi_rows(data_dir: str):
+  with open(os.path.join(data_dir, 'data.csv'), newline='') as f:
+    return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope='session')
+def taxi_data_dir(tmp_path_factory):
+  return write_taxi_slice(str(tmp_path_factory.mktemp('taxi_data')))
+
+
+@pytest.fixture(scope='session')
+def taxi_artifacts(tmp_path_factory, taxi_data_dir):
+  """Runs ExampleGen..Transform once on the slice; returns their artifacts."""
+  from tests import pipeline_outputs  # pylint: disable=g-import-not-at-top
+  logging.set_verbosity(logging.WARNING)
+  root = str(tmp_path_factory.mktemp('taxi_pipeline'))
+  return pipeline_outputs.run_data_components(root, taxi_data_dir)

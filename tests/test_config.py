@@ -1,0 +1,96 @@
+"""TrainerConfig: the custom_config schema and its errors."""
+
+import pytest
+
+from tfx_tpu_trainer import config as config_lib
+
+ConfigError = config_lib.ConfigError
+from_custom_config = config_lib.TrainerConfig.from_custom_config
+
+
+def test_defaults():
+  config = from_custom_config(None, environ={})
+  assert config.use_tpu is False
+  assert config.tpu is None
+  assert (config.train_batch_size, config.eval_batch_size,
+          config.predict_batch_size) == (64, 64, 8)
+  assert config.iterations_per_loop == 100
+  assert config.per_host_input == 'PER_HOST_V2'
+  assert config.eval_strategy == 'train_and_evaluate'
+  assert config.export_saved_model_api_version == 1
+  assert config.params == {}
+
+
+def test_use_tpu_is_automatic_from_tpu_name_or_environment():
+  assert from_custom_config({'tpu': {'name': 'my-tpu'}}, environ={}).use_tpu
+  from_env = from_custom_config({}, environ={'TPU_NAME': 'env-tpu'})
+  assert from_env.use_tpu and from_env.tpu.name == 'env-tpu'
+  assert not from_custom_config({'use_tpu': False},
+                                environ={'TPU_NAME': 'x'}).use_tpu
+
+
+def test_tpu_spec_accepts_dict_and_name():
+  spec = from_custom_config(
+      {'tpu': {'name': 'n', 'zone': 'us-central1-b', 'project': 'p'}},
+      environ={}).tpu
+  assert spec == config_lib.TpuSpec('n', 'us-central1-b', 'p')
+  assert from_custom_config({'tpu': 'n'}, environ={}).tpu.name == 'n'
+
+
+@pytest.mark.parametrize('custom_config,message', [
+    ({'train_batchsize': 8}, "Unknown custom_config key(s) ['train_batchsize']"),
+    ({'train_batch_size': '64'}, "custom_config['train_batch_size'] must be a positive integer"),
+    ({'eval_batch_size': 0}, "custom_config['eval_batch_size'] must be a positive integer"),
+    ({'iterations_per_loop': True}, "custom_config['iterations_per_loop'] must be a positive integer"),
+    ({'use_tpu': 'yes'}, "custom_config['use_tpu'] must be true or false"),
+    ({'per_host_input': 'PER_HOST'}, "custom_config['per_host_input']='PER_HOST' is not accepted"),
+    ({'eval_strategy': 'both'}, "custom_config['eval_strategy']='both' is not accepted"),
+    ({'export_saved_model_api_version': 3}, "custom_config['export_saved_model_api_version']=3"),
+    ({'tpu': {'zone': 'z'}}, "custom_config['tpu'] needs a 'name'"),
+    ({'tpu': {'name': 'n', 'region': 'r'}}, "Unknown custom_config['tpu'] key(s) ['region']"),
+    ({'tpu': 7}, "custom_config['tpu'] must be a dict"),
+    ({'params': {'batch_size': 3}}, "custom_config['params'] may not set ['batch_size']"),
+    ({'params': [1]}, "custom_config['params'] must be a dict"),
+    ({'label_key': ''}, "custom_config['label_key'] must be a non-empty string"),
+    ({'use_tpu': True, 'num_shards': 8, 'train_batch_size': 60},
+     "custom_config['train_batch_size']=60 does not divide by num_shards=8"),
+    ({'use_tpu': True, 'num_shards': 8, 'predict_batch_size': 4},
+     "custom_config['predict_batch_size']=4 does not divide by num_shards=8"),
+])
+def test_invalid_config_names_the_key(custom_config, message):
+  with pytest.raises(ConfigError) as error:
+    from_custom_config(custom_config, environ={})
+  assert message in str(error.value)
+
+
+def test_unknown_key_error_lists_accepted_keys():
+  with pytest.raises(ConfigError, match='Accepted keys: .*train_batch_size'):
+    from_custom_config({'bogus': 1}, environ={})
+
+
+def test_not_a_dict():
+  with pytest.raises(ConfigError, match='custom_config must be a dict'):
+    from_custom_config(['use_tpu'], environ={})
+
+
+def test_shard_divisibility_only_matters_on_tpu():
+  config = from_custom_config(
+      {'use_tpu': False, 'num_shards': 8, 'train_batch_size': 60}, environ={})
+  assert config.num_shards == 8
+  off_tpu_eval = from_custom_config(
+      {'use_tpu': True, 'num_shards': 8, 'eval_on_tpu': False,
+       'eval_batch_size': 3}, environ={})
+  assert off_tpu_eval.eval_batch_size == 3
+
+
+def test_check_steps():
+  cpu = from_custom_config({}, environ={})
+  cpu.check_steps(10, None)
+  with pytest.raises(ConfigError, match='train_args.num_steps must be a positive'):
+    cpu.check_steps(None, 5)
+  with pytest.raises(ConfigError, match='eval_args.num_steps must be positive'):
+    cpu.check_steps(10, -1)
+  tpu = from_custom_config({'tpu': 'n'}, environ={})
+  with pytest.raises(ConfigError, match='eval_args.num_steps is required when use_tpu'):
+    tpu.check_steps(10, None)
+  tpu.check_steps(10, 5)
