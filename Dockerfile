@@ -10,7 +10,9 @@ COPY tfx_tpu_trainer ./tfx_tpu_trainer
 COPY components ./components
 COPY pipelines ./pipelines
 # The base image already holds TFX, TF and Beam at the pinned versions;
-# --no-deps keeps them exactly as they are.
-RUN python -m pip install --no-cache-dir --no-deps . \
+# --no-deps keeps them exactly as they are. Editable, so the bundled
+# pipelines find components/ beside them.
+RUN python -m pip install --no-cache-dir --no-deps -e . \
     && python -c "import tfx_tpu_trainer.executor"
-ENV PYTHONPATH=/tfx-tpu-trainer
+# Module files import their siblings (taxi_features) when loaded by path.
+ENV PYTHONPATH=/tfx-tpu-trainer/components

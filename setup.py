@@ -19,8 +19,10 @@ setuptools.setup(
                  'user module and exports a dual-tag (serve, serve+tpu) '
                  'SavedModel.'),
     python_requires='>=3.10,<3.11',
-    packages=setuptools.find_packages(include=['tfx_tpu_trainer',
-                                               'tfx_tpu_trainer.*']),
+    # `pipelines` holds the bundled pipeline definitions; they find the module
+    # files of `components/` beside them, so install in editable mode.
+    packages=setuptools.find_packages(
+        include=['tfx_tpu_trainer', 'tfx_tpu_trainer.*', 'pipelines']),
     install_requires=INSTALL_REQUIRES,
     extras_require={'test': ['pytest']},
     entry_points={

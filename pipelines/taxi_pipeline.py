@@ -1,30 +1,21 @@
 """The Chicago taxi pipeline with TPUTrainer: one factory for every runner."""
 
 import dataclasses
-import os
 from typing import Any, Dict, List, Optional
 
 import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
 
+from pipelines import paths
 from tfx_tpu_trainer import TPUTrainer
 
 PIPELINE_NAME = 'taxi_tpu'
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COMPONENTS_DIR = os.path.join(REPO_ROOT, 'components')
-PREPROCESSING_MODULE_FILE = os.path.join(COMPONENTS_DIR,
-                                         'taxi_preprocessing.py')
-TRAINER_MODULE_FILE = os.path.join(COMPONENTS_DIR, 'taxi_tpu_module.py')
+PREPROCESSING_MODULE_FILE = paths.PREPROCESSING_MODULE_FILE
+TRAINER_MODULE_FILE = paths.TRAINER_MODULE_FILE
+embedded_data_root = paths.embedded_data_root
 LABEL_KEY = 'big_tipper'
 PREDICTION_KEY = 'probabilities'
-
-
-def embedded_data_root() -> str:
-  """The taxi CSV (big_tipper_label variant) that the tfx wheel ships."""
-  import tfx.examples.chicago_taxi_pipeline as taxi_example  # pylint: disable=g-import-not-at-top
-  return os.path.join(
-      os.path.dirname(taxi_example.__file__), 'data', 'big_tipper_label')
 
 
 @dataclasses.dataclass

@@ -1,8 +1,10 @@
 """RunConfig/TPUConfig mapping and the TPUEstimator built from a config."""
 
+import pytest
 import tensorflow as tf
 
 from tfx_tpu_trainer import config as config_lib
+from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import estimator_builder
 
 
@@ -75,3 +77,13 @@ def test_estimator_gets_all_three_batch_sizes_and_params(tmp_path):
   assert context._predict_batch_size == 4  # pylint: disable=protected-access
   assert estimator.params['learning_rate'] == 0.5
   assert estimator._export_saved_model_api_version == 2  # pylint: disable=protected-access
+
+
+def test_unreachable_tpu_is_a_clear_error(tmp_path):
+  def unreachable(**unused_kwargs):
+    raise ConnectionError('Name or service not known')
+
+  with pytest.raises(errors.TPUTrainerError,
+                     match=r"Could not resolve TPU 'tpu-x' .*ConnectionError"):
+    estimator_builder.build_run_config(
+        _config(tpu='tpu-x'), str(tmp_path), resolver_factory=unreachable)

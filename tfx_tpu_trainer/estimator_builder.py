@@ -6,6 +6,7 @@ from absl import logging
 import tensorflow as tf
 
 from tfx_tpu_trainer import config as config_lib
+from tfx_tpu_trainer import errors
 
 _INPUT_PIPELINE_CONFIGS = {
     'PER_SHARD_V1': tf.compat.v1.estimator.tpu.InputPipelineConfig.PER_SHARD_V1,
@@ -44,10 +45,19 @@ def build_run_config(
   master = None
   session_config = None
   if config.use_tpu and config.tpu is not None:
-    resolver = resolver_factory(
-        tpu=config.tpu.name, zone=config.tpu.zone, project=config.tpu.project)
-    master = resolver.master()
-    cluster_spec = resolver.cluster_spec()
+    try:
+      resolver = resolver_factory(
+          tpu=config.tpu.name, zone=config.tpu.zone,
+          project=config.tpu.project)
+      master = resolver.master()
+      cluster_spec = resolver.cluster_spec()
+    except Exception as e:  # pylint: disable=broad-except
+      raise errors.TPUTrainerError(
+          f'Could not resolve TPU {config.tpu.name!r} (zone '
+          f'{config.tpu.zone!r}, project {config.tpu.project!r}): '
+          f'{type(e).__name__}: {e}. Check custom_config["tpu"] (or '
+          'TPU_NAME), that the TPU exists and this job may reach it, or set '
+          'use_tpu=False to train on CPU/GPU.') from e
     if cluster_spec and cluster_spec.as_dict():
       session_config = tf.compat.v1.ConfigProto(
           allow_soft_placement=True, isolate_session_state=True)

@@ -1,0 +1,50 @@
+"""`tfx-tpu-trainer run` argument errors: non-zero exit, clear message, no files."""
+
+import pytest
+
+from tfx_tpu_trainer import cli
+
+
+def _exit_code(argv):
+  try:
+    return cli.main(argv)
+  except SystemExit as e:  # argparse's own errors.
+    return e.code
+
+
+@pytest.mark.parametrize('argv,message', [
+    (['--data-root', '/no/such/dir'], "--data-root '/no/such/dir' is not a directory"),
+    (['--train-steps', '0'], 'argument --train-steps: must be a positive integer, got 0'),
+    (['--eval-steps', '-3'], 'argument --eval-steps: must be a positive integer, got -3'),
+    (['--train-steps', 'ten'], "argument --train-steps: 'ten' is not an integer"),
+    (['--train-batch-size', '0'], 'argument --train-batch-size: must be a positive integer'),
+    (['--module-file', '/no/module.py'], "--module-file '/no/module.py' does not exist"),
+    (['--use-tpu'], '--use-tpu needs --tpu-name'),
+    (['--tpu-zone', 'us-central1-b'], '--tpu-zone and --tpu-project need --tpu-name'),
+    (['--min-accuracy', '1.5'], '--min-accuracy must lie in [0, 1]'),
+])
+def test_bad_arguments_exit_non_zero_and_write_nothing(tmp_path, capsys,
+                                                       monkeypatch, argv,
+                                                       message):
+  monkeypatch.delenv('TPU_NAME', raising=False)
+  output_root = tmp_path / 'out'
+  assert _exit_code(['run', '--output-root', str(output_root)] + argv) == 2
+  assert message in capsys.readouterr().err
+  assert not output_root.exists()
+
+
+def test_data_root_without_csv(tmp_path, capsys):
+  empty = tmp_path / 'empty'
+  empty.mkdir()
+  assert _exit_code(['run', '--data-root', str(empty), '--output-root',
+                     str(tmp_path / 'out')]) == 2
+  assert 'holds no .csv file' in capsys.readouterr().err
+  assert not (tmp_path / 'out').exists()
+
+
+def test_output_root_that_is_a_file(tmp_path, capsys):
+  not_a_dir = tmp_path / 'file'
+  not_a_dir.write_text('x')
+  assert _exit_code(['run', '--output-root', str(not_a_dir)]) == 2
+  assert 'is not a directory' in capsys.readouterr().err
+  assert not_a_dir.read_text() == 'x'

@@ -1,0 +1,246 @@
+"""The `tfx-tpu-trainer` command: run the local taxi pipeline, and more.
+
+Subcommands:
+  run      the taxi pipeline on the local runner (the README's main job).
+"""
+
+import argparse
+import contextlib
+import glob
+import os
+import sys
+import time
+import traceback
+from typing import List, Optional
+
+# TensorFlow's C++ start-up chatter hides the progress lines.
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+  """A command-line argument is invalid; nothing has been written."""
+
+
+def _positive_int(text: str) -> int:
+  try:
+    value = int(text)
+  except ValueError:
+    raise argparse.ArgumentTypeError(f'{text!r} is not an integer') from None
+  if value <= 0:
+    raise argparse.ArgumentTypeError(f'must be a positive integer, got {value}')
+  return value
+
+
+def _add_run_parser(subparsers) -> None:
+  parser = subparsers.add_parser(
+      'run', help='Run the taxi pipeline on the local runner.',
+      description=(
+          'Runs ExampleGen, StatisticsGen, SchemaGen, ExampleValidator, '
+          'Transform, TPUTrainer, Evaluator and Pusher on the local runner '
+          '(Beam DirectRunner, SQLite metadata). With no arguments it runs on '
+          'the Chicago taxi data that the tfx wheel ships.'))
+  parser.add_argument(
+      '--data-root', default=None,
+      help='Directory of CSV files with a big_tipper label column '
+      '(default: the taxi data embedded in the tfx wheel).')
+  parser.add_argument('--output-root', default='tfx_output',
+                      help='Where pipeline outputs, metadata and pushed models '
+                      'go (default: ./tfx_output).')
+  parser.add_argument('--pipeline-name', default=None,
+                      help='Pipeline name (default: taxi_tpu).')
+  parser.add_argument('--train-steps', type=_positive_int, default=1000)
+  parser.add_argument('--eval-steps', type=_positive_int, default=50)
+  parser.add_argument('--train-batch-size', type=_positive_int, default=64)
+  parser.add_argument('--eval-batch-size', type=_positive_int, default=64)
+  parser.add_argument('--module-file', default=None,
+                      help='Trainer module file (default: '
+                      'components/taxi_tpu_module.py).')
+  parser.add_argument('--preprocessing-module-file', default=None,
+                      help='Transform module file (default: '
+                      'components/taxi_preprocessing.py).')
+  parser.add_argument('--min-accuracy', type=float, default=0.5,
+                      help='Evaluator blesses models whose binary accuracy is '
+                      'at least this (default: 0.5).')
+  tpu = parser.add_mutually_exclusive_group()
+  tpu.add_argument('--use-tpu', dest='use_tpu', action='store_true',
+                   default=None, help='Train on a TPU (needs --tpu-name or '
+                   'TPU_NAME).')
+  tpu.add_argument('--no-use-tpu', dest='use_tpu', action='store_false',
+                   help='Train on CPU/GPU even if TPU_NAME is set.')
+  parser.add_argument('--tpu-name', default=None)
+  parser.add_argument('--tpu-zone', default=None)
+  parser.add_argument('--tpu-project', default=None)
+  parser.add_argument('--verbose', action='store_true',
+                      help='Show the full TFX and TensorFlow log.')
+  parser.set_defaults(handler=_run)
+
+
+def _existing_file(path: Optional[str], default: str, flag: str) -> str:
+  path = os.path.abspath(path) if path else default
+  if not os.path.isfile(path):
+    raise UsageError(f'{flag} {path!r} does not exist or is not a file.')
+  return path
+
+
+def _run_custom_config(args) -> dict:
+  custom_config = {
+      'train_batch_size': args.train_batch_size,
+      'eval_batch_size': args.eval_batch_size,
+  }
+  if args.use_tpu is not None:
+    custom_config['use_tpu'] = args.use_tpu
+  if args.tpu_name:
+    custom_config['tpu'] = {
+        key: value for key, value in (('name', args.tpu_name),
+                                      ('zone', args.tpu_zone),
+                                      ('project', args.tpu_project)) if value
+    }
+  elif args.tpu_zone or args.tpu_project:
+    raise UsageError('--tpu-zone and --tpu-project need --tpu-name.')
+  if args.use_tpu and not (args.tpu_name or os.environ.get('TPU_NAME')):
+    raise UsageError('--use-tpu needs --tpu-name (or TPU_NAME set).')
+  return custom_config
+
+
+def _validate_run_args(args) -> dict:
+  """Checks every argument before anything is written; returns the options."""
+  from pipelines import paths  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer import config as config_lib  # pylint: disable=g-import-not-at-top
+
+  data_root = os.path.abspath(args.data_root or paths.embedded_data_root())
+  if not os.path.isdir(data_root):
+    raise UsageError(f'--data-root {data_root!r} is not a directory.')
+  if not glob.glob(os.path.join(data_root, '*.csv')):
+    raise UsageError(f'--data-root {data_root!r} holds no .csv file.')
+  if not 0.0 <= args.min_accuracy <= 1.0:
+    raise UsageError(
+        f'--min-accuracy must lie in [0, 1], got {args.min_accuracy}.')
+  output_root = os.path.abspath(args.output_root)
+  if os.path.exists(output_root) and not os.path.isdir(output_root):
+    raise UsageError(f'--output-root {output_root!r} is not a directory.')
+  custom_config = _run_custom_config(args)
+  try:
+    config = config_lib.TrainerConfig.from_custom_config(custom_config)
+    config.check_steps(args.train_steps, args.eval_steps)
+  except config_lib.ConfigError as e:
+    raise UsageError(str(e)) from e
+  options = dict(
+      data_root=data_root,
+      trainer_module_file=_existing_file(args.module_file,
+                                         paths.TRAINER_MODULE_FILE,
+                                         '--module-file'),
+      preprocessing_module_file=_existing_file(
+          args.preprocessing_module_file, paths.PREPROCESSING_MODULE_FILE,
+          '--preprocessing-module-file'),
+      train_steps=args.train_steps,
+      eval_steps=args.eval_steps,
+      custom_config=custom_config,
+      min_accuracy=args.min_accuracy)
+  if args.pipeline_name:
+    options['pipeline_name'] = args.pipeline_name
+  return options
+
+
+def _run(args) -> int:
+  """Validates the arguments, runs the pipeline, prints the summary."""
+  options = _validate_run_args(args)
+  output_root = os.path.abspath(args.output_root)
+  log_path = os.path.join(output_root, 'logs',
+                          time.strftime('run-%Y%m%d-%H%M%S.log'))
+  os.makedirs(os.path.dirname(log_path), exist_ok=True)
+  print(f'Running the taxi pipeline on {options["data_root"]}\n'
+        f'  outputs under {output_root}\n'
+        f'  full log: {log_path}', flush=True)
+  with _output_to_log(log_path, enabled=not args.verbose) as console:
+    try:
+      from pipelines import local_runner  # pylint: disable=g-import-not-at-top
+      if not args.verbose:
+        _quiet_tensorflow()
+      summary = local_runner.run(
+          local_runner.local_options(output_root, **options),
+          printer=lambda line, **_: print(line, file=console, flush=True))
+    except Exception as e:  # pylint: disable=broad-except
+      traceback.print_exc()
+      print(f'\nThe pipeline failed: {type(e).__name__}: {e}\n'
+            f'Full log: {log_path}', file=console, flush=True)
+      return 1
+  _print_summary(summary)
+  return 0
+
+
+@contextlib.contextmanager
+def _output_to_log(log_path: str, enabled: bool):
+  """Sends file descriptors 1 and 2 (TF, Beam, pip output) to `log_path`.
+
+  Yields a stream to the original stdout, for progress lines.
+  """
+  if not enabled:
+    yield sys.stdout
+    return
+  sys.stdout.flush()
+  sys.stderr.flush()
+  saved_out, saved_err = os.dup(1), os.dup(2)
+  console = os.fdopen(os.dup(saved_out), 'w', buffering=1)
+  with open(log_path, 'ab') as log:
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    try:
+      yield console
+    finally:
+      sys.stdout.flush()
+      sys.stderr.flush()
+      os.dup2(saved_out, 1)
+      os.dup2(saved_err, 2)
+      os.close(saved_out)
+      os.close(saved_err)
+      console.close()
+
+
+def _quiet_tensorflow() -> None:
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  tf.get_logger().setLevel('ERROR')
+
+
+def _print_summary(summary) -> None:
+  def metrics_line(metrics):
+    return ', '.join(f'{name}={value:.4g}' if isinstance(value, float) else
+                     f'{name}={value}' for name, value in sorted(metrics.items()))
+  print(f'\nPipeline finished in {summary.seconds:.0f}s.')
+  print(f'  Trainer eval metrics:   {metrics_line(summary.trainer_metrics)}')
+  print(f'  Evaluator metrics:      {metrics_line(summary.evaluator_metrics)}')
+  print(f'  Blessed:                {"yes" if summary.blessed else "no"}')
+  if summary.pushed:
+    print(f'  Pushed model:           {summary.pushed_model_path}')
+    print('  Pushed model tag sets:  ' + ', '.join(
+        '{' + ', '.join(tags) + '}' for tags in summary.pushed_model_tag_sets))
+  else:
+    print('  Pushed model:           none (the model was not blessed)')
+  print(f'  Trained model:          {summary.model_path}')
+  print(f'  TensorBoard logs:       tensorboard --logdir '
+        f'{summary.tensorboard_dir}')
+
+
+def build_parser() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(
+      prog='tfx-tpu-trainer',
+      description='TPUTrainer for TFX: run the bundled pipelines.')
+  subparsers = parser.add_subparsers(dest='command', required=True)
+  _add_run_parser(subparsers)
+  return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+  """Entry point of the `tfx-tpu-trainer` console script."""
+  parser = build_parser()
+  args = parser.parse_args(argv)
+  try:
+    return args.handler(args)
+  except UsageError as e:
+    print(f'tfx-tpu-trainer {args.command}: error: {e}', file=sys.stderr)
+    return EXIT_USAGE
+
+
+if __name__ == '__main__':
+  sys.exit(main())
