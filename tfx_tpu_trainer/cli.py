@@ -1,12 +1,13 @@
 """The `tfx-tpu-trainer` command: run the local taxi pipeline, and more.
 
 Subcommands:
-  run      the taxi pipeline on the local runner (the README's main job).
+  run        the taxi pipeline on the local runner (the README's main job).
 """
 
 import argparse
 import contextlib
 import glob
+import importlib
 import os
 import sys
 import time
@@ -222,12 +223,19 @@ def _print_summary(summary) -> None:
         f'{summary.tensorboard_dir}')
 
 
+# Modules that each define `add_parser(subparsers)` for one more subcommand;
+# their handlers return an exit code and may raise UsageError.
+_SUBCOMMAND_MODULES = ()
+
+
 def build_parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(
       prog='tfx-tpu-trainer',
       description='TPUTrainer for TFX: run the bundled pipelines.')
   subparsers = parser.add_subparsers(dest='command', required=True)
   _add_run_parser(subparsers)
+  for module_name in _SUBCOMMAND_MODULES:
+    importlib.import_module(module_name).add_parser(subparsers)
   return parser
 
 
