@@ -94,3 +94,12 @@ def test_check_steps():
   with pytest.raises(ConfigError, match='eval_args.num_steps is required when use_tpu'):
     tpu.check_steps(10, None)
   tpu.check_steps(10, 5)
+
+
+def test_gke_tpu_node_endpoint_names_the_tpu():
+  config = from_custom_config(
+      {}, environ={'KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS': 'grpc://10.0.0.2:8470'})
+  assert config.use_tpu and config.tpu.name == 'grpc://10.0.0.2:8470'
+  named = from_custom_config(
+      {}, environ={'TPU_NAME': 'a', 'KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS': 'b'})
+  assert named.tpu.name == 'a'

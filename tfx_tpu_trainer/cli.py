@@ -225,7 +225,7 @@ def _print_summary(summary) -> None:
 
 # Modules that each define `add_parser(subparsers)` for one more subcommand;
 # their handlers return an exit code and may raise UsageError.
-_SUBCOMMAND_MODULES = ()
+_SUBCOMMAND_MODULES = ('tfx_tpu_trainer.cli_compile',)
 
 
 def build_parser() -> argparse.ArgumentParser:

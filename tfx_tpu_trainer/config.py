@@ -5,7 +5,8 @@ calls `TrainerConfig.from_custom_config` once, before any training, and every
 later step reads the typed fields.
 
 Keys (all optional; defaults in brackets):
-  use_tpu: [auto] true when a TPU is named (`tpu.name`) or `TPU_NAME` is set.
+  use_tpu: [auto] true when a TPU is named (`tpu.name`), or `TPU_NAME` or
+    GKE's `KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS` is set (then the TPU's name).
   tpu: {name, zone, project} for `TPUClusterResolver` (a plain string is the
     name).
   train_batch_size [64], eval_batch_size [64], predict_batch_size [8]: global
@@ -18,6 +19,8 @@ Keys (all optional; defaults in brackets):
     turns, one cycle per `save_checkpoints_steps`).
   save_checkpoints_steps [None: estimator default], keep_checkpoint_max [None].
   label_key [module's LABEL_KEY]: the label feature.
+  checkpoint_dir [<pipeline root>/_checkpoints]: base directory of the
+    checkpoints a retry resumes from (see checkpoints.py); e.g. a gs:// path.
   params [{}]: merged into the `params` that model_fn/input_fn receive.
 """
 
@@ -27,6 +30,8 @@ from typing import Any, Dict, Mapping, Optional
 from tfx_tpu_trainer import errors
 
 TPU_NAME_ENV = 'TPU_NAME'
+# Set by GKE in pods that requested a (non-VM) Cloud TPU node.
+GKE_TPU_ENDPOINTS_ENV = 'KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS'
 
 PER_HOST_INPUT_MODES = ('PER_SHARD_V1', 'PER_HOST_V1', 'PER_HOST_V2',
                         'BROADCAST')
@@ -68,6 +73,7 @@ class TrainerConfig:
   save_checkpoints_steps: Optional[int] = None
   keep_checkpoint_max: Optional[int] = None
   label_key: Optional[str] = None
+  checkpoint_dir: Optional[str] = None
   params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
   @classmethod
@@ -99,8 +105,9 @@ class TrainerConfig:
           f'{sorted(_FIELD_NAMES)}.')
 
     tpu = _tpu_spec(raw.get('tpu'))
-    if tpu is None and environ.get(TPU_NAME_ENV):
-      tpu = TpuSpec(name=environ[TPU_NAME_ENV])
+    for variable in (TPU_NAME_ENV, GKE_TPU_ENDPOINTS_ENV):
+      if tpu is None and environ.get(variable):
+        tpu = TpuSpec(name=environ[variable])
     use_tpu = raw.get('use_tpu')
     if use_tpu is None:
       use_tpu = tpu is not None
@@ -135,6 +142,8 @@ class TrainerConfig:
         keep_checkpoint_max=_optional_positive_int(
             'keep_checkpoint_max', raw.get('keep_checkpoint_max')),
         label_key=_optional_str('label_key', raw.get('label_key')),
+        checkpoint_dir=_optional_str('checkpoint_dir',
+                                     raw.get('checkpoint_dir')),
         params=_params(raw.get('params')),
     )
     config.check_shard_divisibility()

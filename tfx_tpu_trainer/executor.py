@@ -1,21 +1,29 @@
 """The TPUTrainer executor: trains a TPUEstimator from a user module."""
 
+import contextlib
 import json
 import os
 from typing import Any, Dict, List, Optional
 
 from absl import logging
+import tensorflow as tf
 from tfx import types
 from tfx.components.trainer import constants
 from tfx.components.trainer import executor as trainer_executor
 from tfx.components.trainer import fn_args_utils
+from tfx.proto import trainer_pb2
 from tfx.types import artifact_utils
 from tfx.types import standard_component_specs
+from tfx.utils import proto_utils
 
+from tfx_tpu_trainer import checkpoints
 from tfx_tpu_trainer import config as config_lib
+from tfx_tpu_trainer import data_checks
+from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import estimator_builder
 from tfx_tpu_trainer import export
 from tfx_tpu_trainer import input_fns
+from tfx_tpu_trainer import kfp_outputs
 from tfx_tpu_trainer import metrics as metrics_lib
 from tfx_tpu_trainer import model_fns
 from tfx_tpu_trainer import params as params_lib
@@ -43,6 +51,10 @@ class Executor(trainer_executor.GenericExecutor):
          exec_properties: Dict[str, Any]) -> None:
     """Validates, trains and evaluates, exports, and records metrics.
 
+    Every check of config, module and data runs before training; the model
+    appears under `Format-Serving` only complete, as the last step, so a
+    failure anywhere leaves no model.
+
     Args:
       input_dict: examples, and optionally transform_graph, schema,
         base_model, hyperparameters.
@@ -51,6 +63,7 @@ class Executor(trainer_executor.GenericExecutor):
         train_args, eval_args, custom_config (see config.py).
     """
     self._log_startup(input_dict, output_dict, exec_properties)
+    _check_splits(input_dict, exec_properties)
     fn_args = self._GetFnArgs(input_dict, output_dict, exec_properties)
     config = config_lib.TrainerConfig.from_custom_config(fn_args.custom_config)
     config.check_steps(fn_args.train_steps, fn_args.eval_steps)
@@ -59,34 +72,78 @@ class Executor(trainer_executor.GenericExecutor):
                                        fn_args.transform_graph_path)
     label_key = _label_key(config, module, schemas)
     params = params_lib.build_params(config, fn_args.hyperparameters)
+    data_checks.check_first_batch(fn_args.train_files, 'train',
+                                  config.train_batch_size, 'train_batch_size')
+    data_checks.check_first_batch(fn_args.eval_files, 'eval',
+                                  config.eval_batch_size, 'eval_batch_size')
 
-    estimator = _build_estimator(fn_args, config, module, params)
+    model = artifact_utils.get_single_instance(
+        output_dict[standard_component_specs.MODEL_KEY])
+    resumable_dir = checkpoints.resumable_model_dir(self._context, model.uri,
+                                                    config.checkpoint_dir)
+    model_dir = resumable_dir or fn_args.model_run_dir
+    estimator = _build_estimator(fn_args, config, module, params, model_dir)
     train_input_fn, eval_input_fn = _build_input_fns(fn_args, module, schemas,
                                                      label_key)
-    logging.info('Training to step %d (eval_strategy=%s, use_tpu=%s).',
-                 fn_args.train_steps, config.eval_strategy, config.use_tpu)
-    final_metrics = training.train_and_evaluate(
-        estimator, config, train_input_fn, eval_input_fn, fn_args.train_steps,
-        fn_args.eval_steps)
+    start_step = checkpoints.latest_step(model_dir)
+    logging.info('Training from step %d to %d in %s (eval_strategy=%s, '
+                 'use_tpu=%s).', start_step, fn_args.train_steps, model_dir,
+                 config.eval_strategy, config.use_tpu)
+    with _explain_training_errors(fn_args, schemas, label_key, module):
+      final_metrics = training.train_and_evaluate(
+          estimator, config, train_input_fn, eval_input_fn,
+          fn_args.train_steps, fn_args.eval_steps)
     if not is_chief():
       logging.info('Not the chief: export and metrics are left to the chief.')
       return
+    _publish(estimator, final_metrics, model, fn_args, schemas, label_key,
+             params, module, resumable_dir)
 
-    export.export_serving_model(
-        estimator,
-        serving.make_serving_input_receiver_fn(
-            schemas, label_key, params, module.serving_input_receiver_fn,
-            module.source),
-        fn_args.serving_model_dir)
-    metrics = metrics_lib.to_python(final_metrics or {})
-    metrics_path = metrics_lib.write_metrics_json(metrics,
-                                                  fn_args.model_run_dir)
-    metrics_lib.record_on_artifact(
-        metrics,
-        artifact_utils.get_single_instance(
-            output_dict[standard_component_specs.MODEL_KEY]))
-    logging.info('Final evaluation: %s (written to %s).', metrics,
-                 metrics_path)
+
+def _publish(estimator, final_metrics, model, fn_args, schemas, label_key,
+             params, module, resumable_dir) -> None:
+  """Fills model_run, exports the model last, then tidies the checkpoints."""
+  if resumable_dir:
+    checkpoints.copy_into_model_run(resumable_dir, fn_args.model_run_dir)
+  metrics = metrics_lib.to_python(final_metrics or {})
+  metrics_path = metrics_lib.write_metrics_json(metrics, fn_args.model_run_dir)
+  export.export_serving_model(
+      estimator,
+      serving.make_serving_input_receiver_fn(
+          schemas, label_key, params, module.serving_input_receiver_fn,
+          module.source),
+      fn_args.serving_model_dir)
+  metrics_lib.record_on_artifact(metrics, model)
+  kfp_outputs.write_kfp_ui_outputs(metrics, fn_args.model_run_dir)
+  logging.info('Final evaluation: %s (written to %s).', metrics, metrics_path)
+  if resumable_dir:
+    checkpoints.remove(resumable_dir)
+
+
+def _check_splits(input_dict, exec_properties) -> None:
+  """Names a missing split before TFX's own lookup fails less clearly."""
+  examples = input_dict[standard_component_specs.EXAMPLES_KEY]
+  for key, proto, default in (
+      (standard_component_specs.TRAIN_ARGS_KEY, trainer_pb2.TrainArgs(),
+       'train'),
+      (standard_component_specs.EVAL_ARGS_KEY, trainer_pb2.EvalArgs(), 'eval')):
+    proto_utils.json_to_proto(exec_properties[key], proto)
+    data_checks.check_splits(examples, list(proto.splits) or [default], key)
+
+
+@contextlib.contextmanager
+def _explain_training_errors(fn_args, schemas, label_key, module):
+  """Data errors name their file and record; NaN loss says so plainly."""
+  try:
+    with data_checks.explain_data_errors(
+        {'train': fn_args.train_files, 'eval': fn_args.eval_files},
+        schemas_lib.feature_spec(schemas.examples), label_key):
+      yield
+  except tf.compat.v1.train.NanLossDuringTrainingError as e:
+    raise errors.TPUTrainerError(
+        f'Training stopped: the loss of model_fn in {module.source} became '
+        'NaN, so no model was exported. Lower the learning rate, clip '
+        'gradients, or check the inputs for NaN/inf values.') from e
 
 
 def _label_key(config: config_lib.TrainerConfig,
@@ -108,9 +165,8 @@ def _label_key(config: config_lib.TrainerConfig,
 def _build_estimator(fn_args: fn_args_utils.FnArgs,
                      config: config_lib.TrainerConfig,
                      module: user_module_lib.UserModule,
-                     params: Dict[str, Any]):
-  run_config = estimator_builder.build_run_config(config,
-                                                  fn_args.model_run_dir)
+                     params: Dict[str, Any], model_dir: str):
+  run_config = estimator_builder.build_run_config(config, model_dir)
   return estimator_builder.build_estimator(
       model_fns.checked_model_fn(module.model_fn, module.source),
       config,

@@ -46,7 +46,12 @@ def make_serving_input_receiver_fn(
     return default_serving_input_receiver_fn(schemas, label_key)
 
   def serving_input_receiver_fn():
-    receiver = module_fn(params=dict(params))
+    try:
+      receiver = module_fn(params=dict(params))
+    except Exception as e:  # pylint: disable=broad-except
+      raise user_module_lib.UserModuleError(
+          f'serving_input_receiver_fn in {module_source} raised '
+          f'{type(e).__name__}: {e}') from e
     if not isinstance(receiver, (tf_estimator.export.ServingInputReceiver,
                                  tf_estimator.export.TensorServingInputReceiver)):
       raise user_module_lib.UserModuleError(

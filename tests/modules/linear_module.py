@@ -1,10 +1,12 @@
 """A small TPU model_fn over transformed taxi features (test module).
 
 When `params['probe_file']` is set, model_fn writes the params it got in
-TRAIN mode there, so tests can see what reached it.
+TRAIN mode there, so tests can see what reached it; `params['step_seconds']`
+makes every training step sleep that long, so a test can kill it mid-way.
 """
 
 import json
+import time
 
 import tensorflow as tf
 
@@ -37,6 +39,10 @@ def model_fn(features, labels, mode, params):
   optimizer = tf.compat.v1.train.GradientDescentOptimizer(0.1)
   if params['use_tpu']:
     optimizer = tf.compat.v1.tpu.CrossShardOptimizer(optimizer)
+  train_op = optimizer.minimize(loss, tf.compat.v1.train.get_global_step())
+  if params.get('step_seconds'):
+    sleep = tf.compat.v1.py_func(
+        lambda: time.sleep(params['step_seconds']) or 0.0, [], tf.float64)
+    train_op = tf.group(train_op, sleep)
   return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
-      mode=mode, loss=loss,
-      train_op=optimizer.minimize(loss, tf.compat.v1.train.get_global_step()))
+      mode=mode, loss=loss, train_op=train_op)

@@ -1,0 +1,454 @@
+"""`tfx-tpu-trainer compile`: real KubeflowDagRunner / KubeflowV2DagRunner
+compiles into tmp_path, parsed back; TPU validation; bad options."""
+
+import json
+import os
+import subprocess
+import shutil
+import sys
+import tarfile
+
+import pytest
+import yaml
+
+from tfx_tpu_trainer import cli
+
+PIPELINE_ROOT = 'gs://test-bucket/tfx/taxi_tpu'
+DATA_ROOT = 'gs://test-bucket/data/taxi'
+IMAGE = 'gcr.io/test-project/tfx-tpu-trainer:1'
+TRAINER_IMAGE = 'gcr.io/test-project/tfx-tpu-trainer-tpu:1'
+TRAINER_STEP = 'tputrainer'
+TPU_KEYS = ('google.com/tpu', 'cloud-tpus.google.com/v2',
+            'cloud-tpus.google.com/v3')
+
+
+def _compile(tmp_path_factory, name, *argv):
+  output_dir = tmp_path_factory.mktemp(name)
+  code = cli.main(['compile', '--pipeline-root', PIPELINE_ROOT, '--data-root',
+                   DATA_ROOT, '--image', IMAGE, '--output-dir',
+                   str(output_dir)] + list(argv))
+  assert code == 0
+  files = os.listdir(output_dir)
+  assert len(files) == 1, files  # No staging leftovers.
+  return os.path.join(output_dir, files[0])
+
+
+def _argo_workflow(path):
+  with tarfile.open(path) as package:
+    assert package.getnames() == ['pipeline.yaml']
+    return yaml.safe_load(package.extractfile('pipeline.yaml'))
+
+
+def _steps(workflow):
+  return {t['name']: t for t in workflow['spec']['templates']
+          if 'container' in t}
+
+
+def _tfx_ir(step):
+  args = step['container']['args']
+  return json.loads(args[args.index('--tfx_ir') + 1])
+
+
+def _v1_custom_config(step):
+  node = _tfx_ir(step)['nodes'][0]['pipelineNode']
+  return json.loads(node['parameters']['parameters']['custom_config']
+                    ['fieldValue']['stringValue'])
+
+
+@pytest.fixture(scope='module')
+def tpu_vm_workflow(tmp_path_factory):
+  """The default compile (kubeflow, TPU VM v5e 2x4) with a trainer image."""
+  return _argo_workflow(_compile(
+      tmp_path_factory, 'v1', '--trainer-image', TRAINER_IMAGE,
+      '--tpu-zone', 'us-west4-a', '--tpu-name', 'local', '--tpu-project',
+      'test-project', '--use-gcp-secret'))
+
+
+@pytest.fixture(scope='module')
+def tpu_node_workflow(tmp_path_factory):
+  path = _compile(tmp_path_factory, 'v1_node', '--tpu-style', 'tpu-node',
+                  '--tpu-node-version', 'v2', '--tpu-cores', '32',
+                  '--tf-version', '2.12.0', '--tpu-name', 'my-tpu',
+                  '--output-file', 'node.yaml')
+  with open(path) as f:
+    return yaml.safe_load(f)
+
+
+@pytest.fixture(scope='module')
+def v2_spec(tmp_path_factory):
+  path = _compile(tmp_path_factory, 'v2', '--runner', 'kubeflow_v2',
+                  '--trainer-image', TRAINER_IMAGE, '--accelerator',
+                  'tpu-v6e-slice', '--topology', '2x2', '--chips', '4')
+  assert os.path.basename(path) == 'taxi-tpu.json'
+  with open(path) as f:
+    return json.load(f)
+
+
+def test_every_step_is_compiled(tpu_vm_workflow):
+  assert sorted(_steps(tpu_vm_workflow)) == sorted([
+      'csvexamplegen', 'statisticsgen', 'schemagen', 'examplevalidator',
+      'transform', TRAINER_STEP, 'evaluator', 'pusher'])
+
+
+def test_only_the_trainer_step_has_tpu_resources(tpu_vm_workflow):
+  for name, step in _steps(tpu_vm_workflow).items():
+    limits = (step['container'].get('resources') or {}).get('limits', {})
+    if name == TRAINER_STEP:
+      assert limits == {'google.com/tpu': '8'}
+      assert step['nodeSelector'] == {
+          'cloud.google.com/gke-tpu-accelerator': 'tpu-v5-lite-podslice',
+          'cloud.google.com/gke-tpu-topology': '2x4'}
+      assert step['tolerations'] == [{'key': 'google.com/tpu',
+                                      'operator': 'Exists',
+                                      'effect': 'NoSchedule'}]
+      assert step['container']['image'] == TRAINER_IMAGE
+    else:
+      assert not any(key in limits for key in TPU_KEYS), name
+      assert 'nodeSelector' not in step, name
+      assert 'tolerations' not in step, name
+      assert step['container']['image'] == IMAGE, name
+
+
+def test_every_step_has_the_metadata_config_and_gcp_secret(tpu_vm_workflow):
+  for name, step in _steps(tpu_vm_workflow).items():
+    env_from = step['container']['envFrom']
+    assert {'configMapRef': {'name': 'metadata-grpc-configmap',
+                             'optional': True}} in env_from, name
+    assert {'name': 'gcp-credentials-user-gcp-sa',
+            'mountPath': '/secret/gcp-credentials'} in (
+                step['container']['volumeMounts']), name
+    assert {'name': 'GOOGLE_APPLICATION_CREDENTIALS',
+            'value': '/secret/gcp-credentials/user-gcp-sa.json'} in (
+                step['container']['env']), name
+    args = step['container']['args']
+    metadata_config = json.loads(
+        args[args.index('--kubeflow_metadata_config') + 1])
+    assert metadata_config == {'grpc_config': {
+        'grpc_service_host': {'environment_variable':
+                                  'METADATA_GRPC_SERVICE_HOST'},
+        'grpc_service_port': {'environment_variable':
+                                  'METADATA_GRPC_SERVICE_PORT'}}}, name
+
+
+def test_trainer_custom_config_and_module_file(tpu_vm_workflow):
+  trainer = _steps(tpu_vm_workflow)[TRAINER_STEP]
+  assert _v1_custom_config(trainer) == {
+      'use_tpu': True, 'train_batch_size': 64, 'eval_batch_size': 64,
+      'tpu': {'name': 'local', 'zone': 'us-west4-a',
+              'project': 'test-project'}}
+  parameters = _tfx_ir(trainer)['nodes'][0]['pipelineNode']['parameters'][
+      'parameters']
+  assert parameters['module_file']['fieldValue']['stringValue'] == (
+      '/tfx-tpu-trainer/components/taxi_tpu_module.py')
+  transform = _tfx_ir(_steps(tpu_vm_workflow)['transform'])['nodes'][0][
+      'pipelineNode']['parameters']['parameters']
+  assert transform['module_file']['fieldValue']['stringValue'] == (
+      '/tfx-tpu-trainer/components/taxi_preprocessing.py')
+
+
+def test_pipeline_root_and_beam_args(tpu_vm_workflow):
+  parameters = {p['name']: p.get('value')
+                for p in tpu_vm_workflow['spec']['arguments']['parameters']}
+  assert parameters['pipeline-root'] == PIPELINE_ROOT
+  ir = _tfx_ir(_steps(tpu_vm_workflow)['transform'])
+  assert '--direct_running_mode=multi_processing' in json.dumps(ir)
+
+
+def test_trainer_step_reports_kfp_metrics(tpu_vm_workflow):
+  for name, step in _steps(tpu_vm_workflow).items():
+    artifacts = {a['name']: a['path'] for a in step['outputs']['artifacts']}
+    if name == TRAINER_STEP:
+      assert artifacts == {
+          'mlpipeline-ui-metadata': '/mlpipeline-ui-metadata.json',
+          'mlpipeline-metrics': '/mlpipeline-metrics.json'}
+      assert step['container']['command'] == [
+          'python', '-m', 'tfx_tpu_trainer.kfp_outputs']
+    else:
+      assert artifacts == {
+          'mlpipeline-ui-metadata': '/mlpipeline-ui-metadata.json'}, name
+      assert step['container']['command'] == [
+          'python', '-m', 'tfx.orchestration.kubeflow.container_entrypoint']
+
+
+def test_tpu_node_style_on_the_trainer_only(tpu_node_workflow):
+  steps = _steps(tpu_node_workflow)
+  trainer = steps[TRAINER_STEP]
+  assert trainer['container']['resources']['limits'] == {
+      'cloud-tpus.google.com/v2': '32'}
+  assert trainer['metadata']['annotations'] == {
+      'tf-version.cloud-tpus.google.com': '2.12.0'}
+  assert 'nodeSelector' not in trainer and 'tolerations' not in trainer
+  assert _v1_custom_config(trainer)['tpu'] == {'name': 'my-tpu'}
+  for name, step in steps.items():
+    if name != TRAINER_STEP:
+      assert 'resources' not in step['container'], name
+      assert 'annotations' not in step.get('metadata', {}), name
+      assert step['container']['image'] == IMAGE, name
+  assert trainer['container']['image'] == IMAGE  # No --trainer-image.
+
+
+def test_v2_trainer_accelerator_image_and_custom_config(v2_spec):
+  spec = v2_spec['pipelineSpec']
+  executors = spec['deploymentSpec']['executors']
+  assert sorted(executors) == sorted(
+      f'{c}_executor' for c in ('CsvExampleGen', 'StatisticsGen', 'SchemaGen',
+                                'ExampleValidator', 'Transform', 'TPUTrainer',
+                                'Evaluator', 'Pusher'))
+  for name, executor in executors.items():
+    container = executor['container']
+    if name == 'TPUTrainer_executor':
+      assert container['resources'] == {
+          'accelerator': {'type': 'google.com/tpu', 'count': '4'}}
+      assert container['image'] == TRAINER_IMAGE
+    else:
+      assert 'resources' not in container, name
+      assert container['image'] == IMAGE, name
+  trainer = spec['root']['dag']['tasks']['TPUTrainer']['inputs']['parameters']
+  custom_config = json.loads(
+      trainer['custom_config']['runtimeValue']['constantValue']['stringValue'])
+  assert custom_config == {'use_tpu': True, 'tpu': {'name': 'local'},
+                           'train_batch_size': 64, 'eval_batch_size': 64}
+  assert trainer['module_file']['runtimeValue']['constantValue'][
+      'stringValue'] == '/tfx-tpu-trainer/components/taxi_tpu_module.py'
+  assert v2_spec['runtimeConfig']['gcsOutputDirectory'] == PIPELINE_ROOT
+
+
+def test_no_use_tpu_puts_no_tpu_anywhere(tmp_path_factory):
+  workflow = _argo_workflow(_compile(tmp_path_factory, 'cpu', '--no-use-tpu'))
+  steps = _steps(workflow)
+  for name, step in steps.items():
+    assert 'resources' not in step['container'], name
+    assert 'nodeSelector' not in step and 'tolerations' not in step, name
+  assert _v1_custom_config(steps[TRAINER_STEP]) == {
+      'use_tpu': False, 'train_batch_size': 64, 'eval_batch_size': 64}
+  path = _compile(tmp_path_factory, 'cpu_v2', '--no-use-tpu', '--runner',
+                  'kubeflow_v2')
+  with open(path) as f:
+    executors = json.load(f)['pipelineSpec']['deploymentSpec']['executors']
+  assert not any('resources' in e['container'] for e in executors.values())
+
+
+def test_compile_writes_nothing_under_pipeline_root_and_restores_env(
+    tmp_path, monkeypatch):
+  from pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer import kubeflow  # pylint: disable=g-import-not-at-top
+  monkeypatch.delenv(kubeflow_compile.NO_PACKAGING_ENV, raising=False)
+  root = tmp_path / 'root'
+  for runner, name in (('kubeflow', 'p.yaml'), ('kubeflow_v2', 'p.json')):
+    result = kubeflow_compile.compile_pipeline(kubeflow_compile.CompileOptions(
+        pipeline_root=str(root), data_root=str(tmp_path / 'data'),
+        output_path=str(tmp_path / 'out' / name), runner=runner,
+        tpu=kubeflow.tpu_vm()))
+    assert os.path.isfile(result.path)
+    assert kubeflow_compile.NO_PACKAGING_ENV not in os.environ
+  assert not root.exists()  # No _wheels: nothing packaged, nothing written.
+  assert sorted(os.listdir(tmp_path / 'out')) == ['p.json', 'p.yaml']
+
+  monkeypatch.setenv(kubeflow_compile.NO_PACKAGING_ENV, 'previous')
+  with kubeflow_compile.user_modules_not_packaged():
+    assert os.environ[kubeflow_compile.NO_PACKAGING_ENV] == '1'
+  assert os.environ[kubeflow_compile.NO_PACKAGING_ENV] == 'previous'
+
+
+def test_placeholder_defaults_agree():
+  from pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer import cli_compile  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer import kubeflow  # pylint: disable=g-import-not-at-top
+  assert cli_compile.DEFAULT_IMAGE == kubeflow_compile.DEFAULT_IMAGE
+  assert cli_compile.RUNNERS == kubeflow_compile.RUNNERS
+  assert cli_compile.TPU_STYLES == kubeflow.TPU_STYLES
+
+
+# --- TPU request validation (library) ---------------------------------------
+
+
+def test_tpu_vm_defaults_and_chip_rule():
+  from tfx_tpu_trainer import errors  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer import kubeflow  # pylint: disable=g-import-not-at-top
+  assert kubeflow.tpu_vm() == kubeflow.TpuVmScheduling(
+      'tpu-v5-lite-podslice', '2x4', 8)
+  assert kubeflow.tpu_vm('tpu-v4-podslice') == kubeflow.TpuVmScheduling(
+      'tpu-v4-podslice', '2x2x1', 4)
+  assert kubeflow.tpu_vm('tpu-v5-lite-device', '1x1').chips == 1
+  assert kubeflow.tpu_vm('tpu-v5p-slice', '2x2x1', 4).resource_limits == {
+      'google.com/tpu': '4'}
+  assert issubclass(kubeflow.TPUSchedulingError, errors.TPUTrainerError)
+  with pytest.raises(kubeflow.TPUSchedulingError, match='chips 2 does not'):
+    kubeflow.tpu_vm('tpu-v6e-slice', '2x2', 2)
+  with pytest.raises(kubeflow.TPUSchedulingError,
+                     match='chips must be a positive integer, got 0'):
+    kubeflow.tpu_vm(chips=0)
+
+
+def test_tpu_node_defaults():
+  from tfx_tpu_trainer import kubeflow  # pylint: disable=g-import-not-at-top
+  request = kubeflow.tpu_node()
+  assert (request.version, request.cores) == ('v3', 8)
+  assert request.tf_version == kubeflow.default_tf_version()
+  assert kubeflow.tpu_node('preemptible-v3', 2048).resource_limits == {
+      'cloud-tpus.google.com/preemptible-v3': '2048'}
+
+
+# --- Bad options: exit 2, exact message, nothing written ---------------------
+
+
+V5E = 'tpu-v5-lite-podslice'
+
+
+@pytest.mark.parametrize('argv,message', [
+    (['--accelerator', 'tpu-v9'],
+     "accelerator 'tpu-v9' is not a known GKE TPU accelerator; accepted "
+     'values: tpu-v4-podslice, tpu-v5-lite-device, tpu-v5-lite-podslice, '
+     'tpu-v5p-slice, tpu-v6e-slice.'),
+    (['--topology', '2x4', '--chips', '4'],
+     f'chips 4 does not match topology 2x4 of {V5E}: a single-host slice '
+     'requests all its chips, 2*4 = 8.'),
+    (['--accelerator', 'tpu-v4-podslice', '--chips', '8'],
+     'chips 8 does not match topology 2x2x1 of tpu-v4-podslice: a single-host '
+     'slice requests all its chips, 2*2*1 = 4.'),
+    (['--topology', '4x4'],
+     f"topology '4x4' of {V5E} is a multi-host slice (16 chips; one host has "
+     'at most 8), and a Kubeflow step runs one pod on one host; accepted '
+     'values: 1x1, 2x2, 2x4.'),
+    (['--topology', '4x2'],
+     f"topology '4x2' is not a single-host topology of {V5E}; accepted "
+     'values: 1x1, 2x2, 2x4.'),
+    (['--topology', '2x2x1'],
+     f"topology '2x2x1' does not have the form AxB of {V5E} topologies; "
+     'accepted values: 1x1, 2x2, 2x4.'),
+    (['--accelerator', 'tpu-v5p-slice', '--topology', '2x4'],
+     "topology '2x4' does not have the form AxBxC of tpu-v5p-slice "
+     'topologies; accepted values: 2x2x1.'),
+    (['--topology', 'two-by-four'],
+     f"topology 'two-by-four' does not have the form AxB of {V5E} "
+     'topologies; accepted values: 1x1, 2x2, 2x4.'),
+    (['--tpu-style', 'tpu-node', '--tpu-node-version', 'v4'],
+     "tpu-node-version 'v4' is not accepted; accepted values: v2, v3, "
+     'preemptible-v2, preemptible-v3.'),
+    (['--tpu-style', 'tpu-node', '--tpu-cores', '16'],
+     'tpu-cores 16 is not a v3 TPU size; accepted values: 8, 32, 64, 128, '
+     '256, 512, 1024, 2048.'),
+    (['--tpu-style', 'tpu-node', '--tpu-node-version', 'v2', '--tpu-cores',
+      '64'],
+     'tpu-cores 64 is not a v2 TPU size; accepted values: 8, 32, 128, 256, '
+     '512.'),
+    (['--tpu-style', 'tpu-node', '--tf-version', 'latest'],
+     "tf-version 'latest' is not a TensorFlow version; use MAJOR.MINOR[.PATCH]"
+     ' (e.g. 2.15.1) or nightly.'),
+    (['--tpu-style', 'tpu-node', '--accelerator', V5E, '--topology', '2x4'],
+     '--accelerator, --topology do not apply to --tpu-style tpu-node.'),
+    (['--tpu-node-version', 'v3'],
+     '--tpu-node-version does not apply to --tpu-style tpu-vm.'),
+    (['--no-use-tpu', '--topology', '2x4'],
+     '--topology needs --use-tpu; --no-use-tpu trains on CPU.'),
+    (['--no-use-tpu', '--chips', '8', '--tpu-name', 'local'],
+     '--chips, --tpu-name need --use-tpu; --no-use-tpu trains on CPU.'),
+    (['--tpu-zone', 'us-west4-a'],
+     '--tpu-zone and --tpu-project need --tpu-name.'),
+    (['--pipeline-root', 'relative/root'],
+     "--pipeline-root 'relative/root' must be a URI (e.g. gs://bucket/path) "
+     'or an absolute path as the cluster sees it.'),
+    (['--data-root', 'data'],
+     "--data-root 'data' must be a URI (e.g. gs://bucket/path) or an absolute"
+     ' path as the cluster sees it.'),
+    (['--serving-model-dir', 'serving'],
+     "--serving-model-dir 'serving' must be a URI (e.g. gs://bucket/path) or "
+     'an absolute path as the cluster sees it.'),
+    (['--output-file', 'pipeline.txt'],
+     "--output-file 'pipeline.txt' must end with one of .tar.gz, .tgz, .zip, "
+     '.yaml, .yml for --runner kubeflow.'),
+    (['--runner', 'kubeflow_v2', '--output-file', 'pipeline.tar.gz'],
+     "--output-file 'pipeline.tar.gz' must end with one of .json, .yaml, .yml"
+     ' for --runner kubeflow_v2.'),
+    (['--runner', 'kubeflow_v2', '--pipeline-name', 'taxi_tpu'],
+     "--pipeline-name 'taxi_tpu' is not accepted by --runner kubeflow_v2: use "
+     'lower-case letters, digits and -, e.g. taxi-tpu.'),
+    (['--pipeline-name', 'taxi tpu'],
+     "--pipeline-name 'taxi tpu' must be 1-63 letters, digits, _ or -, "
+     'starting with a letter or digit.'),
+    (['--v2-accelerator-type', 'TPU_V3'],
+     '--v2-accelerator-type needs --runner kubeflow_v2 and --use-tpu.'),
+    (['--runner', 'kubeflow_v2', '--use-gcp-secret'],
+     '--use-gcp-secret needs --runner kubeflow.'),
+    (['--image', ''], "--image '' is not an image name."),
+    (['--trainer-image', 'gcr.io/a b'],
+     "--trainer-image 'gcr.io/a b' is not an image name."),
+    (['--chips', '0'], 'argument --chips: must be a positive integer, got 0'),
+    (['--train-steps', 'ten'], "argument --train-steps: 'ten' is not an "
+     'integer'),
+    (['--eval-batch-size', '-1'],
+     'argument --eval-batch-size: must be a positive integer, got -1'),
+    (['--runner', 'argo'], "argument --runner: invalid choice: 'argo'"),
+    (['--tpu-style', 'tpu-pod'],
+     "argument --tpu-style: invalid choice: 'tpu-pod'"),
+])
+def test_bad_options_exit_2_and_write_nothing(tmp_path, capsys, argv,
+                                              message):
+  output_dir = tmp_path / 'out'
+  base = ['compile', '--pipeline-root', PIPELINE_ROOT, '--data-root',
+          DATA_ROOT, '--output-dir', str(output_dir)]
+  assert _exit_code(base + argv) == 2
+  err = capsys.readouterr().err
+  assert message in err
+  if not message.startswith('argument '):
+    assert err == f'tfx-tpu-trainer compile: error: {message}\n'
+  assert not output_dir.exists()
+  assert os.listdir(tmp_path) == []
+
+
+def test_missing_pipeline_root_is_a_usage_error(tmp_path, capsys):
+  assert _exit_code(['compile', '--data-root', DATA_ROOT, '--output-dir',
+                     str(tmp_path / 'out')]) == 2
+  assert ('the following arguments are required: --pipeline-root' in
+          capsys.readouterr().err)
+  assert not (tmp_path / 'out').exists()
+
+
+def test_output_dir_that_is_a_file(tmp_path, capsys):
+  not_a_dir = tmp_path / 'file'
+  not_a_dir.write_text('x')
+  assert _exit_code(['compile', '--pipeline-root', PIPELINE_ROOT,
+                     '--data-root', DATA_ROOT, '--output-dir',
+                     str(not_a_dir)]) == 2
+  assert capsys.readouterr().err == (
+      f'tfx-tpu-trainer compile: error: --output-dir {str(not_a_dir)!r} is '
+      'not a directory.\n')
+  assert not_a_dir.read_text() == 'x'
+
+
+def _exit_code(argv):
+  try:
+    return cli.main(argv)
+  except SystemExit as e:  # argparse's own errors.
+    return e.code
+
+
+# --- The console script, offline -------------------------------------------
+
+
+def _offline(command):
+  """`command` in a namespace without network, where the system allows it."""
+  unshare = shutil.which('unshare')
+  if unshare and subprocess.run([unshare, '-rn', 'true'],
+                                capture_output=True).returncode == 0:
+    return [unshare, '-rn'] + command
+  return command
+
+
+@pytest.mark.slow
+def test_console_script_compiles_offline(tmp_path):
+  script = os.path.join(os.path.dirname(sys.executable), 'tfx-tpu-trainer')
+  result = subprocess.run(
+      _offline([script, 'compile', '--pipeline-root', PIPELINE_ROOT,
+                '--data-root', DATA_ROOT, '--output-dir', str(tmp_path),
+                '--output-file', 'taxi.yaml']),
+      capture_output=True, text=True, timeout=600,
+      env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'))
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert f'Wrote {tmp_path / "taxi.yaml"} (kubeflow).' in result.stdout
+  assert ('TPU:            google.com/tpu: 8 on tpu-v5-lite-podslice 2x4 '
+          '(TPU VM)') in result.stdout
+  with open(tmp_path / 'taxi.yaml') as f:
+    trainer = _steps(yaml.safe_load(f))[TRAINER_STEP]
+  assert trainer['container']['resources'] == {
+      'limits': {'google.com/tpu': '8'}}

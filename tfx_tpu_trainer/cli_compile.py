@@ -1,0 +1,277 @@
+"""`tfx-tpu-trainer compile`: the taxi pipeline for Kubeflow Pipelines.
+
+Compiles offline (no cluster, no network, nothing written under the pipeline
+root) with `KubeflowDagRunner` (Argo workflow, the default) or
+`KubeflowV2DagRunner` (pipeline-spec JSON). TPU scheduling goes on the
+trainer step only. Every option is checked before anything is written.
+"""
+
+import os
+import re
+from typing import Optional
+
+from tfx_tpu_trainer import cli
+
+_positive_int = cli._positive_int  # pylint: disable=protected-access
+
+DEFAULT_IMAGE = 'gcr.io/YOUR_PROJECT/tfx-tpu-trainer:latest'
+RUNNERS = ('kubeflow', 'kubeflow_v2')
+TPU_STYLES = ('tpu-vm', 'tpu-node')
+_URI = re.compile(r'^[a-z][a-z0-9+.-]*://\S+$')
+# Options that only one TPU style reads.
+_TPU_VM_FLAGS = (('accelerator', '--accelerator'), ('topology', '--topology'),
+                 ('chips', '--chips'))
+_TPU_NODE_FLAGS = (('tpu_node_version', '--tpu-node-version'),
+                   ('tpu_cores', '--tpu-cores'), ('tf_version', '--tf-version'))
+
+
+def add_parser(subparsers) -> None:
+  """Defines `tfx-tpu-trainer compile`."""
+  parser = subparsers.add_parser(
+      'compile', help='Compile the taxi pipeline for Kubeflow Pipelines.',
+      description=(
+          'Compiles the taxi pipeline for Kubeflow Pipelines on GKE, with TPU '
+          'scheduling on the TPUTrainer step only. Needs no cluster and no '
+          'network; module files are named by their path inside the image '
+          '(/tfx-tpu-trainer/components, see the Dockerfile).'))
+  parser.add_argument(
+      '--runner', choices=RUNNERS, default='kubeflow',
+      help='kubeflow: KubeflowDagRunner (kfp 1.8), an Argo workflow package; '
+      'kubeflow_v2: KubeflowV2DagRunner, pipeline-spec JSON '
+      '(default: kubeflow).')
+  parser.add_argument('--output-dir', default='.',
+                      help='Where the file goes (default: .).')
+  parser.add_argument(
+      '--output-file', default=None,
+      help='File name: .tar.gz, .tgz, .zip, .yaml or .yml for kubeflow; .json, '
+      '.yaml or .yml for kubeflow_v2 (default: <pipeline name>.tar.gz or '
+      '<pipeline name>.json).')
+  parser.add_argument(
+      '--image', default=DEFAULT_IMAGE,
+      help='Image of every step: the Dockerfile\'s, pushed to a registry '
+      f'(default: the placeholder {DEFAULT_IMAGE}).')
+  parser.add_argument('--trainer-image', default=None,
+                      help='Image of the trainer step only, e.g. one with the '
+                      'TPU runtime (default: --image).')
+  parser.add_argument('--pipeline-root', required=True,
+                      help='Pipeline root in the cluster, e.g. '
+                      'gs://BUCKET/tfx/taxi_tpu.')
+  parser.add_argument('--data-root', required=True,
+                      help='Directory of the taxi CSV with a big_tipper '
+                      'column, as the cluster sees it (e.g. gs://...).')
+  parser.add_argument('--serving-model-dir', default=None,
+                      help='Where Pusher pushes (default: '
+                      '<pipeline root>/serving_model).')
+  parser.add_argument('--pipeline-name', default=None,
+                      help='Default: taxi_tpu (kubeflow), taxi-tpu '
+                      '(kubeflow_v2).')
+  tpu = parser.add_mutually_exclusive_group()
+  tpu.add_argument('--use-tpu', dest='use_tpu', action='store_true',
+                   default=True,
+                   help='Train on a TPU and schedule the trainer step on one '
+                   '(the default).')
+  tpu.add_argument('--no-use-tpu', dest='use_tpu', action='store_false',
+                   help='Train on CPU; no TPU on any step.')
+  parser.add_argument(
+      '--tpu-style', choices=TPU_STYLES, default='tpu-vm',
+      help='tpu-vm: google.com/tpu limit and gke-tpu-accelerator/topology '
+      'node selectors; tpu-node: the older Cloud TPU node annotation and '
+      'cloud-tpus.google.com/<version> limit (default: tpu-vm).')
+  parser.add_argument('--accelerator', default=None,
+                      help='tpu-vm: GKE TPU accelerator (default: '
+                      'tpu-v5-lite-podslice).')
+  parser.add_argument('--topology', default=None,
+                      help='tpu-vm: single-host topology, e.g. 2x4 or 2x2x1 '
+                      '(default: the accelerator\'s largest single-host '
+                      'topology).')
+  parser.add_argument('--chips', type=_positive_int, default=None,
+                      help='tpu-vm: google.com/tpu limit; must equal the '
+                      'topology\'s chip count (the default).')
+  parser.add_argument('--tpu-node-version', default=None,
+                      help='tpu-node: v2, v3, preemptible-v2 or '
+                      'preemptible-v3 (default: v3).')
+  parser.add_argument('--tpu-cores', type=_positive_int, default=None,
+                      help='tpu-node: TPU cores, 8 or a Pod slice size '
+                      '(default: 8).')
+  parser.add_argument('--tf-version', default=None,
+                      help='tpu-node: tf-version.cloud-tpus.google.com '
+                      'annotation (default: the installed TensorFlow).')
+  parser.add_argument('--tpu-name', default=None,
+                      help='TPU the trainer resolves (default: local for '
+                      'tpu-vm; for tpu-node, the TPU_NAME of the pod).')
+  parser.add_argument('--tpu-zone', default=None)
+  parser.add_argument('--tpu-project', default=None)
+  parser.add_argument('--v2-accelerator-type', default=None,
+                      help='kubeflow_v2: accelerator type of the trainer '
+                      '(default: the TPU resource name, google.com/tpu or '
+                      'cloud-tpus.google.com/<version>).')
+  parser.add_argument('--use-gcp-secret', action='store_true',
+                      help='kubeflow: mount the user-gcp-sa secret on every '
+                      'step (TFX\'s option).')
+  parser.add_argument('--train-steps', type=_positive_int, default=1000)
+  parser.add_argument('--eval-steps', type=_positive_int, default=50)
+  parser.add_argument('--train-batch-size', type=_positive_int,
+                      default=64)
+  parser.add_argument('--eval-batch-size', type=_positive_int,
+                      default=64)
+  parser.set_defaults(handler=_compile)
+
+
+def _location(value: str, flag: str) -> str:
+  """A URI (gs://...) or an absolute path: what the cluster can resolve."""
+  if not (_URI.match(value) or (value.startswith('/') and
+                                 not re.search(r'\s', value))):
+    raise cli.UsageError(
+        f'{flag} {value!r} must be a URI (e.g. gs://bucket/path) or an '
+        'absolute path as the cluster sees it.')
+  return value
+
+
+def _image(value: Optional[str], flag: str) -> Optional[str]:
+  if value is not None and (not value or re.search(r'\s', value)):
+    raise cli.UsageError(f'{flag} {value!r} is not an image name.')
+  return value
+
+
+def _tpu_request(args):
+  """The validated TPU request, or None with --no-use-tpu."""
+  from tfx_tpu_trainer import kubeflow  # pylint: disable=g-import-not-at-top
+  given = [flag for attr, flag in _TPU_VM_FLAGS + _TPU_NODE_FLAGS
+           if getattr(args, attr) is not None]
+  if not args.use_tpu:
+    given += ['--tpu-name'] if args.tpu_name else []
+    if given:
+      raise cli.UsageError(
+          f'{_flags(given)} {"needs" if len(given) == 1 else "need"} '
+          '--use-tpu; --no-use-tpu trains on CPU.')
+    return None
+  other_style = dict(_TPU_NODE_FLAGS if args.tpu_style == 'tpu-vm' else
+                     _TPU_VM_FLAGS)
+  misplaced = [flag for flag in given if flag in other_style.values()]
+  if misplaced:
+    raise cli.UsageError(
+        f'{_flags(misplaced)} {"does" if len(misplaced) == 1 else "do"} not '
+        f'apply to --tpu-style {args.tpu_style}.')
+  try:
+    if args.tpu_style == 'tpu-vm':
+      return kubeflow.tpu_vm(
+          accelerator=args.accelerator or kubeflow.DEFAULT_ACCELERATOR,
+          topology=args.topology, chips=args.chips)
+    return kubeflow.tpu_node(
+        version=args.tpu_node_version or kubeflow.DEFAULT_TPU_NODE_VERSION,
+        cores=args.tpu_cores or kubeflow.DEFAULT_TPU_NODE_CORES,
+        tf_version=args.tf_version)
+  except kubeflow.TPUSchedulingError as e:
+    raise cli.UsageError(str(e)) from e
+
+
+def _flags(flags) -> str:
+  return ', '.join(flags)
+
+
+def _output_path(args, runner: str, pipeline_name: str) -> str:
+  from pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
+  name = args.output_file or kubeflow_compile.default_output_file(
+      runner, pipeline_name)
+  extensions = kubeflow_compile.OUTPUT_EXTENSIONS[runner]
+  if not name.endswith(extensions):
+    raise cli.UsageError(
+        f'--output-file {name!r} must end with one of '
+        f'{", ".join(extensions)} for --runner {runner}.')
+  path = os.path.abspath(os.path.join(args.output_dir, name))
+  directory = os.path.dirname(path)
+  if os.path.exists(directory) and not os.path.isdir(directory):
+    raise cli.UsageError(f'--output-dir {directory!r} is not a directory.')
+  if os.path.isdir(path):
+    raise cli.UsageError(f'--output-file {path!r} is a directory.')
+  return path
+
+
+def validate_compile_args(args):
+  """Checks every argument before anything is written; returns the options.
+
+  Args:
+    args: the parsed `compile` arguments.
+
+  Returns:
+    `pipelines.kubeflow_compile.CompileOptions`.
+
+  Raises:
+    cli.UsageError: naming the bad option.
+  """
+  from pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer import config as config_lib  # pylint: disable=g-import-not-at-top
+
+  runner = args.runner
+  pipeline_name = (args.pipeline_name or
+                   kubeflow_compile.default_pipeline_name(runner))
+  if runner == 'kubeflow_v2' and not kubeflow_compile.V2_PIPELINE_NAME.match(
+      pipeline_name):
+    raise cli.UsageError(
+        f'--pipeline-name {pipeline_name!r} is not accepted by --runner '
+        'kubeflow_v2: use lower-case letters, digits and -, e.g. taxi-tpu.')
+  if not re.fullmatch(r'[A-Za-z0-9][A-Za-z0-9_-]{0,62}', pipeline_name):
+    raise cli.UsageError(
+        f'--pipeline-name {pipeline_name!r} must be 1-63 letters, digits, _ '
+        'or -, starting with a letter or digit.')
+  if args.v2_accelerator_type is not None and (
+      runner != 'kubeflow_v2' or not args.use_tpu):
+    raise cli.UsageError(
+        '--v2-accelerator-type needs --runner kubeflow_v2 and --use-tpu.')
+  if args.use_gcp_secret and runner != 'kubeflow':
+    raise cli.UsageError('--use-gcp-secret needs --runner kubeflow.')
+  if (args.tpu_zone or args.tpu_project) and not args.tpu_name:
+    raise cli.UsageError('--tpu-zone and --tpu-project need --tpu-name.')
+  tpu = _tpu_request(args)
+  options = kubeflow_compile.CompileOptions(
+      runner=runner,
+      pipeline_root=_location(args.pipeline_root, '--pipeline-root'),
+      data_root=_location(args.data_root, '--data-root'),
+      serving_model_dir=(None if args.serving_model_dir is None else _location(
+          args.serving_model_dir, '--serving-model-dir')),
+      output_path=_output_path(args, runner, pipeline_name),
+      image=_image(args.image, '--image'),
+      trainer_image=_image(args.trainer_image, '--trainer-image'),
+      pipeline_name=pipeline_name,
+      use_tpu=args.use_tpu,
+      tpu=tpu,
+      tpu_name=args.tpu_name,
+      tpu_zone=args.tpu_zone,
+      tpu_project=args.tpu_project,
+      v2_accelerator_type=args.v2_accelerator_type,
+      train_steps=args.train_steps,
+      eval_steps=args.eval_steps,
+      train_batch_size=args.train_batch_size,
+      eval_batch_size=args.eval_batch_size,
+      use_gcp_sa=args.use_gcp_secret)
+  try:
+    config = config_lib.TrainerConfig.from_custom_config(
+        kubeflow_compile.trainer_custom_config(options), environ={})
+    config.check_steps(args.train_steps, args.eval_steps)
+  except config_lib.ConfigError as e:
+    raise cli.UsageError(str(e)) from e
+  return options
+
+
+def _compile(args) -> int:
+  """Validates the arguments, compiles, prints a summary."""
+  options = validate_compile_args(args)
+  from pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
+  result = kubeflow_compile.compile_pipeline(options)
+  print(f'Wrote {result.path} ({result.runner}).')
+  print(f'  Trainer step:   {result.trainer_id}, image {result.trainer_image}')
+  if options.use_tpu:
+    print(f'  TPU:            {options.tpu.describe()}')
+  else:
+    print('  TPU:            none (--no-use-tpu)')
+  print(f'  custom_config:  {result.custom_config}')
+  print(f'  Module files:   {options.trainer_module_file}, '
+        f'{options.preprocessing_module_file} (inside the image)')
+  if options.image == DEFAULT_IMAGE:
+    print(f'  Note: --image is the placeholder {DEFAULT_IMAGE}; build the '
+          'Dockerfile, push it, and pass its name.')
+  if options.use_tpu and 'tpu' not in result.custom_config:
+    print('  Note: no --tpu-name: the trainer reads the TPU name from '
+          'TPU_NAME in its pod (GKE sets KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS for '
+          'a TPU node, not TPU_NAME).')
+  return 0

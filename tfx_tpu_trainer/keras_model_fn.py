@@ -1,0 +1,318 @@
+"""A TPU model_fn built from a module's compiled Keras model.
+
+A module that defines `build_keras_model(params)` (returning a compiled
+functional or Sequential `tf.keras` model) and no `model_fn` trains under
+TPUTrainer through the model_fn built here. For each estimator graph (train,
+eval, export) it:
+
+  1. calls `build_keras_model(params)` eagerly on a helper thread (Keras can
+     read its compile settings only in eager mode) after
+     `tf.keras.backend.reset_uids()`, so layer names (and so variable and
+     checkpoint names) are the same in every graph;
+  2. rebuilds the model inside the estimator's graph with
+     `tf.keras.models.clone_model`, outside any TPU context (Keras puts
+     placeholders for its `Input`s there, which a TPU computation rejects),
+     and calls it on the features inside: the weights are graph variables
+     that the estimator checkpoints, restores and warm-starts;
+  3. feeds each `tf.keras.Input` the feature of the same name (a
+     `[batch]` feature feeds a `(None, 1)` input and vice versa; numeric
+     dtypes are cast to the input's);
+  4. PREDICT: predictions keyed by the model's output names, exported as the
+     `serving_default` PredictOutput; EVAL/TRAIN: the compiled loss (per
+     output, weighted) plus the model's regularization losses, the compiled
+     metrics as `tf.compat.v1.metrics` in a host `metric_fn`, and the Keras
+     optimizer as its `tf.compat.v1.train` counterpart, wrapped in
+     `CrossShardOptimizer` when `params['use_tpu']`; batch-norm updates run
+     with the train op.
+
+See keras_compile.py for what maps and what is an error. Weights that
+`build_keras_model` loads or sets are not carried over (the graph model is
+re-initialized); use the Trainer's `base_model` to warm-start.
+"""
+
+import concurrent.futures
+import dataclasses
+from typing import Any, Callable, Dict, List, Mapping
+
+import tensorflow as tf
+from tensorflow import estimator as tf_estimator
+
+from tfx_tpu_trainer import keras_compile
+from tfx_tpu_trainer import model_fns
+from tfx_tpu_trainer import user_module as user_module_lib
+
+KerasModelError = keras_compile.KerasModelError
+ModelFn = model_fns.ModelFn
+SERVING_SIGNATURE = 'serving_default'
+
+
+def model_fn_for_module(module: user_module_lib.UserModule) -> ModelFn:
+  """The TPU model_fn of a user module: its model_fn, else its Keras model.
+
+  Args:
+    module: the loaded user module (model_fn wins when both are defined).
+
+  Returns:
+    A model_fn for TPUEstimator.
+  """
+  if module.model_fn is not None:
+    return model_fns.checked_model_fn(module.model_fn, module.source)
+  return make_keras_model_fn(module.build_keras_model, module.source)
+
+
+@dataclasses.dataclass(frozen=True)
+class KerasTemplate:
+  """A model built eagerly by build_keras_model, and its compile settings."""
+  model: tf.keras.Model
+  compile_spec: keras_compile.CompileSpec
+
+  @property
+  def input_names(self) -> List[str]:
+    return list(self.model.input_names)
+
+  @property
+  def output_names(self) -> List[str]:
+    return list(self.model.output_names)
+
+
+def build_template(build_keras_model: Callable[..., Any],
+                   params: Mapping[str, Any], source: str) -> KerasTemplate:
+  """Calls `build_keras_model(params)` eagerly and reads its compile settings.
+
+  It runs on a helper thread, which executes eagerly whatever graph the
+  calling thread is building.
+
+  Args:
+    build_keras_model: the module's function.
+    params: what the model_fn received.
+    source: the user module, for error messages.
+
+  Returns:
+    The template.
+
+  Raises:
+    KerasModelError: when the function fails or returns no usable model.
+  """
+
+  def build():
+    tf.keras.backend.reset_uids()
+    try:
+      model = build_keras_model(params=dict(params))
+    except user_module_lib.UserModuleError:
+      raise
+    except Exception as e:  # pylint: disable=broad-except
+      raise KerasModelError(
+          f'build_keras_model in {source} raised {type(e).__name__}: {e}'
+      ) from e
+    if not isinstance(model, tf.keras.Model):
+      raise KerasModelError(
+          f'build_keras_model in {source} must return a compiled tf.keras '
+          f'Model, got {type(model).__name__}.')
+    return KerasTemplate(model,
+                         keras_compile.read_compile_spec(model, source))
+
+  with concurrent.futures.ThreadPoolExecutor(
+      max_workers=1, thread_name_prefix='build_keras_model') as pool:
+    return pool.submit(build).result()
+
+
+def _clone_in_graph(template: KerasTemplate, source: str) -> tf.keras.Model:
+  """Rebuilds the template's architecture in the current graph.
+
+  Outside any control-flow (TPU) context: the clone's `Input` placeholders
+  and its symbolic pass stay in the host graph, unused.
+  """
+  with tf.control_dependencies(None):
+    try:
+      return tf.keras.models.clone_model(template.model)
+    except Exception as e:  # pylint: disable=broad-except
+      raise KerasModelError(
+          f'The model built by build_keras_model in {source} '
+          f'({type(template.model).__name__}) cannot be rebuilt with '
+          f'tf.keras.models.clone_model: {e} The TPU model_fn rebuilds the '
+          'model inside the estimator graph: use a functional or Sequential '
+          'model (custom layers need get_config).') from e
+
+
+def _conform(tensor: tf.Tensor, shape: tf.TensorShape, dtype: tf.DType,
+             what: str, source: str) -> tf.Tensor:
+  """`tensor` reshaped ([batch] <-> [batch, 1]) and cast to shape/dtype."""
+  if isinstance(tensor, (tf.sparse.SparseTensor, tf.RaggedTensor)):
+    raise KerasModelError(
+        f'{what} is a {type(tensor).__name__}; the Keras TPU model_fn takes '
+        f'dense features. Densify it in the preprocessing_fn ({source}).')
+  rank, expected = tensor.shape.rank, shape.rank
+  if rank is not None and expected is not None and rank != expected:
+    if rank + 1 == expected and shape[-1] == 1:
+      tensor = tf.expand_dims(tensor, -1)
+    elif rank == expected + 1 and tensor.shape[-1] == 1:
+      tensor = tf.squeeze(tensor, -1)
+    else:
+      raise KerasModelError(
+          f'{what} has shape {tensor.shape}, which does not fit the model '
+          f'input shape {shape} (build_keras_model in {source}).')
+  if tensor.dtype != dtype:
+    if not (tensor.dtype.is_numeric() or tensor.dtype.is_bool) or not (
+        dtype.is_numeric() or dtype.is_bool):
+      raise KerasModelError(
+          f'{what} has dtype {tensor.dtype.name}, the model input takes '
+          f'{dtype.name} (build_keras_model in {source}).')
+    tensor = tf.cast(tensor, dtype)
+  return tensor
+
+
+def _model_inputs(template: KerasTemplate, features: Any, source: str):
+  """The features in the order of the model's inputs."""
+  model = template.model
+  if not isinstance(features, Mapping):
+    if len(model.inputs) != 1:
+      raise KerasModelError(
+          f'The input gives one feature tensor, but the Keras model of '
+          f'{source} has inputs {template.input_names}; give a dict of '
+          'features named like the inputs.')
+    features = {template.input_names[0]: features}
+  inputs = []
+  for name, keras_input in zip(template.input_names, model.inputs):
+    if name not in features:
+      raise KerasModelError(
+          f'The Keras model built by build_keras_model in {source} has input '
+          f'{name!r}, which is not a feature (features: {sorted(features)}). '
+          'Name each tf.keras.Input after the feature it reads.')
+    inputs.append(
+        _conform(features[name], keras_input.shape, keras_input.dtype,
+                 f'Feature {name!r}', source))
+  return inputs[0] if len(inputs) == 1 else inputs
+
+
+def _labels_by_output(labels: Any, predictions: Mapping[str, tf.Tensor],
+                      source: str) -> Dict[str, tf.Tensor]:
+  """One label tensor per model output, shaped like the output."""
+  if labels is None:
+    raise KerasModelError(
+        f'The input gives no labels; training the Keras model of {source} '
+        "needs them (set LABEL_KEY or custom_config['label_key']).")
+  names = list(predictions)
+  if isinstance(labels, Mapping):
+    missing = [name for name in names if name not in labels]
+    if len(names) == 1 and missing and len(labels) == 1:
+      labels = {names[0]: next(iter(labels.values()))}
+    elif missing:
+      raise KerasModelError(
+          f'The labels {sorted(labels)} do not name the Keras model outputs '
+          f'{missing} ({source}); key the labels by output name.')
+  elif len(names) == 1:
+    labels = {names[0]: labels}
+  else:
+    raise KerasModelError(
+        f'The Keras model of {source} has outputs {names} but the input '
+        'gives one label tensor; give a dict of labels keyed by output name.')
+  conformed = {}
+  for name in names:
+    label, prediction = labels[name], predictions[name]
+    if (label.shape.rank is not None and prediction.shape.rank is not None and
+        label.shape.rank + 1 == prediction.shape.rank and
+        prediction.shape[-1] == 1):
+      label = tf.expand_dims(label, -1)
+    conformed[name] = label
+  return conformed
+
+
+def _eval_metrics(metrics, labels: Mapping[str, tf.Tensor],
+                  predictions: Mapping[str, tf.Tensor]):
+  """`(metric_fn, tensors)`: the compiled metrics, computed on the host."""
+  if not metrics:
+    return None
+  tensors = {}
+  keys = {}
+  for index, name in enumerate(predictions):
+    if any(spec.output_name == name for spec in metrics):
+      keys[name] = (f'label_{index}', f'prediction_{index}')
+      tensors[keys[name][0]] = labels[name]
+      tensors[keys[name][1]] = predictions[name]
+
+  def metric_fn(**host_tensors):
+    return {
+        spec.name: spec.build(host_tensors[keys[spec.output_name][0]],
+                              host_tensors[keys[spec.output_name][1]])
+        for spec in metrics
+    }
+
+  return metric_fn, tensors
+
+
+def _created_after(items, ops_before) -> list:  # pylint: disable=g-bare-generic
+  """The tensors/ops in `items` created after the `ops_before` snapshot."""
+  return [
+      item for item in items
+      if (item if isinstance(item, tf.Operation) else item.op) not in ops_before
+  ]
+
+
+def make_keras_model_fn(build_keras_model: Callable[..., Any],
+                        source: str) -> ModelFn:
+  """Builds the TPU model_fn of a module's `build_keras_model(params)`.
+
+  Args:
+    build_keras_model: returns a compiled functional or Sequential tf.keras
+      model; it gets the model_fn's params (batch_size, use_tpu, ...).
+    source: where the module came from, for error messages.
+
+  Returns:
+    `model_fn(features, labels, mode, params)` returning TPUEstimatorSpec.
+  """
+
+  def model_fn(features, labels, mode, params):
+    template = build_template(build_keras_model, params, source)
+    model = _clone_in_graph(template, source)
+    inputs = _model_inputs(template, features, source)
+    ops_before = set(tf.compat.v1.get_default_graph().get_operations())
+    try:
+      outputs = model(inputs, training=mode == tf_estimator.ModeKeys.TRAIN)
+    except Exception as e:  # pylint: disable=broad-except
+      raise KerasModelError(
+          f'Calling the Keras model of {source} on the features failed in '
+          f'mode {mode!r}: {type(e).__name__}: {e}') from e
+    if not isinstance(outputs, (list, tuple)):
+      outputs = [outputs]
+    predictions = dict(zip(template.output_names, outputs))
+
+    if mode == tf_estimator.ModeKeys.PREDICT:
+      return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
+          mode=mode,
+          predictions=predictions,
+          export_outputs={
+              SERVING_SIGNATURE:
+                  tf_estimator.export.PredictOutput(predictions)
+          })
+
+    compile_spec = template.compile_spec
+    if compile_spec.loss is None:
+      raise KerasModelError(
+          f'build_keras_model in {source} returned a model that is not '
+          'compiled; call model.compile(optimizer=..., loss=..., '
+          'metrics=...) before returning it.')
+    label_map = _labels_by_output(labels, predictions, source)
+    loss = compile_spec.loss.build(label_map, predictions)
+    regularization = _created_after(model.losses, ops_before)
+    if regularization:
+      loss += tf.add_n([tf.cast(r, loss.dtype) for r in regularization])
+
+    if mode == tf_estimator.ModeKeys.EVAL:
+      return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
+          mode=mode,
+          loss=loss,
+          eval_metrics=_eval_metrics(compile_spec.metrics, label_map,
+                                     predictions))
+
+    global_step = tf.compat.v1.train.get_or_create_global_step()
+    optimizer = compile_spec.optimizer.build(global_step)
+    if params.get('use_tpu'):
+      optimizer = tf.compat.v1.tpu.CrossShardOptimizer(optimizer)
+    updates = _created_after(model.updates, ops_before)
+    with tf.control_dependencies(updates):
+      train_op = optimizer.minimize(
+          loss, global_step=global_step, var_list=model.trainable_weights)
+    return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
+        mode=mode, loss=loss, train_op=train_op)
+
+  return model_fn

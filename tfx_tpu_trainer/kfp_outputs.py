@@ -1,0 +1,278 @@
+"""The trainer's outputs in the Kubeflow Pipelines (v1) UI.
+
+KFP v1 shows a step's run metrics from the output artifact
+`mlpipeline-metrics` (`/mlpipeline-metrics.json`) and its visualizations from
+`mlpipeline-ui-metadata` (`/mlpipeline-ui-metadata.json`).
+
+How TFX 1.15 handles the second file (tfx/orchestration/kubeflow/
+container_entrypoint.py, `_dump_ui_metadata`): after the launcher (and so
+the executor) has run, it renders a markdown summary of the step, adds a
+`tensorboard` view of every `ModelRun` output, appends the `outputs` entries
+of any valid file already at that path, and rewrites the file. So what the
+executor writes there is kept, not overwritten; and it must merge into, not
+replace, a file it finds. TFX declares only `mlpipeline-ui-metadata` on its
+steps (base_component.py), so the metrics artifact is declared on the
+trainer step by `trainer_step_outputs`.
+
+A declared Argo output artifact must exist when the step ends, but the
+executor does not run on a TFX cache hit; and TFX's own tensorboard entry
+repeats ours. So the trainer step runs this module as its entrypoint
+(`python -m tfx_tpu_trainer.kfp_outputs <TFX's arguments>`): it runs TFX's
+container entrypoint unchanged, then `finalize_step_outputs` writes an empty
+metrics list if none was written and drops duplicate UI entries.
+
+"Inside a Kubeflow v1 step" means: the process's `__main__` is TFX's v1
+container entrypoint or this module (both run the executor in-process).
+"""
+
+import argparse
+import dataclasses
+import json
+import math
+import numbers
+import os
+import re
+import sys
+import tempfile
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from absl import logging
+
+METRICS_PATH = '/mlpipeline-metrics.json'
+UI_METADATA_PATH = '/mlpipeline-ui-metadata.json'
+METRICS_ARTIFACT = 'mlpipeline-metrics'
+TFX_V1_ENTRYPOINT = 'tfx.orchestration.kubeflow.container_entrypoint'
+TRAINER_STEP_ENTRYPOINT = 'tfx_tpu_trainer.kfp_outputs'
+TFX_V1_COMMAND = ('python', '-m', TFX_V1_ENTRYPOINT)
+TRAINER_STEP_COMMAND = ('python', '-m', TRAINER_STEP_ENTRYPOINT)
+# KFP's API server accepts these names and at most 50 metrics per run.
+_METRIC_NAME = re.compile(r'^[a-zA-Z]([-_a-zA-Z0-9]{0,62}[a-zA-Z0-9])?$')
+MAX_METRICS = 50
+
+
+@dataclasses.dataclass(frozen=True)
+class KfpOutputPaths:
+  """Where the step's KFP UI files go."""
+  metrics_path: str = METRICS_PATH
+  ui_metadata_path: str = UI_METADATA_PATH
+
+
+def kfp_v1_step_paths(main_module: Optional[str] = None,
+                      argv: Optional[Sequence[str]] = None
+                     ) -> Optional[KfpOutputPaths]:
+  """The KFP UI paths when running inside a Kubeflow v1 step, else None.
+
+  Args:
+    main_module: the name `__main__` was run as (default: this process's).
+    argv: the entrypoint's arguments, for TFX's `--metadata_ui_path`
+      (default: `sys.argv[1:]`).
+
+  Returns:
+    The paths, or None outside a Kubeflow v1 step.
+  """
+  if main_module is None:
+    main_module = _main_module_name()
+  if main_module not in (TFX_V1_ENTRYPOINT, TRAINER_STEP_ENTRYPOINT):
+    return None
+  return _paths_from_argv(sys.argv[1:] if argv is None else argv)
+
+
+def kfp_metrics(metrics: Mapping[str, Any]) -> Dict[str, List[Dict[str, Any]]]:
+  """The `mlpipeline-metrics` document of the finite numeric `metrics`.
+
+  Names become KFP metric names (`label/mean` -> `label-mean`); values that
+  are not finite numbers are left out, as KFP rejects them.
+
+  Args:
+    metrics: name -> value, e.g. the trainer's final evaluation.
+
+  Returns:
+    `{'metrics': [{'name', 'numberValue', 'format'}, ...]}`, sorted by name.
+  """
+  entries = []
+  seen = set()
+  for name, value in sorted(metrics.items()):
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real) or
+        not math.isfinite(value)):
+      logging.info('KFP metrics: %s=%r is not a finite number; left out.',
+                   name, value)
+      continue
+    kfp_name = _kfp_metric_name(name)
+    if kfp_name is None or kfp_name in seen:
+      logging.info('KFP metrics: %s has no distinct KFP name; left out.', name)
+      continue
+    seen.add(kfp_name)
+    number = int(value) if isinstance(value, numbers.Integral) else float(value)
+    entries.append({'name': kfp_name, 'numberValue': number, 'format': 'RAW'})
+  if len(entries) > MAX_METRICS:
+    logging.warning('KFP shows at most %d metrics; %d left out.', MAX_METRICS,
+                    len(entries) - MAX_METRICS)
+  return {'metrics': entries[:MAX_METRICS]}
+
+
+def tensorboard_output(tensorboard_dir: str) -> Dict[str, str]:
+  """A `mlpipeline-ui-metadata` entry: TensorBoard over `tensorboard_dir`."""
+  return {'type': 'tensorboard', 'source': tensorboard_dir}
+
+
+def write_kfp_ui_outputs(metrics: Mapping[str, Any],
+                         tensorboard_dir: str,
+                         paths: Optional[KfpOutputPaths] = None) -> None:
+  """Writes the KFP UI metrics and a TensorBoard view; no-op outside KFP v1.
+
+  Writes `metrics` to the metrics file (replacing it) and merges a
+  TensorBoard entry into the UI metadata file (keeping its entries). Both
+  writes are atomic. Failures are logged, not raised: the model is trained.
+
+  Args:
+    metrics: the final evaluation metrics, name -> number.
+    tensorboard_dir: the TensorBoard log directory (the `model_run` dir).
+    paths: where to write; default: `kfp_v1_step_paths()`, and nothing is
+      written when that is None.
+  """
+  paths = paths or kfp_v1_step_paths()
+  if paths is None:
+    return
+  try:
+    _write_json_atomically(paths.metrics_path, kfp_metrics(metrics))
+    merge_ui_metadata(paths.ui_metadata_path,
+                      [tensorboard_output(tensorboard_dir)])
+  except OSError as e:
+    logging.warning('Could not write the KFP UI outputs (%s, %s): %s',
+                    paths.metrics_path, paths.ui_metadata_path, e)
+    return
+  logging.info('KFP UI outputs written: %s, %s.', paths.metrics_path,
+               paths.ui_metadata_path)
+
+
+def merge_ui_metadata(path: str, outputs: Sequence[Mapping[str, Any]]) -> None:
+  """Appends `outputs` to the UI metadata file's, dropping duplicates."""
+  merged = _dedupe(read_ui_outputs(path) + [dict(o) for o in outputs])
+  _write_json_atomically(path, {'outputs': merged})
+
+
+def read_ui_outputs(path: str) -> List[Dict[str, Any]]:
+  """The valid `outputs` entries of a UI metadata file (as TFX reads them)."""
+  try:
+    with open(path) as f:
+      document = json.load(f)
+  except (OSError, ValueError):
+    return []
+  outputs = document.get('outputs') if isinstance(document, dict) else None
+  if not isinstance(outputs, list):
+    return []
+  return [o for o in outputs if isinstance(o, dict)]
+
+
+def finalize_step_outputs(paths: KfpOutputPaths) -> None:
+  """After TFX's entrypoint: the metrics file exists, UI entries are unique.
+
+  Args:
+    paths: the step's KFP UI files.
+  """
+  try:
+    if not os.path.exists(paths.metrics_path):
+      _write_json_atomically(paths.metrics_path, {'metrics': []})
+    if os.path.exists(paths.ui_metadata_path):
+      outputs = read_ui_outputs(paths.ui_metadata_path)
+      unique = _dedupe(outputs)
+      if unique != outputs:
+        _write_json_atomically(paths.ui_metadata_path, {'outputs': unique})
+  except OSError as e:
+    logging.warning('Could not finalize the KFP UI outputs: %s', e)
+
+
+def trainer_step_outputs(op):
+  """Operator function for the trainer step: declares the metrics artifact.
+
+  Also runs the step through this module's `main`, which wraps TFX's
+  entrypoint, so the declared file always exists.
+
+  Args:
+    op: the trainer's `kfp.dsl.ContainerOp`.
+
+  Returns:
+    `op`.
+  """
+  op.output_artifact_paths[METRICS_ARTIFACT] = METRICS_PATH
+  if tuple(op.command) == TFX_V1_COMMAND:
+    op.command = list(TRAINER_STEP_COMMAND)
+  else:
+    logging.warning('Trainer step %s has command %s, not TFX\'s; the KFP '
+                    'metrics file may be missing on a cache hit.', op.name,
+                    op.command)
+  return op
+
+
+def main(argv: Optional[Sequence[str]] = None,
+         paths: Optional[KfpOutputPaths] = None) -> None:
+  """The trainer step's entrypoint: TFX's, then `finalize_step_outputs`.
+
+  Runs `tfx.orchestration.kubeflow.container_entrypoint.main` in this
+  process with the same arguments, so the executor runs here too.
+
+  Args:
+    argv: TFX's container entrypoint arguments (default `sys.argv[1:]`).
+    paths: the KFP UI files (default: from `argv`).
+  """
+  # Imported here: this module is imported by the executor and the compiler,
+  # which do not need the entrypoint.
+  from tfx.orchestration.kubeflow import container_entrypoint  # pylint: disable=g-import-not-at-top
+  argv = list(sys.argv[1:] if argv is None else argv)
+  paths = paths or _paths_from_argv(argv)
+  try:
+    container_entrypoint.main(argv)
+  finally:
+    finalize_step_outputs(paths)
+
+
+def _main_module_name() -> Optional[str]:
+  spec = getattr(sys.modules.get('__main__'), '__spec__', None)
+  return getattr(spec, 'name', None)
+
+
+def _paths_from_argv(argv: Sequence[str]) -> KfpOutputPaths:
+  parser = argparse.ArgumentParser(add_help=False)
+  parser.add_argument('--metadata_ui_path', default=UI_METADATA_PATH)
+  known, _ = parser.parse_known_args(list(argv))
+  return KfpOutputPaths(ui_metadata_path=known.metadata_ui_path)
+
+
+def _kfp_metric_name(name: str) -> Optional[str]:
+  candidate = re.sub(r'[^-_a-zA-Z0-9]+', '-', str(name))
+  candidate = re.sub(r'^[^a-zA-Z]+', '', candidate)[:64]
+  candidate = re.sub(r'[-_]+$', '', candidate)
+  return candidate if _METRIC_NAME.match(candidate) else None
+
+
+def _dedupe(outputs: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+  """Drops repeated entries; TensorBoard views are the same by source."""
+  unique, keys = [], set()
+  for output in outputs:
+    if output.get('type') == 'tensorboard':
+      key = ('tensorboard', str(output.get('source', '')).rstrip('/'))
+    else:
+      key = json.dumps(output, sort_keys=True, default=str)
+    if key not in keys:
+      keys.add(key)
+      unique.append(output)
+  return unique
+
+
+def _write_json_atomically(path: str, document: Any) -> None:
+  directory = os.path.dirname(os.path.abspath(path))
+  descriptor, temporary = tempfile.mkstemp(
+      dir=directory, prefix='.' + os.path.basename(path) + '.')
+  try:
+    with os.fdopen(descriptor, 'w') as f:
+      json.dump(document, f)
+    os.chmod(temporary, 0o644)  # mkstemp's 0600 would hide it from readers.
+    os.replace(temporary, path)
+  except BaseException:
+    if os.path.exists(temporary):
+      os.remove(temporary)
+    raise
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,570 @@
+"""TPU preflight: on CPU, finds what would fail once a TPU is provisioned.
+
+`run_preflight` checks a TPU model_fn in five timed phases and returns a
+PreflightReport of findings (code, severity, message naming the op, feature
+or tensor, phase); `check_before_training` is the executor's call: it takes
+the sample from the training input and raises PreflightError on errors.
+
+  config  every global batch size divides by the shard count.
+  input   the input's element_spec, which TPUEstimator infeeds: static
+          shapes, a batch axis of params['batch_size'], dense tensors, no
+          string/float64 features.
+  train   one train step built as on TPU (params['use_tpu']=True, per-shard
+          batch, a TPU shard context) inside an XLA computation: its ops are
+          checked (float64, strings, data-dependent shapes, v1 summaries,
+          Print, placeholders, a cross-shard gradient sum when shards > 1),
+          the loss must be a float32 scalar, host_call tensors need a batch
+          axis; then XLA compiles and runs it once on the sample, and the
+          variables are saved for the export phase.
+  eval    one eval step likewise; the eval_metrics tensors need a static
+          shape with a batch axis (the outfeed concatenates shards on it);
+          metric_fn runs on the host on the step's outputs.
+  export  the PREDICT computation (as exported to the {serve, tpu} graph:
+          use_tpu=True, no batch_size) XLA-compiled and run; then, given a
+          serving input, the real dual-tag export of the saved step.
+
+The shard count is `num_shards` (argument, else custom_config), else 8 (one
+TPU v2-8/v3-8 host) with divisibility findings lowered to warnings.
+"""
+
+import dataclasses
+import os
+import tempfile
+import time
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+from absl import logging
+import numpy as np
+import tensorflow as tf
+from tensorflow import estimator as tf_estimator
+
+from tfx_tpu_trainer import config as config_lib
+from tfx_tpu_trainer import estimator_adapter
+from tfx_tpu_trainer import estimator_builder
+from tfx_tpu_trainer import export
+from tfx_tpu_trainer import preflight_graph
+from tfx_tpu_trainer import preflight_report
+from tfx_tpu_trainer import preflight_sample
+
+DEFAULT_NUM_SHARDS = 8
+BATCH_SIZE_KEYS = ('train_batch_size', 'eval_batch_size', 'predict_batch_size')
+
+Finding = preflight_report.Finding
+PreflightError = preflight_report.PreflightError
+PreflightReport = preflight_report.PreflightReport
+ERROR, WARNING, INFO = (preflight_report.ERROR, preflight_report.WARNING,
+                        preflight_report.INFO)
+ModeKeys = tf_estimator.ModeKeys
+_TPU_SPEC = tf.compat.v1.estimator.tpu.TPUEstimatorSpec
+_INFEED_DTYPES_REJECTED = {tf.string: 'a string', tf.float64: 'float64',
+                           tf.complex128: 'complex128'}
+
+
+class _SpecProblem(Exception):
+  """What the model_fn returned cannot run on TPU (carries the finding)."""
+
+  def __init__(self, finding: Finding):
+    super().__init__(finding.message)
+    self.finding = finding
+
+
+def resolve_num_shards(config: config_lib.TrainerConfig,
+                       num_shards: Optional[int] = None) -> Tuple[int, bool]:
+  """The shard count to check for, and whether it was assumed."""
+  if num_shards:
+    return num_shards, False
+  if config.num_shards:
+    return config.num_shards, False
+  return DEFAULT_NUM_SHARDS, True
+
+
+def per_shard_batch_size(config: config_lib.TrainerConfig,
+                         num_shards: int) -> int:
+  """The batch one shard trains on (the sample's size)."""
+  return max(1, config.train_batch_size // num_shards)
+
+
+def _config_findings(config: config_lib.TrainerConfig, num_shards: int,
+                     assumed: bool) -> List[Finding]:
+  findings = []
+  for key in BATCH_SIZE_KEYS:
+    if key == 'eval_batch_size' and not config.eval_on_tpu:
+      continue
+    value = getattr(config, key)
+    if value % num_shards:
+      note = (f' (num_shards is not set: {num_shards}, one TPU host, was '
+              'assumed; set custom_config num_shards to check exactly)'
+              if assumed else '')
+      findings.append(Finding(
+          'batch-size-not-divisible', WARNING if assumed else ERROR,
+          f'custom_config[{key!r}]={value} does not divide by '
+          f'num_shards={num_shards}: TPU splits each global batch evenly '
+          f'across shards. Use a multiple of {num_shards}{note}.', 'config'))
+  return findings
+
+
+def _named_specs(structure: Any, what: str) -> Dict[str, Any]:
+  if structure is None:
+    return {}
+  if isinstance(structure, Mapping):
+    named = {}
+    for key, value in structure.items():
+      named.update(_named_specs(value, f'{what} {key!r}'))
+    return named
+  if isinstance(structure, (list, tuple)):
+    named = {}
+    for index, value in enumerate(structure):
+      named.update(_named_specs(value, f'{what} [{index}]'))
+    return named
+  return {what: structure}
+
+
+def _input_findings(sample: preflight_sample.SampleBatch,
+                    batch_size: int) -> List[Finding]:
+  """The input's element_spec against what TPU infeed takes."""
+  features_spec, labels_spec = sample.element_spec
+  specs = _named_specs(features_spec, 'feature')
+  specs.update(_named_specs(labels_spec, 'label'))
+  findings = []
+  for name, spec in specs.items():
+    if not isinstance(spec, tf.TensorSpec):
+      findings.append(Finding(
+          'sparse-input', ERROR,
+          f'{name} is a {type(spec).__name__[:-4]}: TPUEstimator infeeds '
+          'dense tensors only. Densify it in the preprocessing_fn or the '
+          'input_fn (e.g. tf.sparse.to_dense, padded to a fixed length).',
+          'input'))
+      continue
+    if spec.dtype in _INFEED_DTYPES_REJECTED:
+      findings.append(Finding(
+          'input-dtype', ERROR,
+          f'{name} is {_INFEED_DTYPES_REJECTED[spec.dtype]} tensor: the TPU '
+          'infeed cannot carry it, even when the model does not read it. '
+          + ('Turn strings into ids in the preprocessing_fn, or drop the '
+             'feature in an input_fn.' if spec.dtype == tf.string else
+             'Cast it to float32 in the preprocessing_fn or the input_fn.'),
+          'input'))
+    shape = spec.shape
+    if shape.rank == 0:
+      findings.append(Finding(
+          'dynamic-input-shape', ERROR,
+          f'{name} has no batch axis (shape {shape}): TPUEstimator infeeds '
+          "batches. Batch the input by params['batch_size'] with "
+          'drop_remainder=True.', 'input'))
+    elif not shape.is_fully_defined():
+      findings.append(Finding(
+          'dynamic-input-shape', ERROR,
+          f'{name} has shape {shape} in the input: the TPU needs static '
+          'shapes. Batch with drop_remainder=True (the default input does) '
+          'and pad variable-length features to a fixed length.', 'input'))
+    elif shape[0] != batch_size:
+      findings.append(Finding(
+          'input-batch-size', WARNING,
+          f'{name} has {shape[0]} examples per batch, but each shard asks '
+          f"for params['batch_size']={batch_size}: batch the input by "
+          "params['batch_size'].", 'input'))
+  return findings
+
+
+def _infeedable(features: Any) -> Tuple[Any, Dict[str, str]]:
+  """The features the TPU infeed can carry, and the others (name -> what)."""
+  if not isinstance(features, Mapping):
+    return features, {}
+  kept, withheld = {}, {}
+  for name, value in features.items():
+    dtype = (tf.string if np.asarray(value).dtype.kind in 'OSU' else
+             tf.as_dtype(np.asarray(value).dtype))
+    if dtype in _INFEED_DTYPES_REJECTED:
+      withheld[name] = f'{_INFEED_DTYPES_REJECTED[dtype]} tensor'
+    else:
+      kept[name] = value
+  return kept, withheld
+
+
+def _require(spec: Any, mode: str, fields: Tuple[str, ...], phase: str):
+  if not isinstance(spec, _TPU_SPEC):
+    hint = (' Adapt an Estimator model_fn with '
+            'tfx_tpu_trainer.estimator_adapter.to_tpu_model_fn.'
+            if isinstance(spec, tf_estimator.EstimatorSpec) else '')
+    raise _SpecProblem(Finding(
+        'spec', ERROR,
+        f'the model_fn returned {type(spec).__name__} in mode {mode!r}; TPU '
+        f'needs a TPUEstimatorSpec.{hint}', phase))
+  for field in fields:
+    if getattr(spec, field) is None:
+      raise _SpecProblem(Finding(
+          'spec', ERROR,
+          f'the TPUEstimatorSpec of mode {mode!r} has no {field}.', phase))
+
+
+def _loss_findings(loss: tf.Tensor, phase: str) -> List[Finding]:
+  if loss.shape.rank == 0 and loss.dtype == tf.float32:
+    return []
+  return [Finding(
+      'loss', ERROR,
+      f'the loss {loss.name!r} has shape {loss.shape} and dtype '
+      f'{loss.dtype.name}; TPUEstimator accumulates a float32 scalar loss on '
+      'the TPU. Reduce it to a scalar (tf.reduce_mean) in float32.', phase)]
+
+
+def _host_call_tensors(host_call: Any, what: str,
+                       phase: str) -> Tuple[List[tf.Tensor], List[Finding]]:
+  """The flat tensors of eval_metrics/host_call, and their shape findings."""
+  if host_call is None:
+    return [], []
+  _, tensors = host_call
+  named = (dict(sorted(tensors.items())) if isinstance(tensors, Mapping) else
+           {str(i): t for i, t in enumerate(tensors)})
+  findings = []
+  for key, tensor in named.items():
+    label = f'{what} tensor {key!r} ({tensor.name})'
+    if tensor.shape.rank == 0:
+      findings.append(Finding(
+          'eval-metric-tensor-shape' if what == 'eval_metrics' else
+          'host-call-tensor-shape', ERROR,
+          f'{label} is a scalar: the TPU outfeed concatenates these tensors '
+          'across shards on the first axis, so each needs a batch axis. '
+          'Pass per-example tensors, or tf.reshape(x, [1]).', phase))
+    elif not tensor.shape.is_fully_defined():
+      findings.append(Finding(
+          'eval-metric-tensor-shape' if what == 'eval_metrics' else
+          'host-call-tensor-shape', ERROR,
+          f'{label} has shape {tensor.shape}: the TPU outfeed needs static '
+          'shapes.', phase))
+  return list(named.values()), findings
+
+
+def _pack_host_args(host_call: Any, flat: List[tf.Tensor]):
+  fn, tensors = host_call
+  if isinstance(tensors, Mapping):
+    return fn, (), dict(zip(sorted(tensors), flat))
+  return fn, tuple(flat), {}
+
+
+class _Phases:
+  """Runs the phases of one preflight and collects their findings."""
+
+  def __init__(self, report: PreflightReport):
+    self.report = report
+
+  def run(self, phase: str, fn: Callable[[], List[Finding]]) -> None:
+    start = time.time()
+    try:
+      findings = fn()
+    except _SpecProblem as e:
+      findings = [e.finding]
+    except Exception as e:  # pylint: disable=broad-except
+      logging.exception('Preflight phase %s failed.', phase)
+      findings = [Finding(
+          'phase-error', ERROR,
+          f'the {phase} check failed: {type(e).__name__}: {e}', phase)]
+    self.report.findings.extend(findings)
+    self.report.seconds[phase] = round(time.time() - start, 2)
+
+
+class _Preflight:
+  """The state shared by the phases of one preflight run."""
+
+  def __init__(self, model_fn, config, params, sample, num_shards,
+               serving_input_receiver_fn, workdir):
+    self.model_fn = model_fn
+    self.config = config
+    self.params = dict(params)
+    self.sample = sample
+    self.num_shards = num_shards
+    self.serving_input_receiver_fn = serving_input_receiver_fn
+    self.workdir = workdir
+    self.checkpoint = None
+    self.features, self.withheld = _infeedable(sample.features)
+    cpu_config = dataclasses.replace(config, use_tpu=False, tpu=None)
+    self.run_config = estimator_builder.build_run_config(
+        cpu_config, os.path.join(workdir, 'model'))
+
+  def _step_params(self, with_batch_size: bool = True) -> Dict[str, Any]:
+    params = dict(self.params, use_tpu=True)
+    if with_batch_size:
+      params['batch_size'] = self.sample.batch_size
+    return params
+
+  def _build(self, mode, params, labels, outputs_fn, phase):
+    """Builds the step; a failing model_fn becomes a finding."""
+    try:
+      return preflight_graph.build_step(
+          self.model_fn, mode, params, self.run_config, self.features,
+          labels, self.num_shards, outputs_fn, self.withheld)
+    except _SpecProblem:
+      raise
+    except Exception as e:  # pylint: disable=broad-except
+      raise _SpecProblem(Finding(
+          'model-fn-error', ERROR,
+          f'the model_fn failed in mode {mode!r} (built as on TPU: '
+          f"params['use_tpu']=True): {type(e).__name__}: {e}", phase)) from e
+
+  def _run(self, step, phase, **kwargs):
+    """Runs the step; XLA errors as findings (minus ops already reported)."""
+    try:
+      return preflight_graph.run_step(step, **kwargs), []
+    except tf.errors.OpError as e:
+      return None, preflight_graph.xla_error_findings(
+          e, phase, preflight_graph.statically_rejected_ops(step))
+
+  def train(self) -> List[Finding]:
+    """One train step: checks, XLA compile and run, checkpoint."""
+    phase = 'train'
+    holder = {}
+
+    def outputs(spec):
+      _require(spec, ModeKeys.TRAIN, ('loss', 'train_op'), phase)
+      holder['loss'] = spec.loss
+      tensors, holder['host'] = _host_call_tensors(spec.host_call, 'host_call',
+                                                   phase)
+      with tf.control_dependencies([spec.train_op]):
+        return [tf.identity(spec.loss)] + tensors
+
+    step = self._build(ModeKeys.TRAIN, self._step_params(), self.sample.labels,
+                       outputs, phase)
+    findings = (_loss_findings(holder['loss'], phase) + holder['host'] +
+                preflight_graph.check_ops(step, phase) +
+                preflight_graph.check_cross_shard(step, self.num_shards,
+                                                  phase))
+    host_call = step.spec.host_call
+
+    def host_fn(outputs):
+      if host_call is None:
+        return [], []
+      graph = tf.compat.v1.get_default_graph()
+      before = set(graph.get_operations())
+      fn, args, kwargs = _pack_host_args(host_call, outputs[1:])
+      fn(*args, **kwargs)
+      findings.extend(_summary_findings(graph, before, 'host_call', phase))
+      return [], []
+
+    run, run_findings = self._run(
+        step, phase, host_fn=host_fn,
+        checkpoint_prefix=os.path.join(self.workdir, 'preflight', 'model.ckpt'))
+    findings.extend(run_findings)
+    if run is not None:
+      self.checkpoint = run.checkpoint
+      findings.append(Finding(
+          'train-step', INFO,
+          f'one train step compiled with XLA and ran on the sample: '
+          f'loss={float(run.outputs[0]):.4g}.', phase))
+    return findings
+
+  def evaluate(self) -> List[Finding]:
+    """One eval step: checks, XLA compile and run, metric_fn on the host."""
+    phase = 'eval'
+    holder = {}
+
+    def outputs(spec):
+      _require(spec, ModeKeys.EVAL, ('loss',), phase)
+      holder['loss'] = spec.loss
+      metric_tensors, holder['metrics'] = _host_call_tensors(
+          spec.eval_metrics, 'eval_metrics', phase)
+      holder['count'] = len(metric_tensors)
+      return [spec.loss] + metric_tensors
+
+    step = self._build(ModeKeys.EVAL, self._step_params(), self.sample.labels,
+                       outputs, phase)
+    findings = (_loss_findings(holder['loss'], phase) + holder['metrics'] +
+                preflight_graph.check_ops(step, phase))
+    eval_metrics = step.spec.eval_metrics
+    names = []
+
+    def host_fn(outputs):
+      if eval_metrics is None:
+        return [], []
+      graph = tf.compat.v1.get_default_graph()
+      before = set(graph.get_operations())
+      fn, args, kwargs = _pack_host_args(
+          eval_metrics, outputs[1:1 + holder['count']])
+      metrics = fn(*args, **kwargs)
+      findings.extend(_summary_findings(graph, before, 'metric_fn', phase))
+      if not isinstance(metrics, Mapping):
+        raise _SpecProblem(Finding(
+            'eval-metric-fn', ERROR,
+            f'metric_fn returned {type(metrics).__name__}; it must return a '
+            'dict of metric name -> (value, update_op) from '
+            'tf.compat.v1.metrics.', phase))
+      updates, values = [], []
+      for name, metric in sorted(metrics.items()):
+        if not (isinstance(metric, (tuple, list)) and len(metric) == 2):
+          raise _SpecProblem(Finding(
+              'eval-metric-fn', ERROR,
+              f'metric_fn returned {type(metric).__name__} for {name!r}; '
+              'TPUEstimator takes (value, update_op) pairs, e.g. from '
+              'tf.compat.v1.metrics (not Keras Metric objects).', phase))
+        names.append(name)
+        values.append(metric[0])
+        updates.append(metric[1])
+      return updates, values
+
+    run, run_findings = self._run(step, phase, host_fn=host_fn)
+    findings.extend(run_findings)
+    if run is not None:
+      computed = ', '.join(f'{name}={float(value):.4g}' for name, value in
+                           zip(names, run.host_values or []))
+      findings.append(Finding(
+          'eval-step', INFO,
+          'one eval step compiled with XLA and ran on the sample; metric_fn '
+          f'ran on the host: loss={float(run.outputs[0]):.4g}'
+          + (f', {computed}' if computed else '') + '.', phase))
+    return findings
+
+  def export(self) -> List[Finding]:
+    """The PREDICT computation of the TPU export, then the real export."""
+    phase = 'export'
+
+    def outputs(spec):
+      if not isinstance(spec, (_TPU_SPEC, tf_estimator.EstimatorSpec)):
+        raise _SpecProblem(Finding(
+            'spec', ERROR, f'the model_fn returned {type(spec).__name__} in '
+            "mode 'infer'; it must return a TPUEstimatorSpec.", phase))
+      if spec.predictions is None:
+        raise _SpecProblem(Finding(
+            'spec', ERROR, "the TPUEstimatorSpec of mode 'infer' has no "
+            'predictions.', phase))
+      return [t for t in tf.nest.flatten(spec.predictions)]
+
+    step = self._build(ModeKeys.PREDICT, self._step_params(False), None,
+                       outputs, phase)
+    findings = preflight_graph.check_ops(step, phase)
+    run, run_findings = self._run(step, phase)
+    findings.extend(run_findings)
+    if run is not None:
+      findings.append(Finding(
+          'predict-step', INFO,
+          'the PREDICT computation of the {serve, tpu} export compiled with '
+          'XLA and ran on the sample.', phase))
+    findings.extend(self._export_findings(phase))
+    return findings
+
+  def _export_findings(self, phase: str) -> List[Finding]:
+    """Exports the saved step as the executor would; checks both tag sets."""
+    if self.serving_input_receiver_fn is None or self.checkpoint is None:
+      reason = ('no serving input was given (a transform graph, a schema or '
+                "the module's serving_input_receiver_fn)"
+                if self.serving_input_receiver_fn is None else
+                'the train step did not run')
+      return [Finding('export-skipped', INFO,
+                      f'the dual-tag export was not tried: {reason}.', phase)]
+    export_config = dataclasses.replace(self.config, use_tpu=False, tpu=None,
+                                        export_to_tpu=True)
+    estimator = estimator_builder.build_estimator(
+        self.model_fn, export_config, self.run_config, self.params)
+    try:
+      path = estimator.export_saved_model(
+          os.path.join(self.workdir, 'export'),
+          self.serving_input_receiver_fn,
+          checkpoint_path=self.checkpoint)
+    except Exception as e:  # pylint: disable=broad-except
+      return [Finding(
+          'export', ERROR,
+          f'exporting the {{serve}} and {{serve, tpu}} SavedModel failed: '
+          f'{type(e).__name__}: {e}', phase)]
+    path = path.decode() if isinstance(path, bytes) else path
+    tag_sets = export.saved_model_tag_sets(path)
+    if tag_sets != [export.SERVE_TAGS, tuple(sorted(export.SERVE_TPU_TAGS))]:
+      return [Finding(
+          'export', ERROR,
+          f'the export holds tag sets {tag_sets}, not [serve] and '
+          '[serve, tpu].', phase)]
+    return [Finding('export', INFO,
+                    'the {serve} and {serve, tpu} SavedModel exported.',
+                    phase)]
+
+
+def _summary_findings(graph: tf.Graph, before, where: str,
+                      phase: str) -> List[Finding]:
+  """v1 summaries a host function made (TPU host calls reject them)."""
+  return [
+      Finding(
+          'host-call-v1-summary', ERROR,
+          f'{where} creates the v1 summary {op.name!r} ({op.type}); '
+          'TPUEstimator rejects tf.compat.v1.summary ops in host calls. Use '
+          'tf.summary (v2) with a writer in a host_call.', phase)
+      for op in graph.get_operations()
+      if op not in before and op.type in estimator_adapter.V1_SUMMARY_OPS
+  ]
+
+
+def run_preflight(
+    model_fn: Callable[..., Any],
+    config: config_lib.TrainerConfig,
+    params: Mapping[str, Any],
+    sample: preflight_sample.SampleBatch,
+    source: str,
+    num_shards: Optional[int] = None,
+    serving_input_receiver_fn: Optional[Callable[[], Any]] = None,
+) -> PreflightReport:
+  """Checks on CPU that `model_fn` trains, evaluates and exports on TPU.
+
+  Args:
+    model_fn: the TPU model_fn (e.g. keras_model_fn.model_fn_for_module).
+    config: the validated trainer config (batch sizes, num_shards,
+      export_saved_model_api_version).
+    params: the params the model_fn gets (without batch_size/use_tpu).
+    sample: one shard's batch (see preflight_sample).
+    source: names the module in the report.
+    num_shards: the TPU shard count (default: config.num_shards, else 8).
+    serving_input_receiver_fn: when given, the export phase also runs the
+      real dual-tag export.
+
+  Returns:
+    The report; `report.ok` when no error was found.
+  """
+  shards, assumed = resolve_num_shards(config, num_shards)
+  report = PreflightReport(source=source, num_shards=shards,
+                           sample_origin=sample.origin)
+  phases = _Phases(report)
+  phases.run('config', lambda: _config_findings(config, shards, assumed))
+  phases.run('input', lambda: _input_findings(
+      sample, per_shard_batch_size(config, shards)))
+  if not all(isinstance(spec, tf.TensorSpec)
+             for spec in tf.nest.flatten(sample.element_spec)):
+    report.findings.append(Finding(
+        'skipped', INFO, 'the model checks need a dense sample; fix the '
+        'input findings first.', 'input'))
+    return report
+  with tempfile.TemporaryDirectory(prefix='tpu-preflight-') as workdir:
+    state = _Preflight(model_fn, config, params, sample, shards,
+                       serving_input_receiver_fn, workdir)
+    phases.run('train', state.train)
+    phases.run('eval', state.evaluate)
+    phases.run('export', state.export)
+  return report
+
+
+def check_before_training(
+    model_fn: Callable[..., Any],
+    config: config_lib.TrainerConfig,
+    params: Mapping[str, Any],
+    train_input_fn: Callable[[Dict[str, Any]], tf.data.Dataset],
+    source: str,
+    serving_input_receiver_fn: Optional[Callable[[], Any]] = None,
+) -> PreflightReport:
+  """The executor's preflight: on the first training batch; raises on errors.
+
+  Args:
+    model_fn: the TPU model_fn the estimator will get.
+    config: the validated trainer config.
+    params: the estimator params.
+    train_input_fn: the training `input_fn(params)`.
+    source: the user module.
+    serving_input_receiver_fn: the export's serving input.
+
+  Returns:
+    The report (logged).
+
+  Raises:
+    PreflightError: listing the errors, when the model is not TPU-ready.
+  """
+  shards, _ = resolve_num_shards(config)
+  sample = preflight_sample.from_input_fn(
+      train_input_fn, params, per_shard_batch_size(config, shards),
+      'the first batch of the training input')
+  report = run_preflight(model_fn, config, params, sample, source,
+                         serving_input_receiver_fn=serving_input_receiver_fn)
+  logging.info('%s', report.format())
+  report.raise_if_not_ready()
+  return report

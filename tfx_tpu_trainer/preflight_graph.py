@@ -1,0 +1,403 @@
+"""One TPU step of a model_fn: built as the TPU builds it, checked, run on CPU.
+
+`build_step` calls the model_fn the way TPUEstimator does on a TPU
+(`params['use_tpu']=True`, the per-shard `batch_size`, inside a TPU shard
+context of `num_shards` so `CrossShardOptimizer` sums across shards) but
+inside `tf.compat.v1.xla.experimental.compile` instead of a TPU rewrite: the
+XLA context applies the same graph checks as the TPU one, and XLA on CPU
+compiles, closely, what the TPU compiles.
+
+`check_ops` reads the ops of the computation for what XLA on CPU accepts but
+a TPU does not (float64, complex128), data-dependent shapes (XLA bounds them,
+TPUs need static shapes), v1 summaries and `Print`, placeholders; `run_step`
+compiles and runs the step once on the sample. XLA on CPU has no
+`CrossReplicaSum` kernel: the step runs with each one replaced by an
+identity (one replica sums to itself).
+"""
+
+import dataclasses
+import re
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.tpu import tpu_function  # pylint: disable=g-direct-tensorflow-import
+
+from tfx_tpu_trainer import estimator_adapter
+from tfx_tpu_trainer import preflight_report
+
+Finding = preflight_report.Finding
+ERROR = preflight_report.ERROR
+
+_XLA_COMPILE_ATTR = '_xla_compile_id'
+_OUTSIDE_COMPILATION_ATTR = '_xla_outside_compilation'
+_GRADIENTS_SCOPE = 'gradients'
+# Dtypes XLA on CPU compiles and a TPU does not.
+_TPU_UNSUPPORTED_DTYPES = {tf.float64: 'float64', tf.complex128: 'complex128'}
+# Ops whose unknown output sizes are shape bookkeeping, not data.
+_SHAPE_OPS = frozenset(
+    ['Shape', 'ShapeN', 'Size', 'Rank', 'BroadcastGradientArgs'])
+_MAX_PER_CODE = 3
+_UNSUPPORTED_OP = re.compile(
+    r"No registered '(\w+)' OpKernel for (XLA_\w+) devices compatible with "
+    r'node \{\{node ([^}]+)\}\}')
+_NODE = re.compile(r'\{\{node ([^}]+)\}\}')
+
+
+@dataclasses.dataclass
+class StepGraph:
+  """The graph of one step and what it is made of.
+
+  Attributes:
+    graph: the graph.
+    inputs: the placeholders the sample is fed into (flat).
+    input_values: the sample values (flat, same order).
+    outputs: the outputs of the XLA computation.
+    spec: what the model_fn returned.
+    ops: the ops inside the computation, in creation order.
+  """
+  graph: tf.Graph
+  inputs: List[tf.Tensor]
+  input_values: List[np.ndarray]
+  outputs: List[tf.Tensor]
+  spec: Any
+  ops: List[tf.Operation]
+
+
+def _placeholder(value: Any, index: int) -> tf.Tensor:
+  value = np.asarray(value)
+  dtype = tf.string if value.dtype.kind in 'OSU' else tf.as_dtype(value.dtype)
+  return tf.compat.v1.placeholder(dtype, shape=value.shape,
+                                  name=f'sample_input_{index}')
+
+
+class WithheldFeatures(dict):
+  """Features, minus those the TPU infeed cannot carry (named on access)."""
+
+  def __init__(self, features: Dict[str, Any], withheld: Dict[str, str]):
+    super().__init__(features)
+    self.withheld = withheld
+
+  def __missing__(self, key):
+    if key in self.withheld:
+      raise KeyError(
+          f'feature {key!r} is {self.withheld[key]}, which the TPU infeed '
+          'cannot carry, so a TPU model_fn never receives it (see the input '
+          'findings)')
+    raise KeyError(key)
+
+
+def call_model_fn(model_fn: Callable[..., Any], features: Any, labels: Any,
+                  mode: str, params: Dict[str, Any], run_config: Any) -> Any:
+  """Calls `model_fn` with the arguments it names, as TPUEstimator does."""
+  arguments = estimator_adapter.argument_names(model_fn)
+  kwargs = {'features': features}
+  for name, value in (('labels', labels), ('mode', mode),
+                      ('params', dict(params)), ('config', run_config)):
+    if name in arguments:
+      kwargs[name] = value
+  return model_fn(**kwargs)
+
+
+def build_step(model_fn: Callable[..., Any], mode: str,
+               params: Dict[str, Any], run_config: Any, features: Any,
+               labels: Any, num_shards: int,
+               outputs_fn: Callable[[Any], Sequence[tf.Tensor]],
+               withheld: Optional[Dict[str, str]] = None) -> StepGraph:
+  """Builds one step of `model_fn` in `mode` inside an XLA computation.
+
+  Args:
+    model_fn: the TPU model_fn.
+    mode: a tf.estimator.ModeKeys value.
+    params: the params of the model_fn (use_tpu, batch_size included).
+    run_config: passed as `config` when the model_fn names it.
+    features: numpy features of one shard (a dict or one array).
+    labels: numpy labels (or None).
+    num_shards: the TPU shard count the step is built for.
+    outputs_fn: returns the computation's outputs from the spec.
+    withheld: features left out of `features` (name -> what it is): reading
+      one raises a KeyError that says why.
+
+  Returns:
+    The step graph.
+  """
+  graph = tf.Graph()
+  with graph.as_default():
+    tf.compat.v1.train.create_global_step()
+    flat_features = tf.nest.flatten(features)
+    flat_labels = [] if labels is None else tf.nest.flatten(labels)
+    values = flat_features + flat_labels
+    inputs = [_placeholder(value, index) for index, value in enumerate(values)]
+    captured = {}
+
+    def computation(*flat):
+      flat = list(flat)
+      step_features = tf.nest.pack_sequence_as(features,
+                                               flat[:len(flat_features)])
+      if withheld:
+        step_features = WithheldFeatures(step_features, withheld)
+      step_labels = (None if labels is None else tf.nest.pack_sequence_as(
+          labels, flat[len(flat_features):]))
+      spec = call_model_fn(model_fn, step_features, step_labels, mode, params,
+                           run_config)
+      captured['spec'] = spec
+      return list(outputs_fn(spec))
+
+    with tpu_function.tpu_shard_context(num_shards):
+      outputs = tf.compat.v1.xla.experimental.compile(computation, inputs)
+    outputs = [t for t in tf.nest.flatten(outputs) if t is not None]
+  # The computation's ops, without the identities XLA puts on its inputs.
+  ops = [op for op in graph.get_operations()
+         if _XLA_COMPILE_ATTR in op.node_def.attr and
+         _OUTSIDE_COMPILATION_ATTR not in op.node_def.attr and
+         not (op.type == 'Identity' and op.inputs[0] in inputs)]
+  return StepGraph(graph, inputs, [np.asarray(v) for v in values], outputs,
+                   captured.get('spec'), ops)
+
+
+def forward_ops(ops: Sequence[tf.Operation]) -> List[tf.Operation]:
+  """The ops created before the first gradient op: the model itself."""
+  forward = []
+  for op in ops:
+    if op.name.split('/')[0].startswith(_GRADIENTS_SCOPE):
+      break
+    forward.append(op)
+  return forward
+
+
+def _capped(findings: List[Finding], code: str, count: int,
+            phase: str) -> List[Finding]:
+  if count > _MAX_PER_CODE:
+    findings = findings[:_MAX_PER_CODE]
+    findings.append(Finding(
+        code, ERROR, f'... and {count - _MAX_PER_CODE} more op(s) like these.',
+        phase))
+  return findings
+
+
+def _dtype_findings(ops: Sequence[tf.Operation], phase: str) -> List[Finding]:
+  """float64/complex128 and string tensors computed inside the step."""
+  forward = set(forward_ops(ops))
+  # Name the model's own ops first; their gradients follow from them.
+  ordered = [op for op in ops if op in forward] + [
+      op for op in ops if op not in forward]
+  by_code: Dict[str, List[Finding]] = {}
+  counts: Dict[str, int] = {}
+  for op in ordered:
+    dtypes = {output.dtype.base_dtype for output in op.outputs}
+    for dtype, dtype_name in _TPU_UNSUPPORTED_DTYPES.items():
+      if dtype in dtypes:
+        code = 'float64' if dtype == tf.float64 else 'unsupported-dtype'
+        counts[code] = counts.get(code, 0) + 1
+        by_code.setdefault(code, []).append(Finding(
+            code, ERROR,
+            f'op {op.name!r} ({op.type}) computes {dtype_name} in the {phase} '
+            f'step; TPUs have no {dtype_name} (XLA on CPU accepts it). '
+            'Use float32 or bfloat16: cast the inputs, and pass '
+            'dtype=tf.float32 where a constant or variable is made.', phase))
+    if tf.string in dtypes and op.type != 'Placeholder':
+      counts['string-op'] = counts.get('string-op', 0) + 1
+      by_code.setdefault('string-op', []).append(Finding(
+          'string-op', ERROR,
+          f'op {op.name!r} ({op.type}) computes strings in the {phase} step; '
+          'a TPU program cannot hold strings. Do string work in the input_fn '
+          'or the preprocessing_fn (e.g. turn strings into ids).', phase))
+  findings = []
+  for code, code_findings in by_code.items():
+    findings.extend(_capped(code_findings, code, counts[code], phase))
+  return findings
+
+
+def _is_dynamic(tensor: tf.Tensor) -> bool:
+  return (tensor.dtype not in (tf.resource, tf.variant) and
+          not tensor.shape.is_fully_defined())
+
+
+def _dynamic_shape_findings(ops: Sequence[tf.Operation],
+                            phase: str) -> List[Finding]:
+  """Ops of the model that make data-dependent shapes from static inputs."""
+  findings = []
+  for op in forward_ops(ops):
+    if op.type in _SHAPE_OPS or not op.outputs:
+      continue
+    dynamic = [t for t in op.outputs if _is_dynamic(t)]
+    if dynamic and not any(_is_dynamic(t) for t in op.inputs):
+      findings.append(Finding(
+          'dynamic-shape', ERROR,
+          f'op {op.name!r} ({op.type}) makes tensor {dynamic[0].name!r} of '
+          f'shape {dynamic[0].shape} from inputs of static shape: its size '
+          f'depends on the data. TPU programs need static shapes (XLA on CPU '
+          'bounds such shapes, a TPU may not, and pads them at best). Keep '
+          'sizes fixed: e.g. mask with tf.where(cond, x, 0) instead of '
+          'tf.boolean_mask, and pad variable-length outputs to a fixed size.',
+          phase))
+  return _capped(findings, 'dynamic-shape', len(findings), phase)
+
+
+def _rejected_op_findings(ops: Sequence[tf.Operation],
+                          phase: str) -> List[Finding]:
+  findings = []
+  for op in ops:
+    if op.type in estimator_adapter.V1_SUMMARY_OPS:
+      findings.append(Finding(
+          'v1-summary', ERROR,
+          f'op {op.name!r} ({op.type}) is a v1 summary inside the {phase} '
+          'step; TPU computations reject v1 summaries. Remove it, or write '
+          'summaries from a TPUEstimatorSpec host_call with tf.summary (v2).',
+          phase))
+    elif op.type == 'Print':
+      findings.append(Finding(
+          'print-op', ERROR,
+          f'op {op.name!r} (tf.compat.v1.Print) is inside the {phase} step; '
+          'TPU computations reject it. Remove it, or log from a host_call.',
+          phase))
+    elif op.type == 'Placeholder':
+      findings.append(Finding(
+          'placeholder-in-model', ERROR,
+          f'op {op.name!r} is a placeholder inside the {phase} step; a TPU '
+          'computation takes its inputs from the infeed only. Read the '
+          'features the model_fn receives instead.', phase))
+  return findings
+
+
+def statically_rejected_ops(step: StepGraph) -> List[str]:
+  """Names of the ops check_ops reports for their type or dtype."""
+  rejected_dtypes = set(_TPU_UNSUPPORTED_DTYPES) | {tf.string}
+  return [
+      op.name for op in step.ops
+      if op.type in estimator_adapter.TPU_REJECTED_OPS or any(
+          t.dtype.base_dtype in rejected_dtypes for t in op.outputs)
+  ]
+
+
+def check_ops(step: StepGraph, phase: str) -> List[Finding]:
+  """Static TPU checks of the ops of a step."""
+  return (_rejected_op_findings(step.ops, phase) +
+          _dtype_findings(step.ops, phase) +
+          _dynamic_shape_findings(step.ops, phase))
+
+
+def check_cross_shard(step: StepGraph, num_shards: int,
+                      phase: str) -> List[Finding]:
+  """A multi-shard train step must sum gradients across shards."""
+  if num_shards <= 1 or any(
+      op.type == estimator_adapter.CROSS_REPLICA_SUM_OP for op in step.ops):
+    return []
+  return [Finding(
+      'missing-cross-shard-optimizer', ERROR,
+      f'the train step has no cross-shard gradient sum for {num_shards} '
+      'shards: each TPU core would train its own copy of the model. Wrap the '
+      'optimizer: `if params["use_tpu"]: optimizer = '
+      'tf.compat.v1.tpu.CrossShardOptimizer(optimizer)` (an Estimator '
+      'model_fn adapted by estimator_adapter.to_tpu_model_fn gets this for '
+      'tf.compat.v1.train optimizers).', phase)]
+
+
+def _replace_cross_replica_sums(graph_def) -> int:
+  """Rewrites each CrossReplicaSum node as an Identity of its input."""
+  count = 0
+  for node in graph_def.node:
+    if node.op != estimator_adapter.CROSS_REPLICA_SUM_OP:
+      continue
+    data_inputs = [i for i in node.input if not i.startswith('^')]
+    control_inputs = [i for i in node.input if i.startswith('^')]
+    node.op = 'Identity'
+    del node.input[:]
+    node.input.extend(data_inputs[:1] + control_inputs)
+    for key in list(node.attr):
+      if key != 'T' and not key.startswith('_'):
+        del node.attr[key]
+    count += 1
+  return count
+
+
+def _error_lines(message: str) -> str:
+  lines = [
+      line.strip() for line in message.splitlines()
+      if line.strip() and not line.startswith((' ', '\t')) and
+      not line.startswith(('Detected at node', 'Node:', 'Graph execution',
+                           'The op is created at', 'dummy_file_name',
+                           'Run with TF_DUMP_GRAPH', '\ttf2xla'))
+  ]
+  text = ' '.join(lines[:2]) if lines else message.strip()
+  return text[:600]
+
+
+def xla_error_findings(error: Exception, phase: str,
+                       reported_ops: Sequence[str]) -> List[Finding]:
+  """Findings naming the ops in an XLA compile or run error."""
+  message = str(getattr(error, 'message', None) or error)
+  unsupported = _UNSUPPORTED_OP.findall(message)
+  findings = []
+  seen = set()
+  for op_type, device, node in unsupported:
+    if node in seen or node in reported_ops:
+      continue
+    seen.add(node)
+    findings.append(Finding(
+        'xla-unsupported-op', ERROR,
+        f'op {node!r} ({op_type}) in the {phase} step cannot be compiled by '
+        f'XLA ({device} has no kernel for it), so the TPU cannot run it. '
+        'Replace it, or move it to the input_fn/preprocessing_fn.', phase))
+  if unsupported:
+    return findings
+  node = _NODE.search(message)
+  where = f' at op {node.group(1)!r}' if node else ''
+  return [Finding(
+      'xla-compile', ERROR,
+      f'the {phase} step failed to compile or run with XLA{where}: '
+      f'{type(error).__name__}: {_error_lines(message)}', phase)]
+
+
+HostFn = Callable[[List[tf.Tensor]], Tuple[List[Any], List[Any]]]
+
+
+@dataclasses.dataclass
+class StepRun:
+  """What running a step produced."""
+  outputs: Optional[List[Any]] = None
+  host_values: Optional[List[Any]] = None
+  checkpoint: Optional[str] = None
+
+
+def run_step(step: StepGraph,
+             host_fn: Optional[HostFn] = None,
+             checkpoint_prefix: Optional[str] = None) -> StepRun:
+  """Compiles and runs the step once with XLA on CPU, on the sample.
+
+  Args:
+    step: from build_step.
+    host_fn: builds host ops on the step's outputs in the run graph; returns
+      (ops to run with the step, tensors to read after it).
+    checkpoint_prefix: where to save the variables after the step.
+
+  Returns:
+    The outputs, the host values and the checkpoint path.
+
+  Raises:
+    tf.errors.OpError: when XLA cannot compile or run the step.
+  """
+  with step.graph.as_default():
+    meta_graph = tf.compat.v1.train.export_meta_graph(graph=step.graph)
+  _replace_cross_replica_sums(meta_graph.graph_def)
+  run_graph = tf.Graph()
+  with run_graph.as_default():
+    tf.compat.v1.train.import_meta_graph(meta_graph)
+    inputs = [run_graph.get_tensor_by_name(t.name) for t in step.inputs]
+    outputs = [run_graph.get_tensor_by_name(t.name) for t in step.outputs]
+    with_step, after_step = host_fn(outputs) if host_fn else ([], [])
+    initializer = tf.group(tf.compat.v1.global_variables_initializer(),
+                           tf.compat.v1.local_variables_initializer(),
+                           tf.compat.v1.tables_initializer())
+    saver = (tf.compat.v1.train.Saver(tf.compat.v1.global_variables())
+             if checkpoint_prefix else None)
+    result = StepRun()
+    with tf.compat.v1.Session(graph=run_graph) as session:
+      session.run(initializer)
+      feed = dict(zip(inputs, step.input_values))
+      result.outputs, _ = session.run([outputs, with_step], feed_dict=feed)
+      if after_step:
+        result.host_values = session.run(after_step)
+      if saver is not None:
+        result.checkpoint = saver.save(session, checkpoint_prefix)
+  return result

@@ -1,0 +1,100 @@
+"""The findings of a TPU preflight and their report (text or JSON)."""
+
+import dataclasses
+import json
+from typing import Dict, List
+
+from tfx_tpu_trainer import errors
+
+ERROR = 'error'
+WARNING = 'warning'
+INFO = 'info'
+SEVERITIES = (ERROR, WARNING, INFO)
+
+
+class PreflightError(errors.TPUTrainerError):
+  """The model is not TPU-ready; the message lists what to change."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+  """One result of a preflight check.
+
+  Attributes:
+    code: a stable identifier of the check (e.g. 'float64', see
+      docs/bring_your_model.md).
+    severity: 'error' (TPU training would fail), 'warning' (it may fail or
+      be slow, or a check was not exact), 'info'.
+    message: what is wrong, naming the op, feature or tensor, and what to
+      do.
+    phase: 'config', 'input', 'train', 'eval' or 'export'.
+  """
+  code: str
+  severity: str
+  message: str
+  phase: str
+
+  def line(self) -> str:
+    return f'{self.severity.upper():7} [{self.phase}/{self.code}] {self.message}'
+
+
+@dataclasses.dataclass
+class PreflightReport:
+  """All findings of a preflight, with what it checked and how long it took."""
+  source: str
+  num_shards: int
+  sample_origin: str
+  findings: List[Finding] = dataclasses.field(default_factory=list)
+  seconds: Dict[str, float] = dataclasses.field(default_factory=dict)
+
+  @property
+  def errors(self) -> List[Finding]:
+    return [f for f in self.findings if f.severity == ERROR]
+
+  @property
+  def warnings(self) -> List[Finding]:
+    return [f for f in self.findings if f.severity == WARNING]
+
+  @property
+  def ok(self) -> bool:
+    """True when no check found an error: the model is TPU-ready."""
+    return not self.errors
+
+  def codes(self) -> List[str]:
+    return [f.code for f in self.findings]
+
+  def format(self) -> str:
+    """A human-readable report, errors first."""
+    verdict = ('TPU-ready' if self.ok else
+               f'NOT TPU-ready: {len(self.errors)} error(s)')
+    lines = [
+        f'TPU preflight of {self.source}: {verdict}',
+        f'  shards: {self.num_shards}; sample: {self.sample_origin}',
+        '  phases: ' + ', '.join(f'{phase} {seconds:.1f}s'
+                                 for phase, seconds in self.seconds.items()),
+    ]
+    order = {severity: index for index, severity in enumerate(SEVERITIES)}
+    for finding in sorted(self.findings, key=lambda f: order[f.severity]):
+      lines.append('  ' + finding.line())
+    return '\n'.join(lines)
+
+  def to_json(self) -> str:
+    return json.dumps(
+        {
+            'source': self.source,
+            'ok': self.ok,
+            'num_shards': self.num_shards,
+            'sample': self.sample_origin,
+            'seconds': self.seconds,
+            'findings': [dataclasses.asdict(f) for f in self.findings],
+        },
+        indent=2)
+
+  def raise_if_not_ready(self) -> None:
+    """Raises PreflightError listing the errors, if any."""
+    if self.ok:
+      return
+    raise PreflightError(
+        f'{self.source} is not TPU-ready ({len(self.errors)} error(s) found '
+        'by the TPU preflight):\n' +
+        '\n'.join('  ' + finding.line() for finding in self.errors))

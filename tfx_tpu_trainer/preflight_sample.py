@@ -1,0 +1,145 @@
+"""The sample batch a preflight compiles the model on, and where it comes from.
+
+Three sources, best first:
+  1. the first batch of the input the TPU would read: the module's
+     `input_fn`, or the default one, over a split of examples
+     (`from_input_fn`); the dataset's `element_spec` is what TPUEstimator
+     would infeed, so its static shapes and dtypes are checked too;
+  2. zeros shaped by a feature spec (the transformed schema of a transform
+     graph, or a raw schema) when no examples are at hand
+     (`from_feature_spec`);
+  3. zeros shaped by a Keras model's inputs and outputs, for a module with
+     `build_keras_model` and nothing else (`from_keras_model`).
+
+A batch has the per-shard size: TPUEstimator hands each shard
+`global_batch_size / num_shards` examples.
+"""
+
+import dataclasses
+from typing import Any, Callable, Dict, Mapping, Optional
+
+import numpy as np
+import tensorflow as tf
+
+
+@dataclasses.dataclass(frozen=True)
+class SampleBatch:
+  """Concrete (features, labels) of one shard and the input's static spec.
+
+  Attributes:
+    features: a dict of numpy arrays (or one array).
+    labels: a numpy array, a dict of them, or None.
+    element_spec: the `tf.TypeSpec` structure of `(features, labels)` that
+      the input declares (None dims where its shapes are dynamic).
+    origin: where the sample came from, for the report.
+  """
+  features: Any
+  labels: Any
+  element_spec: Any
+  origin: str
+
+  @property
+  def batch_size(self) -> int:
+    first = tf.nest.flatten(self.features)[0]
+    return int(np.shape(first)[0]) if np.ndim(first) else 1
+
+
+def _split_element(element):
+  if isinstance(element, (tuple, list)) and len(element) == 2:
+    return element[0], element[1]
+  return element, None
+
+
+def _numpy(structure):
+  return tf.nest.map_structure(
+      lambda t: t.numpy() if hasattr(t, 'numpy') else np.asarray(t),
+      structure)
+
+
+def from_dataset(dataset: tf.data.Dataset, origin: str) -> SampleBatch:
+  """The first element of `dataset` (eager) as a sample batch.
+
+  Sparse or ragged components are kept as they are (the preflight reports
+  them and skips the model checks).
+  """
+  features_spec, labels_spec = _split_element(dataset.element_spec)
+  element = next(iter(dataset.take(1)))
+  features, labels = _split_element(element)
+  dense = all(isinstance(spec, tf.TensorSpec)
+              for spec in tf.nest.flatten((features_spec, labels_spec)))
+  if dense:
+    features, labels = _numpy(features), _numpy(labels)
+  return SampleBatch(features=features, labels=labels,
+                     element_spec=(features_spec, labels_spec), origin=origin)
+
+
+def from_input_fn(input_fn: Callable[[Dict[str, Any]], tf.data.Dataset],
+                  params: Mapping[str, Any], batch_size: int,
+                  origin: str) -> SampleBatch:
+  """The first batch of `input_fn(params)` with `params['batch_size']` set."""
+  dataset = input_fn(dict(params, batch_size=batch_size))
+  return from_dataset(dataset, origin)
+
+
+def _zeros(shape, dtype: tf.DType) -> np.ndarray:
+  if dtype == tf.string:
+    return np.full(shape, b'', dtype=object)
+  return np.zeros(shape, dtype=dtype.as_numpy_dtype)
+
+
+def from_feature_spec(feature_spec: Mapping[str, Any],
+                      label_key: Optional[str], batch_size: int,
+                      origin: str) -> SampleBatch:
+  """Zeros for each feature of a `tf.io` feature spec; the label split off.
+
+  `FixedLenFeature`s become dense `[batch] + shape` tensors; other features
+  (VarLen, Sparse, Ragged) are described by a SparseTensorSpec and have no
+  sample values.
+  """
+  features, specs = {}, {}
+  for name, feature in sorted(feature_spec.items()):
+    if isinstance(feature, tf.io.FixedLenFeature):
+      shape = [batch_size] + list(feature.shape)
+      features[name] = _zeros(shape, feature.dtype)
+      specs[name] = tf.TensorSpec(shape, feature.dtype, name=name)
+    else:
+      specs[name] = tf.SparseTensorSpec([batch_size, None], feature.dtype)
+  labels = label_spec = None
+  if label_key is not None and label_key in specs:
+    labels, label_spec = features.pop(label_key, None), specs.pop(label_key)
+  return SampleBatch(features=features, labels=labels,
+                     element_spec=(specs, label_spec), origin=origin)
+
+
+def from_keras_model(model: tf.keras.Model, batch_size: int,
+                     origin: str) -> SampleBatch:
+  """Zeros shaped like a Keras model's inputs (features) and outputs (labels).
+
+  A sparse categorical loss takes integer class ids, one per example.
+  """
+  features, specs = {}, {}
+  for name, keras_input in zip(model.input_names, model.inputs):
+    shape = [batch_size] + list(keras_input.shape[1:])
+    if any(dim is None for dim in shape):
+      shape = [batch_size if dim is None else dim for dim in shape]
+    features[name] = _zeros(shape, keras_input.dtype)
+    specs[name] = tf.TensorSpec(shape, keras_input.dtype, name=name)
+  labels, label_specs = {}, {}
+  losses = model.loss if isinstance(model.loss, Mapping) else {
+      name: model.loss for name in model.output_names}
+  for name, output in zip(model.output_names, model.outputs):
+    loss_name = str(getattr(losses.get(name), 'name', None) or
+                    getattr(losses.get(name), '__name__', None) or
+                    losses.get(name))
+    if 'sparse_categorical' in loss_name.lower().replace('sparsecategorical',
+                                                         'sparse_categorical'):
+      shape, dtype = [batch_size], tf.int64
+    else:
+      shape = [batch_size] + [dim or 1 for dim in output.shape[1:]]
+      dtype = tf.float32
+    labels[name] = _zeros(shape, dtype)
+    label_specs[name] = tf.TensorSpec(shape, dtype, name=name)
+  if len(labels) == 1:
+    (labels,), (label_specs,) = labels.values(), label_specs.values()
+  return SampleBatch(features=features, labels=labels,
+                     element_spec=(specs, label_specs), origin=origin)
