@@ -225,7 +225,8 @@ def _print_summary(summary) -> None:
 
 # Modules that each define `add_parser(subparsers)` for one more subcommand;
 # their handlers return an exit code and may raise UsageError.
-_SUBCOMMAND_MODULES = ('tfx_tpu_trainer.cli_compile',)
+_SUBCOMMAND_MODULES = ('tfx_tpu_trainer.cli_compile',
+                       'tfx_tpu_trainer.cli_preflight')
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -24,8 +24,9 @@ What the returned model_fn does with the EstimatorSpec, and what it cannot do:
   that override `apply_gradients`) are not reached: then the graph has no
   cross-shard sum and the adapter raises an error saying so.
 - Eval metrics. `eval_metric_ops` cannot run inside a TPU computation. While
-  the EVAL graph is built, every `tf.compat.v1.metrics.*` call is recorded and
-  answered with a stand-in; the returned `eval_metrics=(metric_fn, tensors)`
+  the model_fn runs (in every mode: many build their metrics
+  unconditionally), every `tf.compat.v1.metrics.*` call is recorded and
+  answered with a stand-in (a constant); the returned `eval_metrics=(metric_fn, tensors)`
   sends the recorded tensor arguments to the host, where `metric_fn` makes
   the same calls again. An `eval_metric_ops` entry that is not the unchanged
   result of one such call (a Keras Metric, an arithmetic on a metric, a
@@ -281,8 +282,8 @@ def to_tpu_model_fn(model_fn: Callable[..., Any],
     ops_before = set(graph.get_operations())
     recorder = _MetricRecorder(source)
     with contextlib.ExitStack() as stack:
-      if mode == tf_estimator.ModeKeys.EVAL:
-        stack.enter_context(recorder.recording())
+      # In every mode: model_fns often build their metrics unconditionally.
+      stack.enter_context(recorder.recording())
       if mode == tf_estimator.ModeKeys.TRAIN and num_shards and num_shards > 1:
         stack.enter_context(_cross_shard_gradients(num_shards))
       spec = _call(model_fn, accepted, features, labels, mode, params, config)

@@ -29,6 +29,7 @@ TPU v2-8/v3-8 host) with divisibility findings lowered to warnings.
 
 import dataclasses
 import os
+import re
 import tempfile
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
@@ -488,6 +489,33 @@ def _summary_findings(graph: tf.Graph, before, where: str,
   ]
 
 
+_OP_NAME = re.compile(r"^op '([^']+)'")
+
+
+def _merge_repeated_op_findings(findings: List[Finding]) -> List[Finding]:
+  """One finding per op and code: later steps are named in the first one."""
+  first, also = {}, {}
+  merged = []
+  for finding in findings:
+    match = _OP_NAME.match(finding.message)
+    key = (finding.code, match.group(1)) if match else None
+    if key is None:
+      merged.append(finding)
+    elif key in first:
+      also[key].append(finding.phase)
+    else:
+      first[key] = len(merged)
+      also[key] = []
+      merged.append(finding)
+  for key, index in first.items():
+    if also[key]:
+      merged[index] = dataclasses.replace(
+          merged[index], message=merged[index].message +
+          f' (Also in the {" and ".join(also[key])} '
+          f'step{"s" if len(also[key]) > 1 else ""}.)')
+  return merged
+
+
 def run_preflight(
     model_fn: Callable[..., Any],
     config: config_lib.TrainerConfig,
@@ -532,6 +560,7 @@ def run_preflight(
     phases.run('train', state.train)
     phases.run('eval', state.evaluate)
     phases.run('export', state.export)
+  report.findings = _merge_repeated_op_findings(report.findings)
   return report
 
 

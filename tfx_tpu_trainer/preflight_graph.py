@@ -5,22 +5,27 @@
 context of `num_shards` so `CrossShardOptimizer` sums across shards) but
 inside `tf.compat.v1.xla.experimental.compile` instead of a TPU rewrite: the
 XLA context applies the same graph checks as the TPU one, and XLA on CPU
-compiles, closely, what the TPU compiles.
+compiles, closely, what the TPU compiles. (Unlike a TPU rewrite, the XLA
+context turns v1 summaries into empty constants; they are built for real
+here, so the checks see what a TPU would reject.)
 
 `check_ops` reads the ops of the computation for what XLA on CPU accepts but
 a TPU does not (float64, complex128), data-dependent shapes (XLA bounds them,
 TPUs need static shapes), v1 summaries and `Print`, placeholders; `run_step`
 compiles and runs the step once on the sample. XLA on CPU has no
 `CrossReplicaSum` kernel: the step runs with each one replaced by an
-identity (one replica sums to itself).
+identity (one replica sums to itself); reported summaries and Print are set
+aside so the rest of the step still compiles.
 """
 
+import contextlib
 import dataclasses
 import re
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.distribute import summary_op_util  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.tpu import tpu_function  # pylint: disable=g-direct-tensorflow-import
 
 from tfx_tpu_trainer import estimator_adapter
@@ -38,6 +43,9 @@ _TPU_UNSUPPORTED_DTYPES = {tf.float64: 'float64', tf.complex128: 'complex128'}
 _SHAPE_OPS = frozenset(
     ['Shape', 'ShapeN', 'Size', 'Rank', 'BroadcastGradientArgs'])
 _MAX_PER_CODE = 3
+# xla.experimental.compile turns v1 summaries into empty constants while it
+# builds; a TPU rewrite keeps them (and rejects them). This restores them.
+_SKIP_SUMMARY = summary_op_util.skip_summary
 _UNSUPPORTED_OP = re.compile(
     r"No registered '(\w+)' OpKernel for (XLA_\w+) devices compatible with "
     r'node \{\{node ([^}]+)\}\}')
@@ -69,6 +77,17 @@ def _placeholder(value: Any, index: int) -> tf.Tensor:
   dtype = tf.string if value.dtype.kind in 'OSU' else tf.as_dtype(value.dtype)
   return tf.compat.v1.placeholder(dtype, shape=value.shape,
                                   name=f'sample_input_{index}')
+
+
+@contextlib.contextmanager
+def _v1_summaries_as_on_tpu():
+  """Lets v1 summary ops be built inside the XLA computation, as on TPU."""
+  disabled = summary_op_util.skip_summary
+  summary_op_util.skip_summary = _SKIP_SUMMARY
+  try:
+    yield
+  finally:
+    summary_op_util.skip_summary = disabled
 
 
 class WithheldFeatures(dict):
@@ -138,8 +157,9 @@ def build_step(model_fn: Callable[..., Any], mode: str,
         step_features = WithheldFeatures(step_features, withheld)
       step_labels = (None if labels is None else tf.nest.pack_sequence_as(
           labels, flat[len(flat_features):]))
-      spec = call_model_fn(model_fn, step_features, step_labels, mode, params,
-                           run_config)
+      with _v1_summaries_as_on_tpu():
+        spec = call_model_fn(model_fn, step_features, step_labels, mode,
+                             params, run_config)
       captured['spec'] = spec
       return list(outputs_fn(spec))
 
@@ -263,18 +283,44 @@ def _rejected_op_findings(ops: Sequence[tf.Operation],
 def statically_rejected_ops(step: StepGraph) -> List[str]:
   """Names of the ops check_ops reports for their type or dtype."""
   rejected_dtypes = set(_TPU_UNSUPPORTED_DTYPES) | {tf.string}
-  return [
-      op.name for op in step.ops
-      if op.type in estimator_adapter.TPU_REJECTED_OPS or any(
-          t.dtype.base_dtype in rejected_dtypes for t in op.outputs)
-  ]
+  return [op.name for op in step.ops
+          if op.type in estimator_adapter.TPU_REJECTED_OPS or
+          op.type == 'Placeholder'] + [
+              op.name for op in reachable_ops(step) if any(
+                  t.dtype.base_dtype in rejected_dtypes for t in op.outputs)
+          ]
+
+
+def reachable_ops(step: StepGraph) -> List[tf.Operation]:
+  """The computation's ops its outputs depend on: what XLA compiles.
+
+  Ops nothing depends on (e.g. metrics an Estimator model_fn builds in every
+  mode) are pruned before compilation.
+  """
+  inside = set(step.ops)
+  seen = set()
+  stack = [t.op for t in step.outputs]
+  while stack:
+    op = stack.pop()
+    if op in seen:
+      continue
+    seen.add(op)
+    stack.extend(t.op for t in op.inputs)
+    stack.extend(op.control_inputs)
+  return [op for op in step.ops if op in seen and op in inside]
 
 
 def check_ops(step: StepGraph, phase: str) -> List[Finding]:
-  """Static TPU checks of the ops of a step."""
+  """Static TPU checks of the ops of a step.
+
+  Summaries, Print and placeholders are checked among all ops of the
+  computation (the estimator fetches summaries wherever they are); dtypes
+  and shapes among the ops XLA compiles.
+  """
+  compiled = reachable_ops(step)
   return (_rejected_op_findings(step.ops, phase) +
-          _dtype_findings(step.ops, phase) +
-          _dynamic_shape_findings(step.ops, phase))
+          _dtype_findings(compiled, phase) +
+          _dynamic_shape_findings(compiled, phase))
 
 
 def check_cross_shard(step: StepGraph, num_shards: int,
@@ -299,16 +345,37 @@ def _replace_cross_replica_sums(graph_def) -> int:
   for node in graph_def.node:
     if node.op != estimator_adapter.CROSS_REPLICA_SUM_OP:
       continue
-    data_inputs = [i for i in node.input if not i.startswith('^')]
-    control_inputs = [i for i in node.input if i.startswith('^')]
-    node.op = 'Identity'
-    del node.input[:]
-    node.input.extend(data_inputs[:1] + control_inputs)
-    for key in list(node.attr):
-      if key != 'T' and not key.startswith('_'):
-        del node.attr[key]
+    _as_identity(node)
     count += 1
   return count
+
+
+def _as_identity(node) -> None:
+  data_inputs = [i for i in node.input if not i.startswith('^')]
+  control_inputs = [i for i in node.input if i.startswith('^')]
+  node.op = 'Identity'
+  del node.input[:]
+  node.input.extend(data_inputs[:1] + control_inputs)
+  for key in list(node.attr):
+    if key != 'T' and not key.startswith('_'):
+      del node.attr[key]
+
+
+def _set_aside_rejected_ops(graph_def) -> None:
+  """Lets a step with (already reported) summaries or Print still run.
+
+  Print passes its input through; a v1 summary becomes an empty string
+  constant outside the XLA cluster.
+  """
+  for node in graph_def.node:
+    if node.op == 'Print':
+      _as_identity(node)
+    elif node.op in estimator_adapter.V1_SUMMARY_OPS:
+      node.op = 'Const'
+      del node.input[:]
+      node.attr.clear()
+      node.attr['dtype'].type = tf.string.as_datatype_enum
+      node.attr['value'].tensor.CopyFrom(tf.make_tensor_proto(b''))
 
 
 def _error_lines(message: str) -> str:
@@ -380,6 +447,7 @@ def run_step(step: StepGraph,
   with step.graph.as_default():
     meta_graph = tf.compat.v1.train.export_meta_graph(graph=step.graph)
   _replace_cross_replica_sums(meta_graph.graph_def)
+  _set_aside_rejected_ops(meta_graph.graph_def)
   run_graph = tf.Graph()
   with run_graph.as_default():
     tf.compat.v1.train.import_meta_graph(meta_graph)

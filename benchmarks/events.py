@@ -1,0 +1,118 @@
+"""Reads the step rates that estimators write to their TensorBoard events.
+
+Both `tf.estimator` (StepCounterHook) and TPUEstimator (ExamplesPerSecondHook)
+write a `global_step/sec` scalar every `log_step_count_steps` (100) steps to
+the event files in their model directory. The harness turns those samples into
+one figure per run: the median after dropping the first sample (warm-up:
+graph optimisation, first reads, shuffle buffer fill), times the batch size.
+"""
+
+import dataclasses
+import os
+import statistics
+from typing import Iterable, List, Optional, Sequence
+
+STEP_RATE_TAG = 'global_step/sec'
+EVENT_FILE_MARKER = 'events.out.tfevents.'
+
+
+@dataclasses.dataclass(frozen=True)
+class ScalarEvent:
+  """One scalar value of an event file."""
+  path: str
+  step: int
+  wall_time: float
+  value: float
+
+
+def event_files(model_dir: str) -> List[str]:
+  """All TensorBoard event files under `model_dir` (recursively), sorted."""
+  found = []
+  for root, _, files in os.walk(model_dir):
+    found.extend(
+        os.path.join(root, name) for name in files if EVENT_FILE_MARKER in name)
+  return sorted(found)
+
+
+def read_scalars(path: str, tag: Optional[str] = None) -> List[ScalarEvent]:
+  """The scalar summaries of one event file (all tags, or only `tag`).
+
+  Reads both v1 `simple_value` scalars (what estimator hooks write) and v2
+  tensor scalars (what `tf.summary.scalar` writes).
+
+  Args:
+    path: an event file.
+    tag: keep only this tag; None keeps every scalar.
+
+  Returns:
+    The scalars in file order.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  scalars = []
+  for event in tf.compat.v1.train.summary_iterator(path):
+    for value in event.summary.value:
+      if tag is not None and value.tag != tag:
+        continue
+      if value.HasField('simple_value'):
+        number = float(value.simple_value)
+      elif value.HasField('tensor') and not value.tensor.tensor_shape.dim:
+        number = float(tf.make_ndarray(value.tensor))
+      else:
+        continue
+      scalars.append(ScalarEvent(path, int(event.step), event.wall_time,
+                                 number))
+  return scalars
+
+
+def step_rates(model_dir: str) -> List[ScalarEvent]:
+  """The `global_step/sec` samples under `model_dir`, in wall-time order."""
+  samples = []
+  for path in event_files(model_dir):
+    samples.extend(read_scalars(path, STEP_RATE_TAG))
+  return sorted(samples, key=lambda sample: (sample.wall_time, sample.step))
+
+
+def training_window(model_dir: str) -> Optional[tuple]:
+  """(first, last) wall time of any scalar in the files that hold step rates.
+
+  Those are the training event files (evaluation writes to its own
+  sub-directory). The first scalar is written after the first training step,
+  the last one at or near the final step.
+
+  Args:
+    model_dir: the estimator's model directory.
+
+  Returns:
+    (first_wall_time, last_wall_time), or None without step-rate files.
+  """
+  times = []
+  for path in {sample.path for sample in step_rates(model_dir)}:
+    times.extend(scalar.wall_time for scalar in read_scalars(path))
+  if not times:
+    return None
+  return min(times), max(times)
+
+
+def median_after_warmup(values: Sequence[float], warmup: int = 1) -> float:
+  """The median of `values` without the first `warmup` ones.
+
+  Args:
+    values: samples in the order they were taken.
+    warmup: how many leading samples to drop (kept when nothing else is left).
+
+  Returns:
+    The median.
+
+  Raises:
+    ValueError: when `values` is empty.
+  """
+  if not values:
+    raise ValueError('No samples to take the median of.')
+  kept = list(values[warmup:]) or list(values)
+  return statistics.median(kept)
+
+
+def median(values: Iterable[float]) -> Optional[float]:
+  """The median, or None for no values (None values are skipped)."""
+  kept = [value for value in values if value is not None]
+  return statistics.median(kept) if kept else None

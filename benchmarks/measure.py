@@ -1,0 +1,260 @@
+"""One benchmark measurement, run in its own process.
+
+Kinds:
+  tpu_trainer: `tfx_tpu_trainer.executor.Executor().Do()` with
+    components/taxi_tpu_module.py (use_tpu=False, CPU).
+  stock_trainer: `tfx.components.trainer.executor.Executor().Do()` with the
+    tfx wheel's taxi_utils.trainer_fn (its batch size, 40, is fixed there).
+  input: TPUTrainer's default input function over the same train split,
+    drained for a number of batches with no model.
+
+Usage (the harness runs this in a fresh subprocess per measurement):
+  python -m benchmarks.measure --kind KIND --data_spec DATA.json \
+      --batch_size B --train_steps N --eval_steps E --output_dir DIR \
+      --result RESULT.json
+
+The result JSON holds the step-rate samples, examples/s (median after the
+first sample times the batch size), the executor's wall time and its parts.
+Peak memory is taken by the parent from the process's rusage.
+"""
+
+import json
+import os
+import resource
+import time
+from typing import Any, Dict, List
+
+PROCESS_START = time.time()
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import app
+from absl import flags
+from absl import logging
+
+from benchmarks import data as data_lib
+from benchmarks import events
+# pylint: enable=g-import-not-at-top,wrong-import-position
+
+KINDS = ('tpu_trainer', 'stock_trainer', 'input')
+TPU_MODULE_FILE = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'components',
+    'taxi_tpu_module.py')
+LABEL_KEY = 'tips_xf'  # The stock preprocessing_fn's label.
+STOCK_BATCH_SIZE = 40  # Hard-coded in taxi_utils.trainer_fn.
+INPUT_SAMPLE_BATCHES = 100  # Batches per input-rate sample (as the hooks).
+INPUT_WARMUP_BATCHES = 20
+
+
+def _exec_properties(module_file: str, train_steps: int, eval_steps: int,
+                     custom_config: Any) -> Dict[str, Any]:
+  # pylint: disable=g-import-not-at-top
+  from tfx.proto import trainer_pb2
+  from tfx.utils import proto_utils
+  # pylint: enable=g-import-not-at-top
+  return {
+      'module_file': module_file,
+      'train_args': proto_utils.proto_to_json(
+          trainer_pb2.TrainArgs(num_steps=train_steps)),
+      'eval_args': proto_utils.proto_to_json(
+          trainer_pb2.EvalArgs(num_steps=eval_steps)),
+      'custom_config': json.dumps(custom_config),
+  }
+
+
+def _output_dict(output_dir: str) -> Dict[str, List[Any]]:
+  from tfx.types import standard_artifacts  # pylint: disable=g-import-not-at-top
+  model = standard_artifacts.Model()
+  model.uri = os.path.join(output_dir, 'model')
+  model_run = standard_artifacts.ModelRun()
+  model_run.uri = os.path.join(output_dir, 'model_run')
+  return {'model': [model], 'model_run': [model_run]}
+
+
+def tpu_trainer_config(batch_size: int) -> Dict[str, Any]:
+  """The TPUTrainer custom_config of the benchmark."""
+  return {
+      'label_key': LABEL_KEY,
+      'train_batch_size': batch_size,
+      'eval_batch_size': batch_size,
+      'use_tpu': False,
+  }
+
+
+def run_trainer(kind: str, spec: Dict[str, Any], batch_size: int,
+                train_steps: int, eval_steps: int,
+                output_dir: str) -> Dict[str, Any]:
+  """Runs one trainer executor's `Do()` and reads its step rates.
+
+  Args:
+    kind: 'tpu_trainer' or 'stock_trainer'.
+    spec: the data spec (benchmarks.data).
+    batch_size: the train and eval batch size (stock: must be 40).
+    train_steps: train_args.num_steps.
+    eval_steps: eval_args.num_steps.
+    output_dir: where the model and model_run artifacts go.
+
+  Returns:
+    The measurement: rates, examples/s, wall time and its parts.
+  """
+  if kind == 'tpu_trainer':
+    from tfx_tpu_trainer import executor as executor_lib  # pylint: disable=g-import-not-at-top
+    module_file = TPU_MODULE_FILE
+    custom_config = tpu_trainer_config(batch_size)
+  else:
+    if batch_size != STOCK_BATCH_SIZE:
+      raise ValueError(f'The stock trainer_fn trains at batch '
+                       f'{STOCK_BATCH_SIZE}, not {batch_size}.')
+    from tfx.components.trainer import executor as executor_lib  # pylint: disable=g-import-not-at-top
+    module_file = data_lib.stock_taxi_utils_path()
+    custom_config = None
+  imported = time.time()
+
+  input_dict = data_lib.parse_input_dict(spec)
+  output_dict = _output_dict(output_dir)
+  exec_properties = _exec_properties(module_file, train_steps, eval_steps,
+                                     custom_config)
+  start = time.time()
+  executor_lib.Executor().Do(input_dict, output_dict, exec_properties)
+  end = time.time()
+
+  model_run_dir = output_dict['model_run'][0].uri
+  samples = events.step_rates(model_run_dir)
+  if not samples:
+    raise RuntimeError(f'No {events.STEP_RATE_TAG} scalars under '
+                       f'{model_run_dir}.')
+  steps_per_sec = events.median_after_warmup([s.value for s in samples])
+  do_seconds = end - start
+  train_seconds = train_steps / steps_per_sec
+  result = {
+      'steps_per_sec': steps_per_sec,
+      'examples_per_sec': steps_per_sec * batch_size,
+      'step_rate_samples': [[s.step, s.value] for s in samples],
+      'do_seconds': do_seconds,
+      'train_seconds_at_median_rate': train_seconds,
+      'overhead_seconds': do_seconds - train_seconds,
+      'import_seconds': imported - PROCESS_START,
+      'event_dir': os.path.dirname(samples[0].path),
+  }
+  window = events.training_window(model_run_dir)
+  if window is not None:
+    first, last = window
+    result['phases'] = {
+        'before_first_step_seconds': first - start,
+        'training_loop_seconds': last - first,
+        'after_last_step_seconds': end - last,
+    }
+  return result
+
+
+def run_input(spec: Dict[str, Any], batch_size: int, batches: int,
+              output_dir: str) -> Dict[str, Any]:
+  """Drains TPUTrainer's default training input for `batches` batches.
+
+  The dataset is `input_fns.make_input_fn(...)({'batch_size': B})` over the
+  train split, built as the executor builds it (transformed schema, the
+  pipeline's DataAccessor). Batches are pulled inside a `tf.function` loop,
+  `INPUT_SAMPLE_BATCHES` per sample, so per-batch Python overhead does not
+  count: the rate is the input pipeline's own.
+
+  Args:
+    spec: the data spec (benchmarks.data).
+    batch_size: examples per batch.
+    batches: batches to time (after `INPUT_WARMUP_BATCHES` untimed ones).
+    output_dir: a working directory (unused but for symmetry and logs).
+
+  Returns:
+    The measurement: per-sample batch rates, examples/s.
+  """
+  del output_dir
+  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
+  from tfx.components.trainer import fn_args_utils
+  from tfx_tpu_trainer import input_fns
+  from tfx_tpu_trainer import schemas as schemas_lib
+  # pylint: enable=g-import-not-at-top
+  imported = time.time()
+
+  input_dict = data_lib.parse_input_dict(spec)
+  fn_args = fn_args_utils.get_common_fn_args(
+      input_dict, _exec_properties(TPU_MODULE_FILE, batches, 1, None))
+  schemas = schemas_lib.load_schemas(fn_args.schema_path,
+                                     fn_args.transform_graph_path)
+  input_fn = input_fns.make_input_fn(
+      fn_args.train_files,
+      data_accessor=fn_args.data_accessor,
+      schema=schemas.examples,
+      label_key=LABEL_KEY,
+      training=True,
+      repeat=True)
+  dataset = input_fn({'batch_size': batch_size})
+  iterator = iter(dataset)
+
+  @tf.function
+  def drain(count):
+    examples = tf.constant(0, tf.int64)
+    for _ in tf.range(count):
+      _, label = next(iterator)
+      examples += tf.cast(tf.shape(label)[0], tf.int64)
+    return examples
+
+  start = time.time()
+  drain(tf.constant(INPUT_WARMUP_BATCHES)).numpy()
+  built = time.time()
+  samples = []
+  total_examples = 0
+  for _ in range(max(1, batches // INPUT_SAMPLE_BATCHES)):
+    sample_start = time.perf_counter()
+    examples = int(drain(tf.constant(INPUT_SAMPLE_BATCHES)).numpy())
+    elapsed = time.perf_counter() - sample_start
+    total_examples += examples
+    samples.append(examples / elapsed)
+  if total_examples != batch_size * INPUT_SAMPLE_BATCHES * len(samples):
+    raise RuntimeError(f'Batches were not all of size {batch_size}.')
+  examples_per_sec = events.median_after_warmup(samples)
+  return {
+      'steps_per_sec': examples_per_sec / batch_size,
+      'examples_per_sec': examples_per_sec,
+      'step_rate_samples': [[(i + 1) * INPUT_SAMPLE_BATCHES, s / batch_size]
+                            for i, s in enumerate(samples)],
+      'setup_seconds': built - start,
+      'import_seconds': imported - PROCESS_START,
+  }
+
+
+_KIND = flags.DEFINE_enum('kind', None, KINDS, 'What to measure.')
+_DATA_SPEC = flags.DEFINE_string('data_spec', None, 'benchmarks.data JSON.')
+_BATCH_SIZE = flags.DEFINE_integer('batch_size', 40, 'Batch size.')
+_TRAIN_STEPS = flags.DEFINE_integer('train_steps', 3000,
+                                    'Training steps (input: batches).')
+_EVAL_STEPS = flags.DEFINE_integer('eval_steps', 100, 'Evaluation steps.')
+_OUTPUT_DIR = flags.DEFINE_string('output_dir', None, 'Output directory.')
+_RESULT = flags.DEFINE_string('result', None, 'Where to write the result.')
+
+
+def main(argv: List[str]) -> None:
+  del argv
+  logging.set_verbosity(logging.INFO)
+  with open(_DATA_SPEC.value) as f:
+    spec = json.load(f)
+  os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
+  if _KIND.value == 'input':
+    result = run_input(spec, _BATCH_SIZE.value, _TRAIN_STEPS.value,
+                       _OUTPUT_DIR.value)
+  else:
+    result = run_trainer(_KIND.value, spec, _BATCH_SIZE.value,
+                         _TRAIN_STEPS.value, _EVAL_STEPS.value,
+                         _OUTPUT_DIR.value)
+  result.update(
+      kind=_KIND.value,
+      batch_size=_BATCH_SIZE.value,
+      train_steps=_TRAIN_STEPS.value,
+      self_max_rss_kb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+      process_seconds=time.time() - PROCESS_START)
+  with open(_RESULT.value, 'w') as f:
+    json.dump(result, f, indent=2)
+  logging.info('Measurement %s: %s', _KIND.value, result)
+
+
+if __name__ == '__main__':
+  flags.mark_flags_as_required(['kind', 'data_spec', 'output_dir', 'result'])
+  app.run(main)

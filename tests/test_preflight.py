@@ -1,0 +1,400 @@
+"""TPU preflight: `tfx-tpu-trainer preflight` and the preflight API, on CPU."""
+
+import json
+import os
+import time
+
+import pytest
+import tensorflow as tf
+
+from tfx_tpu_trainer import cli
+from tfx_tpu_trainer import config as config_lib
+from tfx_tpu_trainer import errors
+from tfx_tpu_trainer import preflight
+from tfx_tpu_trainer import preflight_sample
+from tfx_tpu_trainer import user_module
+
+from tests import conftest
+from tests import pipeline_outputs
+from tests.conftest import TEST_MODULES_DIR
+
+REPO = conftest.REPO_ROOT
+TAXI_TPU_MODULE = os.path.join(REPO, 'components', 'taxi_tpu_module.py')
+TAXI_KERAS_MODULE = os.path.join(REPO, 'components', 'taxi_keras_module.py')
+FLOAT_FEATURES = ('fare_xf', 'trip_miles_xf', 'trip_seconds_xf')
+SCHEMA = ''.join(
+    f'feature {{ name: "{name}" type: FLOAT presence {{ min_fraction: 1.0 }} '
+    'shape { } }\n' for name in FLOAT_FEATURES
+) + ('feature { name: "big_tipper" type: INT presence { min_fraction: 1.0 } '
+     'shape { } }\n')
+
+
+def _module(name):
+  return os.path.join(TEST_MODULES_DIR, name)
+
+
+@pytest.fixture(scope='module')
+def schema_file(tmp_path_factory):
+  path = tmp_path_factory.mktemp('schema') / 'schema.pbtxt'
+  path.write_text(SCHEMA)
+  return str(path)
+
+
+def _preflight(capsys, *argv):
+  """Runs `tfx-tpu-trainer preflight ARGV`; returns (exit code, stdout lines)."""
+  try:
+    code = cli.main(['preflight'] + list(argv))
+  except SystemExit as e:  # argparse's own errors.
+    code = e.code
+  captured = capsys.readouterr()
+  return code, [line.strip() for line in captured.out.splitlines()], (
+      captured.err)
+
+
+def test_ready_module_passes(capsys, schema_file):
+  code, lines, _ = _preflight(capsys, '--module-file',
+                              _module('preflight_ready_module.py'),
+                              '--schema', schema_file)
+  assert code == 0, lines
+  assert lines[0] == (f'TPU preflight of {_module("preflight_ready_module.py")}'
+                      ': TPU-ready')
+  assert lines[1] == ('shards: 8; sample: zeros shaped by the feature spec of '
+                      f'{schema_file}')
+  assert ('INFO    [export/export] the {serve} and {serve, tpu} SavedModel '
+          'exported.') in lines
+  assert any(line.startswith('INFO    [train/train-step] one train step '
+                             'compiled with XLA and ran on the sample')
+             for line in lines)
+
+
+ALSO = ' (Also in the eval and export steps.)'
+
+
+@pytest.mark.parametrize('module_name,errors,line', [
+    ('preflight_string_op_module.py', 1,
+     "ERROR   [train/string-op] op 'AsString' (AsString) computes strings in "
+     'the train step; a TPU program cannot hold strings. Do string work in '
+     'the input_fn or the preprocessing_fn (e.g. turn strings into ids).' +
+     ALSO),
+    ('preflight_float64_module.py', 4,
+     "ERROR   [train/float64] op 'Cast' (Cast) computes float64 in the train "
+     'step; TPUs have no float64 (XLA on CPU accepts it). Use float32 or '
+     'bfloat16: cast the inputs, and pass dtype=tf.float32 where a constant '
+     'or variable is made.' + ALSO),
+    ('preflight_unique_module.py', 1,
+     "ERROR   [train/dynamic-shape] op 'Unique' (Unique) makes tensor "
+     "'Unique:0' of shape (None,) from inputs of static shape: its size "
+     'depends on the data. TPU programs need static shapes (XLA on CPU '
+     'bounds such shapes, a TPU may not, and pads them at best). Keep sizes '
+     'fixed: e.g. mask with tf.where(cond, x, 0) instead of tf.boolean_mask, '
+     'and pad variable-length outputs to a fixed size.' + ALSO),
+    ('preflight_numpy_function_module.py', 1,
+     "ERROR   [train/xla-unsupported-op] op 'PyFunc' (PyFunc) in the train "
+     'step cannot be compiled by XLA (XLA_CPU_JIT has no kernel for it), so '
+     'the TPU cannot run it. Replace it, or move it to the '
+     'input_fn/preprocessing_fn.' + ALSO),
+    ('preflight_no_cross_shard_module.py', 1,
+     'ERROR   [train/missing-cross-shard-optimizer] the train step has no '
+     'cross-shard gradient sum for 8 shards: each TPU core would train its '
+     'own copy of the model. Wrap the optimizer: `if params["use_tpu"]: '
+     'optimizer = tf.compat.v1.tpu.CrossShardOptimizer(optimizer)` (an '
+     'Estimator model_fn adapted by estimator_adapter.to_tpu_model_fn gets '
+     'this for tf.compat.v1.train optimizers).'),
+    ('preflight_summary_module.py', 1,
+     "ERROR   [train/v1-summary] op 'mean_logit' (ScalarSummary) is a v1 "
+     'summary inside the train step; TPU computations reject v1 summaries. '
+     'Remove it, or write summaries from a TPUEstimatorSpec host_call with '
+     'tf.summary (v2).' + ALSO),
+    ('preflight_scalar_metric_module.py', 1,
+     "ERROR   [eval/eval-metric-tensor-shape] eval_metrics tensor '0' "
+     '(Mean:0) is a scalar: the TPU outfeed concatenates these tensors '
+     'across shards on the first axis, so each needs a batch axis. Pass '
+     'per-example tensors, or tf.reshape(x, [1]).'),
+])
+def test_broken_module_fails_naming_the_problem(capsys, schema_file,
+                                                module_name, errors, line):
+  path = _module(module_name)
+  code, lines, _ = _preflight(capsys, '--module-file', path, '--schema',
+                              schema_file)
+  assert code == 1, lines
+  assert lines[0] == (f'TPU preflight of {path}: NOT TPU-ready: {errors} '
+                      'error(s)')
+  assert line in lines
+
+
+def test_dynamic_input_shapes_name_each_feature(capsys):
+  # No examples and no schema: the sample is the module input_fn's first
+  # batch, which it batches without drop_remainder.
+  path = _module('preflight_dynamic_input_module.py')
+  code, lines, _ = _preflight(capsys, '--module-file', path)
+  assert code == 1
+  assert lines[0] == f'TPU preflight of {path}: NOT TPU-ready: 4 error(s)'
+  assert lines[1] == ("shards: 8; sample: first batch of the module's "
+                      'input_fn (called without files)')
+  for name in ("feature 'fare_xf'", "feature 'trip_miles_xf'",
+               "feature 'trip_seconds_xf'", 'label'):
+    assert (f'ERROR   [input/dynamic-input-shape] {name} has shape (None,) in '
+            'the input: the TPU needs static shapes. Batch with '
+            'drop_remainder=True (the default input does) and pad '
+            'variable-length features to a fixed length.') in lines
+
+
+def test_batch_size_that_does_not_divide_by_8_shards(capsys, schema_file):
+  path = _module('preflight_ready_module.py')
+  code, lines, _ = _preflight(
+      capsys, '--module-file', path, '--schema', schema_file,
+      '--custom-config', '{"train_batch_size": 12, "num_shards": 8}')
+  assert code == 1
+  assert lines[0] == f'TPU preflight of {path}: NOT TPU-ready: 1 error(s)'
+  assert ("ERROR   [config/batch-size-not-divisible] "
+          "custom_config['train_batch_size']=12 does not divide by "
+          'num_shards=8: TPU splits each global batch evenly across shards. '
+          'Use a multiple of 8.') in lines
+
+
+def test_assumed_shard_count_only_warns(capsys, schema_file):
+  code, lines, _ = _preflight(
+      capsys, '--module-file', _module('preflight_ready_module.py'),
+      '--schema', schema_file, '--custom-config', '{"eval_batch_size": 20}')
+  assert code == 0
+  assert ("WARNING [config/batch-size-not-divisible] "
+          "custom_config['eval_batch_size']=20 does not divide by "
+          'num_shards=8: TPU splits each global batch evenly across shards. '
+          'Use a multiple of 8 (num_shards is not set: 8, one TPU host, was '
+          'assumed; set custom_config num_shards to check exactly).') in lines
+
+
+def test_num_shards_flag_sets_the_shard_count(capsys, schema_file):
+  code, lines, _ = _preflight(
+      capsys, '--module-file', _module('preflight_no_cross_shard_module.py'),
+      '--schema', schema_file, '--num-shards', '1', '--custom-config',
+      '{"train_batch_size": 12}')
+  # One shard: nothing to sum across, and 12 divides by 1.
+  assert code == 0, lines
+  assert lines[1].startswith('shards: 1; ')
+
+
+def test_keras_module_without_data_uses_its_inputs(capsys):
+  code, lines, _ = _preflight(capsys, '--module-file', TAXI_KERAS_MODULE)
+  assert code == 0, lines
+  assert lines[1] == ('shards: 8; sample: zeros shaped by the Keras model '
+                      'inputs and outputs')
+  assert ('INFO    [export/export-skipped] the dual-tag export was not tried: '
+          'no serving input was given (a transform graph, a schema or the '
+          "module's serving_input_receiver_fn).") in lines
+
+
+def test_adapted_estimator_module_passes_as_json(capsys, schema_file):
+  code, _, _ = _preflight(
+      capsys, '--module-file', _module('estimator_adapted_module.py'),
+      '--schema', schema_file, '--json')
+  assert code == 0
+  # _preflight consumed the output; run again for the JSON text.
+  cli.main(['preflight', '--module-file',
+            _module('estimator_adapted_module.py'), '--schema', schema_file,
+            '--json'])
+  report = json.loads(capsys.readouterr().out)
+  assert report['ok'] is True and report['num_shards'] == 8
+  assert set(report['seconds']) == {'config', 'input', 'train', 'eval',
+                                    'export'}
+  by_code = {f['code']: f for f in report['findings']}
+  assert all(f['severity'] == 'info' for f in report['findings'])
+  eval_message = by_code['eval-step']['message']
+  for name in ('accuracy=', 'auc=', 'mean_loss='):
+    assert name in eval_message
+
+
+def test_module_that_does_not_load_is_not_ready(capsys):
+  code, lines, _ = _preflight(capsys, '--module-file',
+                              _module('fails_to_import.py'))
+  assert code == 1
+  assert lines[0] == 'TPU preflight: NOT TPU-ready'
+  assert lines[1].startswith(
+      f"ERROR   module_file '{_module('fails_to_import.py')}' failed to "
+      'import: ')
+
+
+@pytest.mark.parametrize('argv,message', [
+    (['--module-file', '/no/such/module.py'],
+     "--module-file '/no/such/module.py' does not exist or is not a file."),
+    (['--custom-config', '{not json'], '--custom-config is not valid JSON: '),
+    (['--custom-config', '[1, 2]'],
+     '--custom-config must be a JSON object, got list.'),
+    (['--custom-config', '{"bogus": 1}'],
+     "Unknown custom_config key(s) ['bogus']."),
+    (['--custom-config', '{"train_batch_size": 0}'],
+     "custom_config['train_batch_size'] must be a positive integer, got 0."),
+    (['--num-shards', '0'],
+     'argument --num-shards: must be a positive integer, got 0'),
+    (['--examples', '/no/such/dir'],
+     "--examples '/no/such/dir' has no Split-train directory (found: "
+     'nothing); pass an examples artifact directory.'),
+    (['--transform-graph', '/no/such/dir'],
+     "--transform-graph '/no/such/dir' is not a Transform graph artifact "
+     'directory (no transformed_metadata).'),
+    (['--schema', '/no/such/schema.pbtxt'],
+     "--schema '/no/such/schema.pbtxt' does not exist."),
+    ([], 'preflight needs a sample batch for a model_fn module: pass '
+     '--examples DIR (an examples artifact directory), or --transform-graph '
+     '/ --schema to synthesize one.'),
+])
+def test_bad_arguments_exit_2(capsys, argv, message):
+  if not any(arg == '--module-file' for arg in argv):
+    argv = ['--module-file', _module('preflight_ready_module.py')] + argv
+  code, _, err = _preflight(capsys, *argv)
+  assert code == 2
+  assert message in err
+
+
+def _synthetic_sample(extra_features=None, batch_size=8):
+  spec = {name: tf.io.FixedLenFeature([], tf.float32)
+          for name in FLOAT_FEATURES}
+  spec['big_tipper'] = tf.io.FixedLenFeature([], tf.int64)
+  spec.update(extra_features or {})
+  return preflight_sample.from_feature_spec(spec, 'big_tipper', batch_size,
+                                            'synthetic')
+
+
+def _model_fn(module_name):
+  from tfx_tpu_trainer import keras_model_fn  # pylint: disable=g-import-not-at-top
+  module = user_module.load_user_module({'module_file': _module(module_name)})
+  return keras_model_fn.model_fn_for_module(module)
+
+
+def test_unused_string_feature_is_reported_once_and_model_still_checked():
+  report = preflight.run_preflight(
+      _model_fn('preflight_ready_module.py'),
+      config_lib.TrainerConfig(), {},
+      _synthetic_sample({'company': tf.io.FixedLenFeature([], tf.string)}),
+      'ready')
+  assert [f.code for f in report.errors] == ['input-dtype']
+  assert report.errors[0].message == (
+      "feature 'company' is a string tensor: the TPU infeed cannot carry it, "
+      'even when the model does not read it. Turn strings into ids in the '
+      'preprocessing_fn, or drop the feature in an input_fn.')
+  assert {'train-step', 'eval-step', 'predict-step'} <= set(report.codes())
+
+
+def test_model_reading_a_string_feature_is_told_why():
+
+  def model_fn(features, labels, mode, params):
+    del labels, mode, params
+    return features['company']
+
+  report = preflight.run_preflight(
+      model_fn, config_lib.TrainerConfig(), {},
+      _synthetic_sample({'company': tf.io.FixedLenFeature([], tf.string)}),
+      'reads_strings')
+  train = [f for f in report.errors if f.phase == 'train']
+  assert [f.code for f in train] == ['model-fn-error']
+  assert train[0].message == (
+      "the model_fn failed in mode 'train' (built as on TPU: "
+      "params['use_tpu']=True): KeyError: \"feature 'company' is a string "
+      'tensor, which the TPU infeed cannot carry, so a TPU model_fn never '
+      'receives it (see the input findings)"')
+
+
+def test_sparse_feature_skips_the_model_checks():
+  report = preflight.run_preflight(
+      _model_fn('preflight_ready_module.py'), config_lib.TrainerConfig(), {},
+      _synthetic_sample({'tags': tf.io.VarLenFeature(tf.int64)}), 'sparse')
+  assert report.codes() == ['sparse-input', 'skipped']
+  assert report.errors[0].message.startswith(
+      "feature 'tags' is a SparseTensor: TPUEstimator infeeds dense tensors "
+      'only.')
+  assert report.seconds.keys() == {'config', 'input'}
+
+
+def test_loss_that_is_not_float32():
+
+  def model_fn(features, labels, mode, params):
+    del labels, params
+    weight = tf.compat.v1.get_variable('w', [1])
+    loss = tf.cast(tf.reduce_mean(features['fare_xf'] * weight), tf.bfloat16)
+    optimizer = tf.compat.v1.tpu.CrossShardOptimizer(
+        tf.compat.v1.train.GradientDescentOptimizer(0.1))
+    return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
+        mode, loss=loss, train_op=optimizer.minimize(
+            loss, tf.compat.v1.train.get_global_step()))
+
+  report = preflight.run_preflight(model_fn, config_lib.TrainerConfig(), {},
+                                   _synthetic_sample(), 'bfloat16_loss')
+  train = [f for f in report.errors if f.phase == 'train']
+  assert [f.code for f in train] == ['loss']
+  assert train[0].message == (
+      "the loss 'Cast:0' has shape () and dtype bfloat16; TPUEstimator "
+      'accumulates a float32 scalar loss on the TPU. Reduce it to a scalar '
+      '(tf.reduce_mean) in float32.')
+
+
+def test_check_before_training_raises_listing_the_errors():
+  path = _module('preflight_no_cross_shard_module.py')
+  module = user_module.load_user_module({'module_file': path})
+  sample = _synthetic_sample()
+
+  def input_fn(params):
+    del params
+    return tf.data.Dataset.from_tensors((sample.features, sample.labels))
+
+  with pytest.raises(preflight.PreflightError) as error:
+    preflight.check_before_training(
+        _model_fn('preflight_no_cross_shard_module.py'),
+        config_lib.TrainerConfig(use_tpu=True), {}, input_fn, module.source)
+  assert str(error.value).startswith(
+      f'{path} is not TPU-ready (1 error(s) found by the TPU preflight):\n'
+      '  ERROR   [train/missing-cross-shard-optimizer] the train step has no '
+      'cross-shard gradient sum for 8 shards')
+  assert isinstance(error.value, errors.TPUTrainerError)
+
+
+# The data half of the pipeline on a slice whose pickup_census_tract column
+# has a value, so SchemaGen types it INT as on the full data (on the first
+# 400 rows the column is empty and becomes a string feature).
+CENSUS_ROW = 15001
+
+
+@pytest.fixture(scope='module')
+def tpu_ready_taxi_artifacts(tmp_path_factory):
+  from pipelines import paths  # pylint: disable=g-import-not-at-top
+  data_dir = tmp_path_factory.mktemp('tpu_ready_taxi_data')
+  with open(os.path.join(paths.embedded_data_root(), 'data.csv')) as source:
+    lines = source.readlines()
+  with open(data_dir / 'data.csv', 'w') as target:
+    target.writelines(lines[:conftest.SLICE_ROWS] + [lines[CENSUS_ROW + 1]])
+  return pipeline_outputs.run_data_components(
+      str(tmp_path_factory.mktemp('tpu_ready_pipeline')), str(data_dir))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('module_file', [TAXI_TPU_MODULE, TAXI_KERAS_MODULE])
+def test_bundled_modules_are_tpu_ready(capsys, tpu_ready_taxi_artifacts,
+                                       module_file):
+  examples = tpu_ready_taxi_artifacts.transformed_examples.uri
+  start = time.time()
+  code, lines, _ = _preflight(
+      capsys, '--module-file', module_file, '--examples', examples,
+      '--transform-graph', tpu_ready_taxi_artifacts.transform_graph.uri,
+      '--custom-config', '{"num_shards": 8}')
+  seconds = time.time() - start
+  assert code == 0, lines
+  assert lines[0] == f'TPU preflight of {module_file}: TPU-ready'
+  assert lines[1] == ('shards: 8; sample: first batch of the default input_fn '
+                      f'over {examples}/Split-train')
+  assert ('INFO    [export/export] the {serve} and {serve, tpu} SavedModel '
+          'exported.') in lines
+  assert seconds < 60
+
+
+@pytest.mark.slow
+def test_string_feature_of_the_400_row_slice_is_found(capsys, taxi_artifacts):
+  code, lines, _ = _preflight(
+      capsys, '--module-file', TAXI_TPU_MODULE, '--examples',
+      taxi_artifacts.transformed_examples.uri, '--transform-graph',
+      taxi_artifacts.transform_graph.uri)
+  assert code == 1
+  assert lines[0] == (f'TPU preflight of {TAXI_TPU_MODULE}: NOT TPU-ready: '
+                      '1 error(s)')
+  assert ("ERROR   [input/input-dtype] feature 'pickup_census_tract_xf' is a "
+          'string tensor: the TPU infeed cannot carry it, even when the model '
+          'does not read it. Turn strings into ids in the preprocessing_fn, '
+          'or drop the feature in an input_fn.') in lines
