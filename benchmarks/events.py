@@ -1,10 +1,18 @@
 """Reads the step rates that estimators write to their TensorBoard events.
 
-Both `tf.estimator` (StepCounterHook) and TPUEstimator (ExamplesPerSecondHook)
-write a `global_step/sec` scalar every `log_step_count_steps` (100) steps to
-the event files in their model directory. The harness turns those samples into
-one figure per run: the median after dropping the first sample (warm-up:
-graph optimisation, first reads, shuffle buffer fill), times the batch size.
+`tf.estimator` (StepCounterHook) writes a `global_step/sec` scalar every
+`log_step_count_steps` (100) steps to the event files of its model directory.
+TPUEstimator (ExamplesPerSecondHook) writes the same tag every
+`ceil(log_step_count_steps / iterations_per_loop)` session runs: on TPU one
+run is `iterations_per_loop` steps, but on CPU one run is one step, so with
+the defaults (100 / 100) it writes a sample after every step.
+
+So that both are measured the same way, the samples are first merged into
+windows of at least `WINDOW_STEPS` steps (each sample's time is its steps
+divided by its rate, so a window's rate is its steps over the summed time).
+One run's figure is then the median window rate after dropping the first
+window (warm-up: graph optimisation, first reads, shuffle buffer fill), times
+the batch size for examples/s.
 """
 
 import dataclasses
@@ -14,6 +22,9 @@ from typing import Iterable, List, Optional, Sequence
 
 STEP_RATE_TAG = 'global_step/sec'
 EVENT_FILE_MARKER = 'events.out.tfevents.'
+WINDOW_STEPS = 100
+# The step at which StepCounterHook starts its clock.
+FIRST_COUNTED_STEP = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +102,64 @@ def training_window(model_dir: str) -> Optional[tuple]:
   if not times:
     return None
   return min(times), max(times)
+
+
+def last_eval_time(model_dir: str) -> Optional[float]:
+  """The wall time of the last scalar outside the training event files.
+
+  Evaluation writes its metrics to its own sub-directory when it finishes,
+  so this is when the final evaluation ended.
+
+  Args:
+    model_dir: the estimator's model directory.
+
+  Returns:
+    The wall time, or None without such scalars.
+  """
+  training_files = {sample.path for sample in step_rates(model_dir)}
+  times = [
+      scalar.wall_time
+      for path in event_files(model_dir) if path not in training_files
+      for scalar in read_scalars(path)
+  ]
+  return max(times) if times else None
+
+
+def window_rates(samples: Sequence[ScalarEvent],
+                 window_steps: int = WINDOW_STEPS) -> List[float]:
+  """Merges step-rate samples into windows of at least `window_steps` steps.
+
+  A sample covers the steps since the previous sample and took
+  `steps / rate` seconds. The hooks start counting at global step 1 (their
+  first trigger records a time and writes nothing), so the first sample
+  covers the steps since step 1.
+
+  Args:
+    samples: `global_step/sec` samples in order (see `step_rates`).
+    window_steps: the minimum steps per window; samples already that far
+      apart make one window each. A trailing partial window is dropped
+      unless there is no other.
+
+  Returns:
+    The steps/s of each window, in order.
+  """
+  rates = []
+  previous_step = FIRST_COUNTED_STEP
+  steps = 0
+  seconds = 0.0
+  for sample in samples:
+    elapsed_steps = sample.step - previous_step
+    previous_step = sample.step
+    if elapsed_steps <= 0 or sample.value <= 0:
+      continue
+    steps += elapsed_steps
+    seconds += elapsed_steps / sample.value
+    if steps >= window_steps:
+      rates.append(steps / seconds)
+      steps, seconds = 0, 0.0
+  if steps and not rates:
+    rates.append(steps / seconds)
+  return rates
 
 
 def median_after_warmup(values: Sequence[float], warmup: int = 1) -> float:

@@ -22,7 +22,7 @@ import json
 import os
 import resource
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 PROCESS_START = time.time()
 
@@ -70,19 +70,24 @@ def _output_dict(output_dir: str) -> Dict[str, List[Any]]:
   return {'model': [model], 'model_run': [model_run]}
 
 
-def tpu_trainer_config(batch_size: int) -> Dict[str, Any]:
-  """The TPUTrainer custom_config of the benchmark."""
-  return {
+def tpu_trainer_config(batch_size: int,
+                       overrides: Optional[Dict[str, Any]] = None
+                      ) -> Dict[str, Any]:
+  """The TPUTrainer custom_config of the benchmark (plus `overrides`)."""
+  config = {
       'label_key': LABEL_KEY,
       'train_batch_size': batch_size,
       'eval_batch_size': batch_size,
       'use_tpu': False,
   }
+  config.update(overrides or {})
+  return config
 
 
 def run_trainer(kind: str, spec: Dict[str, Any], batch_size: int,
-                train_steps: int, eval_steps: int,
-                output_dir: str) -> Dict[str, Any]:
+                train_steps: int, eval_steps: int, output_dir: str,
+                config_overrides: Optional[Dict[str, Any]] = None
+               ) -> Dict[str, Any]:
   """Runs one trainer executor's `Do()` and reads its step rates.
 
   Args:
@@ -92,6 +97,7 @@ def run_trainer(kind: str, spec: Dict[str, Any], batch_size: int,
     train_steps: train_args.num_steps.
     eval_steps: eval_args.num_steps.
     output_dir: where the model and model_run artifacts go.
+    config_overrides: entries merged into TPUTrainer's custom_config.
 
   Returns:
     The measurement: rates, examples/s, wall time and its parts.
@@ -99,7 +105,7 @@ def run_trainer(kind: str, spec: Dict[str, Any], batch_size: int,
   if kind == 'tpu_trainer':
     from tfx_tpu_trainer import executor as executor_lib  # pylint: disable=g-import-not-at-top
     module_file = TPU_MODULE_FILE
-    custom_config = tpu_trainer_config(batch_size)
+    custom_config = tpu_trainer_config(batch_size, config_overrides)
   else:
     if batch_size != STOCK_BATCH_SIZE:
       raise ValueError(f'The stock trainer_fn trains at batch '
@@ -122,13 +128,15 @@ def run_trainer(kind: str, spec: Dict[str, Any], batch_size: int,
   if not samples:
     raise RuntimeError(f'No {events.STEP_RATE_TAG} scalars under '
                        f'{model_run_dir}.')
-  steps_per_sec = events.median_after_warmup([s.value for s in samples])
+  windows = events.window_rates(samples)
+  steps_per_sec = events.median_after_warmup(windows)
   do_seconds = end - start
   train_seconds = train_steps / steps_per_sec
   result = {
       'steps_per_sec': steps_per_sec,
       'examples_per_sec': steps_per_sec * batch_size,
-      'step_rate_samples': [[s.step, s.value] for s in samples],
+      'window_steps_per_sec': windows,
+      'step_rate_sample_count': len(samples),
       'do_seconds': do_seconds,
       'train_seconds_at_median_rate': train_seconds,
       'overhead_seconds': do_seconds - train_seconds,
@@ -143,6 +151,11 @@ def run_trainer(kind: str, spec: Dict[str, Any], batch_size: int,
         'training_loop_seconds': last - first,
         'after_last_step_seconds': end - last,
     }
+    eval_end = events.last_eval_time(model_run_dir)
+    if eval_end is not None and eval_end >= last:
+      result['phases'].update(
+          last_step_to_eval_end_seconds=eval_end - last,
+          eval_end_to_do_end_seconds=end - eval_end)
   return result
 
 
@@ -214,8 +227,7 @@ def run_input(spec: Dict[str, Any], batch_size: int, batches: int,
   return {
       'steps_per_sec': examples_per_sec / batch_size,
       'examples_per_sec': examples_per_sec,
-      'step_rate_samples': [[(i + 1) * INPUT_SAMPLE_BATCHES, s / batch_size]
-                            for i, s in enumerate(samples)],
+      'window_steps_per_sec': [s / batch_size for s in samples],
       'setup_seconds': built - start,
       'import_seconds': imported - PROCESS_START,
   }
@@ -229,6 +241,9 @@ _TRAIN_STEPS = flags.DEFINE_integer('train_steps', 3000,
 _EVAL_STEPS = flags.DEFINE_integer('eval_steps', 100, 'Evaluation steps.')
 _OUTPUT_DIR = flags.DEFINE_string('output_dir', None, 'Output directory.')
 _RESULT = flags.DEFINE_string('result', None, 'Where to write the result.')
+_TPU_TRAINER_CONFIG = flags.DEFINE_string(
+    'tpu_trainer_config', '{}', 'JSON dict merged into the TPUTrainer '
+    'custom_config (for A/B runs, e.g. {"iterations_per_loop": 1}).')
 
 
 def main(argv: List[str]) -> None:
@@ -243,7 +258,8 @@ def main(argv: List[str]) -> None:
   else:
     result = run_trainer(_KIND.value, spec, _BATCH_SIZE.value,
                          _TRAIN_STEPS.value, _EVAL_STEPS.value,
-                         _OUTPUT_DIR.value)
+                         _OUTPUT_DIR.value,
+                         json.loads(_TPU_TRAINER_CONFIG.value))
   result.update(
       kind=_KIND.value,
       batch_size=_BATCH_SIZE.value,

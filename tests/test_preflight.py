@@ -4,12 +4,15 @@ import json
 import os
 import time
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
 from tfx_tpu_trainer import cli
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
+from tfx_tpu_trainer import executor
+from tfx_tpu_trainer import keras_model_fn
 from tfx_tpu_trainer import preflight
 from tfx_tpu_trainer import preflight_sample
 from tfx_tpu_trainer import user_module
@@ -41,7 +44,7 @@ def schema_file(tmp_path_factory):
 
 
 def _preflight(capsys, *argv):
-  """Runs `tfx-tpu-trainer preflight ARGV`; returns (exit code, stdout lines)."""
+  """Runs `tfx-tpu-trainer preflight ARGV`: exit code, stdout lines, stderr."""
   try:
     code = cli.main(['preflight'] + list(argv))
   except SystemExit as e:  # argparse's own errors.
@@ -256,7 +259,6 @@ def _synthetic_sample(extra_features=None, batch_size=8):
 
 
 def _model_fn(module_name):
-  from tfx_tpu_trainer import keras_model_fn  # pylint: disable=g-import-not-at-top
   module = user_module.load_user_module({'module_file': _module(module_name)})
   return keras_model_fn.model_fn_for_module(module)
 
@@ -325,6 +327,89 @@ def test_loss_that_is_not_float32():
       "the loss 'Cast:0' has shape () and dtype bfloat16; TPUEstimator "
       'accumulates a float32 scalar loss on the TPU. Reduce it to a scalar '
       '(tf.reduce_mean) in float32.')
+
+
+def _linear_model_fn(eval_metric_fn=None, host_call_fn=None):
+  """A TPU model_fn whose metric_fn or host_call is given."""
+
+  def model_fn(features, labels, mode, params):
+    del params
+    weight = tf.compat.v1.get_variable('w', [1])
+    logits = tf.reshape(features['fare_xf'] * weight, [-1, 1])
+    if mode == tf.estimator.ModeKeys.PREDICT:
+      return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
+          mode, predictions={'logits': logits})
+    loss = tf.reduce_mean(tf.square(
+        logits - tf.cast(tf.reshape(labels, [-1, 1]), tf.float32)))
+    if mode == tf.estimator.ModeKeys.EVAL:
+      return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
+          mode, loss=loss, eval_metrics=(eval_metric_fn, [logits]))
+    optimizer = tf.compat.v1.tpu.CrossShardOptimizer(
+        tf.compat.v1.train.GradientDescentOptimizer(0.1))
+    return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
+        mode, loss=loss, host_call=(host_call_fn, [logits]),
+        train_op=optimizer.minimize(loss,
+                                    tf.compat.v1.train.get_global_step()))
+
+  return model_fn
+
+
+def _mean_logit(logits):
+  return {'mean_logit': tf.compat.v1.metrics.mean(logits)}
+
+
+def test_metric_fn_returning_a_keras_metric():
+
+  def keras_metric_fn(logits):
+    mean = tf.keras.metrics.Mean()
+    mean.update_state(logits)
+    return {'mean_logit': mean}
+
+  report = preflight.run_preflight(
+      _linear_model_fn(keras_metric_fn, _mean_logit),
+      config_lib.TrainerConfig(), {}, _synthetic_sample(), 'keras_metric')
+  assert [(f.phase, f.code, f.message) for f in report.errors] == [(
+      'eval', 'eval-metric-fn',
+      "metric_fn returned Mean for 'mean_logit'; TPUEstimator takes (value, "
+      'update_op) pairs, e.g. from tf.compat.v1.metrics (not Keras Metric '
+      'objects).')]
+
+
+def test_host_call_with_a_v1_summary():
+
+  def summary_host_call(logits):
+    tf.compat.v1.summary.histogram('logits', logits)
+    return []
+
+  report = preflight.run_preflight(
+      _linear_model_fn(_mean_logit, summary_host_call),
+      config_lib.TrainerConfig(), {}, _synthetic_sample(), 'host_call')
+  assert [(f.phase, f.code, f.message) for f in report.errors] == [(
+      'train', 'host-call-v1-summary',
+      "host_call creates the v1 summary 'logits' (HistogramSummary); "
+      'TPUEstimator rejects tf.compat.v1.summary ops in host calls. Use '
+      'tf.summary (v2) with a writer in a host_call.')]
+
+
+def test_keras_sample_follows_inputs_outputs_and_loss():
+  tokens = tf.keras.Input(shape=(None,), dtype=tf.int32, name='tokens')
+  pooled = tf.keras.layers.GlobalAveragePooling1D()(
+      tf.keras.layers.Embedding(10, 2)(tokens))
+  classes = tf.keras.layers.Dense(3, activation='softmax',
+                                  name='classes')(pooled)
+  model = tf.keras.Model(tokens, classes)
+  model.compile('sgd', 'sparse_categorical_crossentropy')
+  sample = preflight_sample.from_keras_model(model, 4, 'keras')
+  assert sample.features['tokens'].shape == (4, 1)
+  assert sample.element_spec[0]['tokens'].shape.as_list() == [4, None]
+  assert sample.labels.shape == (4,) and sample.labels.dtype == np.int64
+  report = preflight.run_preflight(
+      keras_model_fn.make_keras_model_fn(lambda params: model, 'tokens.py'),
+      config_lib.TrainerConfig(train_batch_size=32), {}, sample, 'tokens.py')
+  assert [f.code for f in report.errors] == ['dynamic-input-shape']
+  assert report.errors[0].message.startswith(
+      "feature 'tokens' has shape (4, None) in the input: the TPU needs "
+      'static shapes.')
 
 
 def test_check_before_training_raises_listing_the_errors():
@@ -398,3 +483,25 @@ def test_string_feature_of_the_400_row_slice_is_found(capsys, taxi_artifacts):
           'string tensor: the TPU infeed cannot carry it, even when the model '
           'does not read it. Turn strings into ids in the preprocessing_fn, '
           'or drop the feature in an input_fn.') in lines
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    'preflight' not in vars(executor),
+    reason='enable once the executor runs preflight.check_before_training '
+    'when use_tpu is true')
+def test_executor_runs_the_preflight_before_training_on_tpu(taxi_artifacts,
+                                                            tmp_path):
+  run = pipeline_outputs.trainer_run(
+      taxi_artifacts, str(tmp_path),
+      _module('preflight_no_cross_shard_module.py'),
+      custom_config={'use_tpu': True, 'num_shards': 8,
+                     'train_batch_size': 16, 'eval_batch_size': 16},
+      train_steps=10, eval_steps=2)
+  with pytest.raises(preflight.PreflightError) as error:
+    executor.Executor().Do(run.input_dict, run.output_dict,
+                           run.exec_properties)
+  assert ('ERROR   [train/missing-cross-shard-optimizer] the train step has '
+          'no cross-shard gradient sum for 8 shards') in str(error.value)
+  assert not os.path.exists(os.path.join(run.model.uri, 'Format-Serving'))
+  assert not os.path.exists(os.path.join(run.model_run.uri, 'checkpoint'))

@@ -26,9 +26,9 @@ What the returned model_fn does with the EstimatorSpec, and what it cannot do:
 - Eval metrics. `eval_metric_ops` cannot run inside a TPU computation. While
   the model_fn runs (in every mode: many build their metrics
   unconditionally), every `tf.compat.v1.metrics.*` call is recorded and
-  answered with a stand-in (a constant); the returned `eval_metrics=(metric_fn, tensors)`
-  sends the recorded tensor arguments to the host, where `metric_fn` makes
-  the same calls again. An `eval_metric_ops` entry that is not the unchanged
+  answered with a stand-in (a constant); the returned
+  `eval_metrics=(metric_fn, tensors)` sends the recorded tensor arguments to
+  the host, where `metric_fn` makes the same calls again. An `eval_metric_ops` entry that is not the unchanged
   result of one such call (a Keras Metric, an arithmetic on a metric, a
   metric built from variables of its own) cannot be moved: error naming it.
   Tensor arguments travel through the TPU outfeed, which concatenates shards

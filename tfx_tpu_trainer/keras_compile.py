@@ -69,8 +69,24 @@ def _adagrad(config, learning_rate):
       initial_accumulator_value=config.get('initial_accumulator_value', 0.1))
 
 
+class _ZeroStartRMSPropOptimizer(tf.compat.v1.train.RMSPropOptimizer):
+  """v1 RMSProp with its mean square starting at zero, as Keras's does.
+
+  tf.compat.v1.train.RMSPropOptimizer starts the mean square at one, which
+  makes its first steps much smaller than Keras's; the update rule is the
+  same.
+  """
+
+  def _create_slots(self, var_list):
+    for var in var_list:
+      self._zeros_slot(var, 'rms', self._name)
+      if self._centered:
+        self._zeros_slot(var, 'mg', self._name)
+      self._zeros_slot(var, 'momentum', self._name)
+
+
 def _rmsprop(config, learning_rate):
-  return tf.compat.v1.train.RMSPropOptimizer(
+  return _ZeroStartRMSPropOptimizer(
       learning_rate, decay=config['rho'], momentum=config['momentum'],
       epsilon=config['epsilon'], centered=config['centered'])
 
@@ -174,14 +190,16 @@ def read_optimizer(optimizer: Any, source: str) -> OptimizerSpec:
 def _output_map(value: Any, output_names: Sequence[str], what: str,
                 source: str) -> Dict[str, Any]:
   """Keras's per-output forms (one for all, list, dict) as name -> value."""
-  if isinstance(value, Mapping):
+  if hasattr(value, 'keys') and not isinstance(value, str):  # DictWrapper too.
+    value = {key: value[key] for key in value.keys()}
     unknown = sorted(set(value) - set(output_names))
     if unknown:
       raise KerasModelError(
           f'The compiled {what} in build_keras_model in {source} names '
           f'output(s) {unknown}; the model outputs are {list(output_names)}.')
     return {name: value[name] for name in output_names if name in value}
-  if isinstance(value, (list, tuple)) and len(output_names) > 1 and (
+  if isinstance(value, (list, tuple)) and (len(output_names) > 1 or
+                                           what == 'loss') and (
       what == 'loss' or all(isinstance(v, (list, tuple)) for v in value)):
     if len(value) != len(output_names):
       raise KerasModelError(

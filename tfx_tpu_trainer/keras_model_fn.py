@@ -108,6 +108,13 @@ def build_template(build_keras_model: Callable[..., Any],
       raise KerasModelError(
           f'build_keras_model in {source} must return a compiled tf.keras '
           f'Model, got {type(model).__name__}.')
+    if not model.inputs or not model.output_names:
+      raise KerasModelError(
+          f'The model built by build_keras_model in {source} '
+          f'({type(model).__name__}) has no symbolic inputs and outputs (a '
+          'subclassed model?). The TPU model_fn rebuilds the model inside the '
+          'estimator graph with tf.keras.models.clone_model, which needs a '
+          'functional or Sequential model with tf.keras.Input layers.')
     return KerasTemplate(model,
                          keras_compile.read_compile_spec(model, source))
 
@@ -134,6 +141,10 @@ def _clone_in_graph(template: KerasTemplate, source: str) -> tf.keras.Model:
           'model (custom layers need get_config).') from e
 
 
+def _castable(dtype: tf.DType) -> bool:
+  return dtype.is_floating or dtype.is_integer or dtype.is_bool
+
+
 def _conform(tensor: tf.Tensor, shape: tf.TensorShape, dtype: tf.DType,
              what: str, source: str) -> tf.Tensor:
   """`tensor` reshaped ([batch] <-> [batch, 1]) and cast to shape/dtype."""
@@ -151,9 +162,13 @@ def _conform(tensor: tf.Tensor, shape: tf.TensorShape, dtype: tf.DType,
       raise KerasModelError(
           f'{what} has shape {tensor.shape}, which does not fit the model '
           f'input shape {shape} (build_keras_model in {source}).')
+  if (rank is not None and expected is not None and
+      not tensor.shape[1:].is_compatible_with(shape[1:])):
+    raise KerasModelError(
+        f'{what} has shape {tensor.shape}, which does not fit the model '
+        f'input shape {shape} (build_keras_model in {source}).')
   if tensor.dtype != dtype:
-    if not (tensor.dtype.is_numeric() or tensor.dtype.is_bool) or not (
-        dtype.is_numeric() or dtype.is_bool):
+    if not (_castable(tensor.dtype) and _castable(dtype)):
       raise KerasModelError(
           f'{what} has dtype {tensor.dtype.name}, the model input takes '
           f'{dtype.name} (build_keras_model in {source}).')

@@ -381,20 +381,22 @@ class _Preflight:
           eval_metrics, outputs[1:1 + holder['count']])
       metrics = fn(*args, **kwargs)
       findings.extend(_summary_findings(graph, before, 'metric_fn', phase))
+      updates, values = [], []
       if not isinstance(metrics, Mapping):
-        raise _SpecProblem(Finding(
+        findings.append(Finding(
             'eval-metric-fn', ERROR,
             f'metric_fn returned {type(metrics).__name__}; it must return a '
             'dict of metric name -> (value, update_op) from '
             'tf.compat.v1.metrics.', phase))
-      updates, values = [], []
+        return updates, values
       for name, metric in sorted(metrics.items()):
         if not (isinstance(metric, (tuple, list)) and len(metric) == 2):
-          raise _SpecProblem(Finding(
+          findings.append(Finding(
               'eval-metric-fn', ERROR,
               f'metric_fn returned {type(metric).__name__} for {name!r}; '
               'TPUEstimator takes (value, update_op) pairs, e.g. from '
               'tf.compat.v1.metrics (not Keras Metric objects).', phase))
+          continue
         names.append(name)
         values.append(metric[0])
         updates.append(metric[1])

@@ -297,7 +297,6 @@ def reachable_ops(step: StepGraph) -> List[tf.Operation]:
   Ops nothing depends on (e.g. metrics an Estimator model_fn builds in every
   mode) are pruned before compilation.
   """
-  inside = set(step.ops)
   seen = set()
   stack = [t.op for t in step.outputs]
   while stack:
@@ -307,7 +306,7 @@ def reachable_ops(step: StepGraph) -> List[tf.Operation]:
     seen.add(op)
     stack.extend(t.op for t in op.inputs)
     stack.extend(op.control_inputs)
-  return [op for op in step.ops if op in seen and op in inside]
+  return [op for op in step.ops if op in seen]
 
 
 def check_ops(step: StepGraph, phase: str) -> List[Finding]:

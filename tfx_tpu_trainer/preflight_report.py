@@ -35,7 +35,8 @@ class Finding:
   phase: str
 
   def line(self) -> str:
-    return f'{self.severity.upper():7} [{self.phase}/{self.code}] {self.message}'
+    severity = self.severity.upper()
+    return f'{severity:7} [{self.phase}/{self.code}] {self.message}'
 
 
 @dataclasses.dataclass

@@ -111,28 +111,33 @@ def from_feature_spec(feature_spec: Mapping[str, Any],
                      element_spec=(specs, label_spec), origin=origin)
 
 
+def _is_sparse_categorical(loss: Any) -> bool:
+  name = (getattr(loss, 'name', None) or getattr(loss, '__name__', None) or
+          str(loss))
+  return 'sparsecategorical' in name.lower().replace('_', '')
+
+
 def from_keras_model(model: tf.keras.Model, batch_size: int,
                      origin: str) -> SampleBatch:
   """Zeros shaped like a Keras model's inputs (features) and outputs (labels).
 
-  A sparse categorical loss takes integer class ids, one per example.
+  Unknown non-batch dimensions stay unknown in the spec (the input check
+  reports them) and are 1 in the sample. A sparse categorical loss takes
+  integer class ids, one per example.
   """
   features, specs = {}, {}
   for name, keras_input in zip(model.input_names, model.inputs):
-    shape = [batch_size] + list(keras_input.shape[1:])
-    if any(dim is None for dim in shape):
-      shape = [batch_size if dim is None else dim for dim in shape]
-    features[name] = _zeros(shape, keras_input.dtype)
-    specs[name] = tf.TensorSpec(shape, keras_input.dtype, name=name)
+    dims = list(keras_input.shape[1:])
+    features[name] = _zeros([batch_size] + [d or 1 for d in dims],
+                            keras_input.dtype)
+    specs[name] = tf.TensorSpec([batch_size] + dims, keras_input.dtype,
+                                name=name)
+  loss = model.loss
+  losses = ({key: loss[key] for key in loss.keys()} if hasattr(loss, 'keys')
+            else {name: loss for name in model.output_names})
   labels, label_specs = {}, {}
-  losses = model.loss if isinstance(model.loss, Mapping) else {
-      name: model.loss for name in model.output_names}
   for name, output in zip(model.output_names, model.outputs):
-    loss_name = str(getattr(losses.get(name), 'name', None) or
-                    getattr(losses.get(name), '__name__', None) or
-                    losses.get(name))
-    if 'sparse_categorical' in loss_name.lower().replace('sparsecategorical',
-                                                         'sparse_categorical'):
+    if _is_sparse_categorical(losses.get(name)):
       shape, dtype = [batch_size], tf.int64
     else:
       shape = [batch_size] + [dim or 1 for dim in output.shape[1:]]

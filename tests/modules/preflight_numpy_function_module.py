@@ -1,4 +1,4 @@
-"""Broken for TPU: an op XLA cannot compile (tf.numpy_function) (test module)."""
+"""Broken for TPU: an op XLA cannot compile, tf.numpy_function (test module)."""
 
 import tensorflow as tf
 
