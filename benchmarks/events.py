@@ -58,7 +58,10 @@ def read_scalars(path: str, tag: Optional[str] = None) -> List[ScalarEvent]:
   Returns:
     The scalars in file order.
   """
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  # pylint: disable=g-import-not-at-top
+  import numpy as np
+  import tensorflow as tf
+  # pylint: enable=g-import-not-at-top
   scalars = []
   for event in tf.compat.v1.train.summary_iterator(path):
     for value in event.summary.value:
@@ -67,7 +70,11 @@ def read_scalars(path: str, tag: Optional[str] = None) -> List[ScalarEvent]:
       if value.HasField('simple_value'):
         number = float(value.simple_value)
       elif value.HasField('tensor') and not value.tensor.tensor_shape.dim:
-        number = float(tf.make_ndarray(value.tensor))
+        array = tf.make_ndarray(value.tensor)
+        if not (np.issubdtype(array.dtype, np.number) or
+                array.dtype == np.bool_):
+          continue  # e.g. the string `checkpoint_path` of evaluations.
+        number = float(array)
       else:
         continue
       scalars.append(ScalarEvent(path, int(event.step), event.wall_time,

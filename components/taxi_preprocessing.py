@@ -18,6 +18,17 @@ def _fill_in_missing(x):
       axis=1)
 
 
+def _as_int64(x):
+  """Integer ids, also where SchemaGen saw no value and typed a column text.
+
+  A TPU infeed carries no strings, so every transformed feature is numeric.
+  """
+  if x.dtype != tf.string:
+    return tf.cast(x, tf.int64)
+  text = tf.where(tf.equal(x, ''), tf.fill(tf.shape(x), '0'), x)
+  return tf.cast(tf.strings.to_number(text, out_type=tf.float64), tf.int64)
+
+
 def preprocessing_fn(inputs):
   """Maps raw taxi features to the model's transformed features and label."""
   outputs = {}
@@ -33,7 +44,8 @@ def preprocessing_fn(inputs):
     outputs[features.transformed_name(key)] = tft.bucketize(
         _fill_in_missing(inputs[key]), features.FEATURE_BUCKET_COUNT)
   for key in features.CATEGORICAL_FEATURE_KEYS:
-    outputs[features.transformed_name(key)] = _fill_in_missing(inputs[key])
+    outputs[features.transformed_name(key)] = _as_int64(
+        _fill_in_missing(inputs[key]))
   outputs[features.LABEL_KEY] = tf.cast(
       _fill_in_missing(inputs[features.LABEL_KEY]), tf.int64)
   return outputs

@@ -35,6 +35,8 @@ def test_reads_v1_and_v2_scalars(tmp_path):
   with writer.as_default():
     tf.summary.scalar(events.STEP_RATE_TAG, 700.0, step=101)
     tf.summary.scalar('loss', 0.25, step=101)
+    # Evaluations also write a string tensor (the checkpoint path).
+    tf.summary.text('checkpoint_path', 'model.ckpt-101', step=101)
   writer.close()
 
   [v1_file] = events.event_files(str(tmp_path / 'v1'))

@@ -463,10 +463,6 @@ def test_taxi_keras_module_trains_and_exports_both_tag_sets(taxi_artifacts,
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    'keras_model_fn' not in vars(executor),
-    reason='enable once the executor builds its model_fn with '
-    'keras_model_fn.model_fn_for_module')
 def test_executor_trains_the_taxi_keras_module(taxi_artifacts, tmp_path):
   run = pipeline_outputs.trainer_run(
       taxi_artifacts, str(tmp_path), TAXI_KERAS_MODULE,

@@ -173,6 +173,7 @@ def _infer_schema(files: List[str]):
         name=name,
         type={'int64_list': schema_pb2.INT, 'float_list': schema_pb2.FLOAT,
               'bytes_list': schema_pb2.BYTES}.get(kind, schema_pb2.BYTES),
+        presence=schema_pb2.FeaturePresence(min_fraction=1.0),
         shape=schema_pb2.FixedShape(dim=[schema_pb2.FixedShape.Dim(
             size=max(1, len(values)))]))
   return schema

@@ -148,7 +148,7 @@ class _MetricRecorder:
             f'eval_metric_ops[{key!r}] returned by {self._source} is {what}; '
             'the adapter can move into a TPU metric_fn only results of '
             'tf.compat.v1.metrics functions, returned as they are. Return '
-            'the metric call\'s (value, update_op), or write a '
+            "the metric call's (value, update_op), or write a "
             'TPUEstimatorSpec with eval_metrics=(metric_fn, tensors).')
       chosen[key] = call
     tensors = {}

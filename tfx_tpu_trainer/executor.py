@@ -23,10 +23,11 @@ from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import estimator_builder
 from tfx_tpu_trainer import export
 from tfx_tpu_trainer import input_fns
+from tfx_tpu_trainer import keras_model_fn
 from tfx_tpu_trainer import kfp_outputs
 from tfx_tpu_trainer import metrics as metrics_lib
-from tfx_tpu_trainer import model_fns
 from tfx_tpu_trainer import params as params_lib
+from tfx_tpu_trainer import preflight
 from tfx_tpu_trainer import schemas as schemas_lib
 from tfx_tpu_trainer import serving
 from tfx_tpu_trainer import training
@@ -82,9 +83,17 @@ class Executor(trainer_executor.GenericExecutor):
     resumable_dir = checkpoints.resumable_model_dir(self._context, model.uri,
                                                     config.checkpoint_dir)
     model_dir = resumable_dir or fn_args.model_run_dir
-    estimator = _build_estimator(fn_args, config, module, params, model_dir)
+    model_fn = keras_model_fn.model_fn_for_module(module)
     train_input_fn, eval_input_fn = _build_input_fns(fn_args, module, schemas,
                                                      label_key)
+    serving_input_receiver_fn = serving.make_serving_input_receiver_fn(
+        schemas, label_key, params, module.serving_input_receiver_fn,
+        module.source)
+    if config.use_tpu:
+      preflight.check_before_training(
+          model_fn, config, params, train_input_fn, module.source,
+          serving_input_receiver_fn=serving_input_receiver_fn)
+    estimator = _build_estimator(fn_args, config, model_fn, params, model_dir)
     start_step = checkpoints.latest_step(model_dir)
     logging.info('Training from step %d to %d in %s (eval_strategy=%s, '
                  'use_tpu=%s).', start_step, fn_args.train_steps, model_dir,
@@ -96,23 +105,19 @@ class Executor(trainer_executor.GenericExecutor):
     if not is_chief():
       logging.info('Not the chief: export and metrics are left to the chief.')
       return
-    _publish(estimator, final_metrics, model, fn_args, schemas, label_key,
-             params, module, resumable_dir)
+    _publish(estimator, serving_input_receiver_fn, final_metrics, model,
+             fn_args, resumable_dir)
 
 
-def _publish(estimator, final_metrics, model, fn_args, schemas, label_key,
-             params, module, resumable_dir) -> None:
+def _publish(estimator, serving_input_receiver_fn, final_metrics, model,
+             fn_args, resumable_dir) -> None:
   """Fills model_run, exports the model last, then tidies the checkpoints."""
   if resumable_dir:
     checkpoints.copy_into_model_run(resumable_dir, fn_args.model_run_dir)
   metrics = metrics_lib.to_python(final_metrics or {})
   metrics_path = metrics_lib.write_metrics_json(metrics, fn_args.model_run_dir)
-  export.export_serving_model(
-      estimator,
-      serving.make_serving_input_receiver_fn(
-          schemas, label_key, params, module.serving_input_receiver_fn,
-          module.source),
-      fn_args.serving_model_dir)
+  export.export_serving_model(estimator, serving_input_receiver_fn,
+                              fn_args.serving_model_dir)
   metrics_lib.record_on_artifact(metrics, model)
   kfp_outputs.write_kfp_ui_outputs(metrics, fn_args.model_run_dir)
   logging.info('Final evaluation: %s (written to %s).', metrics, metrics_path)
@@ -164,11 +169,11 @@ def _label_key(config: config_lib.TrainerConfig,
 
 def _build_estimator(fn_args: fn_args_utils.FnArgs,
                      config: config_lib.TrainerConfig,
-                     module: user_module_lib.UserModule,
+                     model_fn: Any,
                      params: Dict[str, Any], model_dir: str):
   run_config = estimator_builder.build_run_config(config, model_dir)
   return estimator_builder.build_estimator(
-      model_fns.checked_model_fn(module.model_fn, module.source),
+      model_fn,
       config,
       run_config,
       params,

@@ -42,7 +42,9 @@ def checked_model_fn(model_fn: Callable[..., Any], source: str) -> ModelFn:
           f'model_fn in {source} returned a tf.estimator.EstimatorSpec in '
           f'mode {mode!r}; TPUEstimator needs a '
           'tf.compat.v1.estimator.tpu.TPUEstimatorSpec (eval metrics as '
-          '`eval_metrics=(metric_fn, tensors)`).')
+          '`eval_metrics=(metric_fn, tensors)`). To keep an Estimator '
+          'model_fn as it is, define `model_fn = tfx_tpu_trainer.'
+          'estimator_adapter.to_tpu_model_fn(my_model_fn)` in the module.')
     raise user_module_lib.UserModuleError(
         f'model_fn in {source} must return a '
         f'tf.compat.v1.estimator.tpu.TPUEstimatorSpec, got '

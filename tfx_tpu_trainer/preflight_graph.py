@@ -459,7 +459,9 @@ def run_step(step: StepGraph,
     saver = (tf.compat.v1.train.Saver(tf.compat.v1.global_variables())
              if checkpoint_prefix else None)
     result = StepRun()
-    with tf.compat.v1.Session(graph=run_graph) as session:
+    # On CPU even where accelerators are attached (a TPU VM runs this too).
+    cpu_only = tf.compat.v1.ConfigProto(device_count={'GPU': 0, 'TPU': 0})
+    with tf.compat.v1.Session(graph=run_graph, config=cpu_only) as session:
       session.run(initializer)
       feed = dict(zip(inputs, step.input_values))
       result.outputs, _ = session.run([outputs, with_step], feed_dict=feed)
