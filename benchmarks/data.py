@@ -143,7 +143,8 @@ def prepare(work_dir: str, rows: Optional[int] = None) -> Dict[str, object]:
         ],
     }
   spec = {
-      'input_dict': json.loads(artifact_utils.jsonify_artifact_dict(input_dict)),
+      'input_dict': json.loads(
+          artifact_utils.jsonify_artifact_dict(input_dict)),
       'preprocessing_module_file': module_file,
       'data_root': data_root,
       'rows': _count_rows(data_root),

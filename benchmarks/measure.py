@@ -62,7 +62,8 @@ def _exec_properties(module_file: str, train_steps: int, eval_steps: int,
 
 
 def _output_dict(output_dir: str) -> Dict[str, List[Any]]:
-  from tfx.types import standard_artifacts  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=g-import-not-at-top
+  from tfx.types import standard_artifacts
   model = standard_artifacts.Model()
   model.uri = os.path.join(output_dir, 'model')
   model_run = standard_artifacts.ModelRun()
@@ -102,17 +103,19 @@ def run_trainer(kind: str, spec: Dict[str, Any], batch_size: int,
   Returns:
     The measurement: rates, examples/s, wall time and its parts.
   """
+  # pylint: disable=g-import-not-at-top
   if kind == 'tpu_trainer':
-    from tfx_tpu_trainer import executor as executor_lib  # pylint: disable=g-import-not-at-top
+    from tfx_tpu_trainer import executor as executor_lib
     module_file = TPU_MODULE_FILE
     custom_config = tpu_trainer_config(batch_size, config_overrides)
   else:
     if batch_size != STOCK_BATCH_SIZE:
       raise ValueError(f'The stock trainer_fn trains at batch '
                        f'{STOCK_BATCH_SIZE}, not {batch_size}.')
-    from tfx.components.trainer import executor as executor_lib  # pylint: disable=g-import-not-at-top
+    from tfx.components.trainer import executor as executor_lib
     module_file = data_lib.stock_taxi_utils_path()
     custom_config = None
+  # pylint: enable=g-import-not-at-top
   imported = time.time()
 
   input_dict = data_lib.parse_input_dict(spec)

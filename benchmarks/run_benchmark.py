@@ -15,12 +15,16 @@ of issue 7; the results go to <output_dir>/<timestamp>.json.
 Usage:
   python -m benchmarks.run_benchmark [--repeats=3] [--steps=3000] [--quick]
   make bench BENCH_ARGS="--quick"
+  # A/B of a TPUTrainer setting against the same stock and input figures:
+  python -m benchmarks.run_benchmark \
+      --tpu_trainer_config='{"iterations_per_loop": 1}'
 """
 
 import json
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -88,6 +92,21 @@ def _machine() -> Dict[str, Any]:
       'python': sys.version.split()[0],
       'load_average_start': list(os.getloadavg()),
   }
+
+
+def _git_state() -> Dict[str, Any]:
+  """The commit measured and whether the library had local changes."""
+  def git(*args):
+    try:
+      return subprocess.run(['git', *args], cwd=launch.REPO_ROOT,
+                            capture_output=True, text=True, check=True,
+                            timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+      return None
+  changed = git('status', '--porcelain', '--', 'tfx_tpu_trainer',
+                'components')
+  return {'commit': git('rev-parse', 'HEAD'),
+          'library_changes': changed.splitlines() if changed else []}
 
 
 def _prepare_data(work_dir: str, rows: Any, timeout: float) -> Dict[str, Any]:
@@ -172,6 +191,7 @@ def run(repeats: int, steps: int, eval_steps: int, large_batch: int,
   """
   started = time.time()
   machine = _machine()
+  git_state = _git_state()
   data = _prepare_data(work_dir, rows, timeout)
   runs: Dict[str, List[Dict[str, Any]]] = {
       report.name(kind, batch): [] for kind, batch in _measurements(large_batch)
@@ -218,6 +238,7 @@ def run(repeats: int, steps: int, eval_steps: int, large_batch: int,
           'tpu_trainer_config_overrides': json.loads(tpu_trainer_config),
       },
       'machine': machine,
+      'git': git_state,
       'data': {key: data.get(key) for key in (
           'rows', 'seconds', 'process_seconds', 'max_rss_kb', 'reused',
           'preprocessing_module_file')},
@@ -241,6 +262,10 @@ def print_report(results: Dict[str, Any]) -> None:
         f'{machine["cpus"]} CPUs ({machine["cpu_model"]}), load average '
         f'{machine["load_average_start"][0]:.1f} -> '
         f'{machine["load_average_end"][0]:.1f}')
+  git_state = results.get('git') or {}
+  print(f'Commit {git_state.get("commit") or "?"}' + (
+      f', with local changes to {len(git_state["library_changes"])} library '
+      'file(s)' if git_state.get('library_changes') else ''))
   if settings.get('tpu_trainer_config_overrides'):
     print('TPUTrainer custom_config overrides: '
           f'{settings["tpu_trainer_config_overrides"]}')
