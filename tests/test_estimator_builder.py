@@ -59,6 +59,8 @@ def test_cpu_run_config_needs_no_resolver(tmp_path):
   run_config = estimator_builder.build_run_config(
       _config(), str(tmp_path), resolver_factory=no_resolver)
   assert run_config.master == ''
+  # The TPU loop length means nothing on CPU; 1 keeps per-step logging off.
+  assert run_config.tpu_config.iterations_per_loop == 1
   assert (run_config.tpu_config.per_host_input_for_training ==
           tf.compat.v1.estimator.tpu.InputPipelineConfig.PER_HOST_V2)
 
