@@ -5,7 +5,8 @@
 TPUEstimator (ExamplesPerSecondHook) writes the same tag every
 `ceil(log_step_count_steps / iterations_per_loop)` session runs: on TPU one
 run is `iterations_per_loop` steps, but on CPU one run is one step, so with
-the defaults (100 / 100) it writes a sample after every step.
+`iterations_per_loop=100` it writes a sample after every step (TPUTrainer
+passes 1 off TPU since commit 18686fe, which makes that every 100 steps).
 
 So that both are measured the same way, the samples are first merged into
 windows of at least `WINDOW_STEPS` steps (each sample's time is its steps

@@ -246,7 +246,7 @@ _OUTPUT_DIR = flags.DEFINE_string('output_dir', None, 'Output directory.')
 _RESULT = flags.DEFINE_string('result', None, 'Where to write the result.')
 _TPU_TRAINER_CONFIG = flags.DEFINE_string(
     'tpu_trainer_config', '{}', 'JSON dict merged into the TPUTrainer '
-    'custom_config (for A/B runs, e.g. {"iterations_per_loop": 1}).')
+    'custom_config (for A/B runs, e.g. {"save_checkpoints_steps": 1000}).')
 
 
 def main(argv: List[str]) -> None:

@@ -17,7 +17,7 @@ Usage:
   make bench BENCH_ARGS="--quick"
   # A/B of a TPUTrainer setting against the same stock and input figures:
   python -m benchmarks.run_benchmark \
-      --tpu_trainer_config='{"iterations_per_loop": 1}'
+      --tpu_trainer_config='{"save_checkpoints_steps": 1000}'
 """
 
 import json
@@ -60,7 +60,8 @@ _WORK_DIR = flags.DEFINE_string(
     'there are reused). Default: a temporary directory, removed at the end.')
 _TPU_TRAINER_CONFIG = flags.DEFINE_string(
     'tpu_trainer_config', '{}', 'JSON dict merged into the TPUTrainer '
-    'custom_config, for A/B runs (e.g. \'{"iterations_per_loop": 1}\').')
+    'custom_config, for A/B runs (e.g. \'{"save_checkpoints_steps": '
+    '1000}\').')
 _TIMEOUT = flags.DEFINE_float('timeout', 1200.0,
                               'Seconds before a subprocess is killed.')
 
