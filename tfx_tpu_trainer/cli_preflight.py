@@ -31,16 +31,6 @@ EXIT_READY = 0
 EXIT_NOT_READY = 1
 
 
-def _positive_int(text: str) -> int:
-  try:
-    value = int(text)
-  except ValueError:
-    raise argparse.ArgumentTypeError(f'{text!r} is not an integer') from None
-  if value <= 0:
-    raise argparse.ArgumentTypeError(f'must be a positive integer, got {value}')
-  return value
-
-
 def add_parser(subparsers) -> None:
   """Adds the `preflight` subcommand."""
   parser = subparsers.add_parser(
@@ -74,7 +64,7 @@ def add_parser(subparsers) -> None:
   parser.add_argument('--custom-config', default=None,
                       help='The TPUTrainer custom_config as a JSON object '
                       '(train_batch_size, num_shards, params, label_key, ...).')
-  parser.add_argument('--num-shards', type=_positive_int, default=None,
+  parser.add_argument('--num-shards', type=cli._positive_int, default=None,
                       help='TPU shards to check for (default: custom_config '
                       'num_shards, else 8).')
   parser.add_argument('--json', action='store_true',
