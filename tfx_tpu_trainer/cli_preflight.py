@@ -18,7 +18,6 @@ Exit status: 0 when the module is TPU-ready, 1 when it is not (or does not
 load), 2 for bad arguments.
 """
 
-import argparse
 import dataclasses
 import glob
 import json
