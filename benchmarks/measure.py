@@ -5,8 +5,13 @@ Kinds:
     components/taxi_tpu_module.py (use_tpu=False, CPU).
   stock_trainer: `tfx.components.trainer.executor.Executor().Do()` with the
     tfx wheel's taxi_utils.trainer_fn (its batch size, 40, is fixed there).
-  input: TPUTrainer's default input function over the same train split,
-    drained for a number of batches with no model.
+  input: the raw input pipeline over the same train split, drained for a
+    number of batches with no model: read + parse + batch, i.e. TPUTrainer's
+    default chain with input_cache="serialized" (parallel gzip reads, cached
+    serialized records, shuffle, batch, one parse_example per batch,
+    prefetch). The ceiling a training loop that parses its input has.
+  trainer_input: the same drain of the chain as the trainer runs it
+    (input_cache="auto": here the parsed table, so no parsing per batch).
 
 Usage (the harness runs this in a fresh subprocess per measurement):
   python -m benchmarks.measure --kind KIND --data_spec DATA.json \
@@ -35,7 +40,8 @@ from benchmarks import data as data_lib
 from benchmarks import events
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
-KINDS = ('tpu_trainer', 'stock_trainer', 'input')
+KINDS = ('tpu_trainer', 'stock_trainer', 'input', 'trainer_input')
+INPUT_CACHES = {'input': 'serialized', 'trainer_input': 'auto'}
 TPU_MODULE_FILE = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'components',
     'taxi_tpu_module.py')
@@ -163,12 +169,12 @@ def run_trainer(kind: str, spec: Dict[str, Any], batch_size: int,
 
 
 def run_input(spec: Dict[str, Any], batch_size: int, batches: int,
-              output_dir: str) -> Dict[str, Any]:
+              output_dir: str, cache: str) -> Dict[str, Any]:
   """Drains TPUTrainer's default training input for `batches` batches.
 
   The dataset is `input_fns.make_input_fn(...)({'batch_size': B})` over the
   train split, built as the executor builds it (transformed schema, the
-  pipeline's DataAccessor). Batches are pulled inside a `tf.function` loop,
+  pipeline's DataAccessor) with the given `cache` mode. Batches are pulled inside a `tf.function` loop,
   `INPUT_SAMPLE_BATCHES` per sample, so per-batch Python overhead does not
   count: the rate is the input pipeline's own.
 
@@ -177,6 +183,7 @@ def run_input(spec: Dict[str, Any], batch_size: int, batches: int,
     batch_size: examples per batch.
     batches: batches to time (after `INPUT_WARMUP_BATCHES` untimed ones).
     output_dir: a working directory (unused but for symmetry and logs).
+    cache: the chain's input_cache mode.
 
   Returns:
     The measurement: per-sample batch rates, examples/s.
@@ -201,7 +208,8 @@ def run_input(spec: Dict[str, Any], batch_size: int, batches: int,
       schema=schemas.examples,
       label_key=LABEL_KEY,
       training=True,
-      repeat=True)
+      repeat=True,
+      cache=cache)
   dataset = input_fn({'batch_size': batch_size})
   iterator = iter(dataset)
 
@@ -255,9 +263,9 @@ def main(argv: List[str]) -> None:
   with open(_DATA_SPEC.value) as f:
     spec = json.load(f)
   os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
-  if _KIND.value == 'input':
+  if _KIND.value in INPUT_CACHES:
     result = run_input(spec, _BATCH_SIZE.value, _TRAIN_STEPS.value,
-                       _OUTPUT_DIR.value)
+                       _OUTPUT_DIR.value, INPUT_CACHES[_KIND.value])
   else:
     result = run_trainer(_KIND.value, spec, _BATCH_SIZE.value,
                          _TRAIN_STEPS.value, _EVAL_STEPS.value,

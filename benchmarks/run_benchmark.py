@@ -5,9 +5,11 @@ measures, each in a fresh subprocess and `--repeats` times in turn:
 
   stock_trainer@40  tfx.components.trainer.executor.Executor + taxi_utils.py
   tpu_trainer@40    tfx_tpu_trainer.executor.Executor + taxi_tpu_module.py
-  input@40          TPUTrainer's default input_fn drained with no model
+  input@40          read + parse + batch with no model (the default chain
+                    with input_cache="serialized"): the raw input rate
   tpu_trainer@B     the same at the large batch B (default 512)
   input@B
+  trainer_input@B   the chain as the trainer runs it (input_cache="auto")
 
 and prints a table of medians, the ratios, and PASS/FAIL against the targets
 of issue 7; the results go to <output_dir>/<timestamp>.json.
@@ -75,7 +77,8 @@ def _setting(flag: flags.FlagHolder, key: str) -> Any:
 
 def _measurements(large_batch: int) -> List[Tuple[str, int]]:
   return [('stock_trainer', 40), ('tpu_trainer', 40), ('input', 40),
-          ('tpu_trainer', large_batch), ('input', large_batch)]
+          ('tpu_trainer', large_batch), ('input', large_batch),
+          ('trainer_input', large_batch)]
 
 
 def _machine() -> Dict[str, Any]:
@@ -222,6 +225,8 @@ def run(repeats: int, steps: int, eval_steps: int, large_batch: int,
       'tpu_trainer/stock_trainer@40': (report.TPU_40, report.STOCK_40),
       'tpu_trainer/input@40': (report.TPU_40, report.INPUT_40),
       f'tpu_trainer/input@{large_batch}': (tpu_large, input_large),
+      f'trainer_input/input@{large_batch}': (
+          report.name('trainer_input', large_batch), input_large),
   }
   ratios = {
       key: {

@@ -10,7 +10,7 @@ import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MEASUREMENTS = ('stock_trainer@40', 'tpu_trainer@40', 'input@40',
-                'tpu_trainer@512', 'input@512')
+                'tpu_trainer@512', 'input@512', 'trainer_input@512')
 
 
 @pytest.mark.slow

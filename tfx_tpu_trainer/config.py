@@ -21,6 +21,9 @@ Keys (all optional; defaults in brackets):
   label_key [module's LABEL_KEY]: the label feature.
   checkpoint_dir [<pipeline root>/_checkpoints]: base directory of the
     checkpoints a retry resumes from (see checkpoints.py); e.g. a gs:// path.
+  input_cache ["auto"]: how the default input chain caches a split: "parsed"
+    (one in-memory table of parsed dense tensors), "serialized" (the
+    serialized records), "none", or "auto" (see input_fns.py).
   params [{}]: merged into the `params` that model_fn/input_fn receive.
 """
 
@@ -36,6 +39,8 @@ GKE_TPU_ENDPOINTS_ENV = 'KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS'
 PER_HOST_INPUT_MODES = ('PER_SHARD_V1', 'PER_HOST_V1', 'PER_HOST_V2',
                         'BROADCAST')
 EVAL_STRATEGIES = ('train_and_evaluate', 'alternate')
+# The default input chain's cache modes (input_fns.CACHE_MODES).
+INPUT_CACHE_MODES = ('auto', 'parsed', 'serialized', 'none')
 EXPORT_API_VERSIONS = (1, 2)
 # TPUEstimator reserves these (`batch_size`, `context`); `use_tpu` it sets
 # itself in every mode, so a user value would be silently overwritten.
@@ -74,6 +79,7 @@ class TrainerConfig:
   keep_checkpoint_max: Optional[int] = None
   label_key: Optional[str] = None
   checkpoint_dir: Optional[str] = None
+  input_cache: str = 'auto'
   params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
   @classmethod
@@ -144,6 +150,8 @@ class TrainerConfig:
         label_key=_optional_str('label_key', raw.get('label_key')),
         checkpoint_dir=_optional_str('checkpoint_dir',
                                      raw.get('checkpoint_dir')),
+        input_cache=_choice('input_cache', raw.get('input_cache', 'auto'),
+                            INPUT_CACHE_MODES),
         params=_params(raw.get('params')),
     )
     config.check_shard_divisibility()

@@ -84,8 +84,8 @@ class Executor(trainer_executor.GenericExecutor):
                                                     config.checkpoint_dir)
     model_dir = resumable_dir or fn_args.model_run_dir
     model_fn = keras_model_fn.model_fn_for_module(module)
-    train_input_fn, eval_input_fn = _build_input_fns(fn_args, module, schemas,
-                                                     label_key)
+    train_input_fn, eval_input_fn = _build_input_fns(fn_args, config, module,
+                                                     schemas, label_key)
     serving_input_receiver_fn = serving.make_serving_input_receiver_fn(
         schemas, label_key, params, module.serving_input_receiver_fn,
         module.source)
@@ -181,11 +181,16 @@ def _build_estimator(fn_args: fn_args_utils.FnArgs,
 
 
 def _build_input_fns(fn_args: fn_args_utils.FnArgs,
+                     config: config_lib.TrainerConfig,
                      module: user_module_lib.UserModule,
                      schemas: schemas_lib.ExampleSchemas,
                      label_key: Optional[str]):
+  if module.input_fn is None:
+    input_fns.check_cache_mode(config.input_cache,
+                               schemas_lib.feature_spec(schemas.examples))
   common = dict(
       data_accessor=fn_args.data_accessor,
+      cache=config.input_cache,
       schema=schemas.examples,
       label_key=label_key,
       module_input_fn=module.input_fn,

@@ -6,29 +6,57 @@ which of the input invocations this is. The default chain, in the shape of
 the tensorflow/tpu reference input pipelines:
 
   list files -> shard by input invocation (per host on TPU) -> parallel
-  interleaved gzip reads -> cache the serialized records when the split fits
-  in memory -> shuffle + repeat (training) -> batch with drop_remainder
-  (static shapes) -> one vectorised `parse_example` per batch with the
-  schema's parsing spec -> split off the label -> prefetch.
+  interleaved gzip reads -> then, by the cache mode (`input_cache`):
 
-No per-example Python runs. A module's own `input_fn` replaces the chain.
+  "parsed": parse the split once, in chunks, into one in-memory table of
+    dense tensors; every epoch is a fresh permutation of row indices, cut
+    into batches across epoch boundaries, and a batch is one gather per
+    feature. No parsing after the first pass.
+  "serialized" (or "none": no cache): cache the serialized records, shuffle
+    + repeat (training), batch with drop_remainder (static shapes), one
+    vectorised `parse_example` per batch.
+
+  -> split off the label -> prefetch.
+
+"auto" (the default) picks "parsed" when every feature is a fixed-length
+numeric feature and the parsed split, estimated from a sample of records,
+fits `PARSED_CACHE_MAX_BYTES`; else "serialized" when the gzip files add up
+to at most `CACHE_MAX_COMPRESSED_BYTES`; else "none". No per-example Python
+runs. A module's own `input_fn` replaces the chain.
 """
 
-from typing import Any, Callable, Dict, List, Optional
+import zlib
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
+from absl import logging
 import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx.components.trainer import fn_args_utils
 
+from tfx_tpu_trainer import config as config_lib
+from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import schemas as schemas_lib
 from tfx_tpu_trainer import user_module as user_module_lib
 
 InputFn = Callable[[Dict[str, Any]], tf.data.Dataset]
 
-# A split whose gzip files add up to at most this is cached in memory
-# (serialized records; gzip'd tf.Examples expand about 5-10x).
+CACHE_MODES = config_lib.INPUT_CACHE_MODES
+# "auto" caches serialized records when a split's gzip files add up to at
+# most this (gzip'd tf.Examples expand about 5-10x).
 CACHE_MAX_COMPRESSED_BYTES = 128 * 1024 * 1024
+# "auto" caches the parsed table when its estimated size (per input
+# invocation) is at most this.
+PARSED_CACHE_MAX_BYTES = 512 * 1024 * 1024
 SHUFFLE_BUFFER_SIZE = 10000
+# Records parsed per `parse_example` call while the parsed table is built.
+PARSE_CHUNK_SIZE = 4096
+# Records read to estimate the parsed size of a split.
+SIZE_SAMPLE_RECORDS = 1000
+_WHOLE_SPLIT = 2**62
+
+
+class InputCacheError(errors.TPUTrainerError):
+  """The requested input cache cannot hold this split's features."""
 
 
 def _input_invocation(params: Dict[str, Any]):
@@ -44,6 +72,183 @@ def _compressed_size(files: List[str]) -> int:
   return sum(tf.io.gfile.stat(path).length for path in files)
 
 
+def _not_tabular(feature_spec: Mapping[str, Any],
+                 numeric_only: bool) -> List[str]:
+  """Features that cannot be a column of the dense parsed table."""
+  return sorted(
+      name for name, spec in feature_spec.items()
+      if not isinstance(spec, tf.io.FixedLenFeature) or
+      None in tf.TensorShape(spec.shape).as_list() or
+      (numeric_only and spec.dtype == tf.string))
+
+
+def _parsed_bytes_per_example(feature_spec: Mapping[str, Any]) -> int:
+  return sum(
+      max(1, tf.TensorShape(spec.shape).num_elements()) * spec.dtype.size
+      for spec in feature_spec.values())
+
+
+def estimated_record_count(files: List[str], compressed_bytes: int) -> float:
+  """Records in gzip'd TFRecord `files`, estimated from the first file.
+
+  The first `SIZE_SAMPLE_RECORDS` records give the mean record size and, by
+  compressing them again, the gzip ratio; the estimate is the files'
+  compressed size times the ratio over the mean record size.
+
+  Args:
+    files: the split's files (gzip'd TFRecords).
+    compressed_bytes: their total size on disk.
+
+  Returns:
+    The estimated number of records (0 when the first file is empty).
+  """
+  sample = []
+  for record in tf.compat.v1.io.tf_record_iterator(
+      files[0], options=tf.io.TFRecordOptions(compression_type='GZIP')):
+    sample.append(record)
+    if len(sample) >= SIZE_SAMPLE_RECORDS:
+      break
+  if not sample:
+    return 0.0
+  serialized = b''.join(sample)
+  ratio = len(serialized) / len(zlib.compress(serialized, 6))
+  return compressed_bytes * ratio / (len(serialized) / len(sample))
+
+
+def check_cache_mode(mode: str, feature_spec: Mapping[str, Any]) -> None:
+  """Raises unless the default chain can cache these features as `mode`.
+
+  Args:
+    mode: the requested mode, one of `CACHE_MODES`.
+    feature_spec: what `parse_example` reads.
+
+  Raises:
+    InputCacheError: "parsed" was asked for features it cannot hold.
+  """
+  if mode not in CACHE_MODES:
+    raise InputCacheError(
+        f'input cache {mode!r} is not one of {list(CACHE_MODES)}.')
+  if mode == 'parsed':
+    not_tabular = _not_tabular(feature_spec, numeric_only=False)
+    if not_tabular:
+      raise InputCacheError(
+          'input_cache="parsed" needs fixed-length features of a known '
+          f'shape; {not_tabular} are not. Set input_cache to "auto" or '
+          '"serialized" in custom_config.')
+
+
+def choose_cache(mode: str, files: List[str],
+                 feature_spec: Mapping[str, Any],
+                 invocation_count: int = 1) -> str:
+  """The cache of one split: "parsed", "serialized" or "none".
+
+  Args:
+    mode: the requested mode, one of `CACHE_MODES`.
+    files: the split's files.
+    feature_spec: what `parse_example` reads.
+    invocation_count: how many input invocations share the split.
+
+  Returns:
+    The cache to build: `mode` itself unless it is "auto".
+
+  Raises:
+    InputCacheError: "parsed" was asked for features it cannot hold.
+  """
+  check_cache_mode(mode, feature_spec)
+  if mode != 'auto':
+    return mode
+  compressed = _compressed_size(files)
+  if not _not_tabular(feature_spec, numeric_only=True):
+    parsed_bytes = (
+        estimated_record_count(files, compressed) *
+        _parsed_bytes_per_example(feature_spec) / invocation_count)
+    if parsed_bytes <= PARSED_CACHE_MAX_BYTES:
+      logging.info('Caching the parsed split in memory (about %.1f MB).',
+                   parsed_bytes / 2**20)
+      return 'parsed'
+  if compressed <= CACHE_MAX_COMPRESSED_BYTES:
+    return 'serialized'
+  logging.info('Not caching the split (%.1f MB of gzip files).',
+               compressed / 2**20)
+  return 'none'
+
+
+def _records(files: List[str], training: bool, invocation_index: int,
+             invocation_count: int) -> tf.data.Dataset:
+  """This invocation's share of the serialized records, read in parallel."""
+  dataset = tf.data.Dataset.from_tensor_slices(files)
+  shard_files = invocation_count > 1 and len(files) >= invocation_count
+  if shard_files:
+    dataset = dataset.shard(invocation_count, invocation_index)
+  if training:
+    dataset = dataset.shuffle(len(files))
+  dataset = dataset.interleave(
+      lambda path: tf.data.TFRecordDataset(path, compression_type='GZIP'),
+      cycle_length=tf.data.AUTOTUNE,
+      num_parallel_calls=tf.data.AUTOTUNE,
+      deterministic=not training)
+  if invocation_count > 1 and not shard_files:
+    dataset = dataset.shard(invocation_count, invocation_index)
+  return dataset
+
+
+def _parsed_table_batches(records: tf.data.Dataset,
+                          feature_spec: Mapping[str, Any], label_key: str,
+                          batch_size: int, training: bool,
+                          repeat: bool) -> tf.data.Dataset:
+  """Batches gathered from the split parsed once into dense columns."""
+  table = records.batch(PARSE_CHUNK_SIZE).map(
+      lambda serialized: tf.io.parse_example(serialized, feature_spec),
+      num_parallel_calls=tf.data.AUTOTUNE).rebatch(_WHOLE_SPLIT)
+
+  def batches(columns):
+    row_count = tf.shape(columns[label_key], out_type=tf.int64)[0]
+
+    def epoch_order(_):
+      with tf.control_dependencies([
+          tf.debugging.assert_positive(
+              row_count, message='The split has no examples to repeat.')
+      ]):
+        rows = tf.range(row_count)
+      return tf.random.shuffle(rows) if training else rows
+
+    epochs = tf.data.Dataset.from_tensors(0).repeat(None if repeat else 1)
+    row_batches = epochs.map(epoch_order).rebatch(batch_size,
+                                                  drop_remainder=True)
+
+    def gather(rows):
+      features = {
+          name: tf.gather(column, rows) for name, column in columns.items()
+      }
+      label = features.pop(label_key)
+      return features, label
+
+    return row_batches.map(gather, num_parallel_calls=tf.data.AUTOTUNE)
+
+  return table.flat_map(batches)
+
+
+def _parsed_per_batch(records: tf.data.Dataset,
+                      feature_spec: Mapping[str, Any], label_key: str,
+                      batch_size: int, training: bool, repeat: bool,
+                      cache: bool) -> tf.data.Dataset:
+  """Batches of (cached) serialized records, each parsed in one call."""
+  if cache:
+    records = records.cache()
+  if training:
+    records = records.shuffle(SHUFFLE_BUFFER_SIZE)
+  if repeat:
+    records = records.repeat()
+
+  def parse(serialized):
+    features = tf.io.parse_example(serialized, feature_spec)
+    label = features.pop(label_key)
+    return features, label
+
+  return records.batch(batch_size, drop_remainder=True).map(
+      parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=not training)
+
+
 def default_dataset(file_pattern: List[str],
                     schema: schema_pb2.Schema,
                     label_key: str,
@@ -51,7 +256,8 @@ def default_dataset(file_pattern: List[str],
                     training: bool,
                     repeat: bool,
                     invocation_index: int = 0,
-                    invocation_count: int = 1) -> tf.data.Dataset:
+                    invocation_count: int = 1,
+                    cache: str = 'auto') -> tf.data.Dataset:
   """The default dataset of `(features, label)` batches of one split.
 
   Args:
@@ -63,6 +269,7 @@ def default_dataset(file_pattern: List[str],
     repeat: repeat the split forever.
     invocation_index: which input invocation this is (a TPU host).
     invocation_count: how many invocations share the split.
+    cache: one of `CACHE_MODES` (see the module docstring).
 
   Returns:
     The dataset.
@@ -70,35 +277,15 @@ def default_dataset(file_pattern: List[str],
   files = []
   for pattern in file_pattern:
     files.extend(sorted(tf.io.gfile.glob(pattern)))
-  dataset = tf.data.Dataset.from_tensor_slices(files)
-  if invocation_count > 1:
-    if len(files) >= invocation_count:
-      dataset = dataset.shard(invocation_count, invocation_index)
-  if training:
-    dataset = dataset.shuffle(len(files))
-  dataset = dataset.interleave(
-      lambda path: tf.data.TFRecordDataset(path, compression_type='GZIP'),
-      cycle_length=tf.data.AUTOTUNE,
-      num_parallel_calls=tf.data.AUTOTUNE,
-      deterministic=not training)
-  if invocation_count > 1 and len(files) < invocation_count:
-    dataset = dataset.shard(invocation_count, invocation_index)
-  if _compressed_size(files) <= CACHE_MAX_COMPRESSED_BYTES:
-    dataset = dataset.cache()
-  if training:
-    dataset = dataset.shuffle(SHUFFLE_BUFFER_SIZE)
-  if repeat:
-    dataset = dataset.repeat()
-  dataset = dataset.batch(batch_size, drop_remainder=True)
   feature_spec = schemas_lib.feature_spec(schema)
-
-  def parse(serialized):
-    features = tf.io.parse_example(serialized, feature_spec)
-    label = features.pop(label_key)
-    return features, label
-
-  dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE,
-                        deterministic=not training)
+  chosen = choose_cache(cache, files, feature_spec, invocation_count)
+  records = _records(files, training, invocation_index, invocation_count)
+  if chosen == 'parsed':
+    dataset = _parsed_table_batches(records, feature_spec, label_key,
+                                    batch_size, training, repeat)
+  else:
+    dataset = _parsed_per_batch(records, feature_spec, label_key, batch_size,
+                                training, repeat, chosen == 'serialized')
   return dataset.prefetch(tf.data.AUTOTUNE)
 
 
@@ -109,7 +296,8 @@ def make_input_fn(file_pattern: List[str],
                   training: bool,
                   repeat: bool,
                   module_input_fn: Optional[Callable[..., Any]] = None,
-                  module_source: str = '') -> InputFn:
+                  module_source: str = '',
+                  cache: str = 'auto') -> InputFn:
   """Builds the `input_fn(params)` that TPUEstimator calls for one split.
 
   Args:
@@ -122,6 +310,7 @@ def make_input_fn(file_pattern: List[str],
       number of steps, which must never run out of input on TPU).
     module_input_fn: the module's `input_fn`, used instead of the default.
     module_source: where the module came from, for error messages.
+    cache: the default chain's cache, one of `CACHE_MODES`.
 
   Returns:
     The input function.
@@ -132,7 +321,7 @@ def make_input_fn(file_pattern: List[str],
       index, count = _input_invocation(params)
       return default_dataset(file_pattern, schema, label_key,
                              params['batch_size'], training, repeat, index,
-                             count)
+                             count, cache)
     dataset = module_input_fn(
         file_pattern=file_pattern,
         data_accessor=data_accessor,
