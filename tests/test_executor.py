@@ -148,6 +148,21 @@ def test_base_model_warm_starts(taxi_artifacts, tmp_path):
   assert (initial == trained_weights).all()
 
 
+def test_parsed_cache_of_sparse_raw_features_fails_before_training(
+    taxi_artifacts, tmp_path):
+  run = pipeline_outputs.trainer_run(
+      taxi_artifacts, str(tmp_path), _module('raw_module.py'),
+      custom_config=dict(SMALL_BATCHES, input_cache='parsed'), train_steps=10,
+      eval_steps=3, transformed=False)
+  with pytest.raises(errors.TPUTrainerError) as error:
+    _do(run)
+  assert 'input_cache="parsed" needs fixed-length features' in str(
+      error.value)
+  assert "'fare'" in str(error.value)
+  _assert_no_model(run)
+  assert not os.path.exists(os.path.join(run.model_run.uri, 'checkpoint'))
+
+
 @pytest.mark.parametrize('custom_config,train_steps,eval_steps,message', [
     ({'bogus_key': 1}, 10, 2, "Unknown custom_config key(s) ['bogus_key']"),
     ({'train_batch_size': -4}, 10, 2,
@@ -157,6 +172,8 @@ def test_base_model_warm_starts(taxi_artifacts, tmp_path):
     ({'use_tpu': True}, 10, None,
      'eval_args.num_steps is required when use_tpu is true'),
     ({}, 0, 2, 'train_args.num_steps must be a positive integer'),
+    ({'input_cache': 'memory'}, 10, 2,
+     "custom_config['input_cache']='memory' is not accepted"),
     ({'label_key': 'no_such_feature'}, 10, 2,
      "Label key 'no_such_feature' is not a feature of the transformed schema"),
 ])

@@ -2,7 +2,10 @@
 
 import os
 
+import numpy as np
+import pytest
 import tensorflow as tf
+from tensorflow_metadata.proto.v0 import schema_pb2
 import tensorflow_transform as tft
 from tfx.types import artifact_utils
 
@@ -78,3 +81,144 @@ def test_make_input_fn_rejects_module_input_of_wrong_type(taxi_artifacts):
                       'of (features, label), got list.')
   else:
     raise AssertionError('expected a UserModuleError')
+
+
+def _table(dataset):
+  """All batches of a finite dataset as {name: array}, label included."""
+  columns = {}
+  for features, label in dataset:
+    for name, values in dict(features, label=label).items():
+      columns.setdefault(name, []).append(values.numpy())
+  return {name: np.concatenate(parts) for name, parts in columns.items()}
+
+
+def _rows(columns):
+  names = sorted(columns)
+  return sorted(zip(*(columns[name].tolist() for name in names)))
+
+
+def test_auto_caches_the_taxi_split_as_a_parsed_table(taxi_artifacts):
+  files = tf.io.gfile.glob(_train_files(taxi_artifacts)[0])
+  spec = input_fns.schemas_lib.feature_spec(_schema(taxi_artifacts))
+  assert input_fns.choose_cache('auto', files, spec) == 'parsed'
+
+
+def test_record_count_estimate_is_close(taxi_artifacts):
+  files = tf.io.gfile.glob(_train_files(taxi_artifacts)[0])
+  records = sum(1 for _ in tf.data.TFRecordDataset(files,
+                                                   compression_type='GZIP'))
+  estimate = input_fns.estimated_record_count(
+      files, input_fns._compressed_size(files))
+  assert abs(estimate - records) / records < 0.25, (estimate, records)
+
+
+def test_parsed_table_has_static_batches(taxi_artifacts):
+  dataset = input_fns.default_dataset(
+      _train_files(taxi_artifacts), _schema(taxi_artifacts), 'big_tipper',
+      batch_size=32, training=True, repeat=True, cache='parsed')
+  features, label = dataset.element_spec
+  assert label.shape.as_list() == [32]
+  assert features['fare_xf'].shape.as_list() == [32]
+  assert features['company_xf'].dtype == tf.int64
+  assert 'big_tipper' not in features
+
+
+@pytest.mark.parametrize('batch_size', [1, 7])
+def test_parsed_table_reads_what_parsing_per_batch_reads(taxi_artifacts,
+                                                        batch_size):
+  files, schema = _train_files(taxi_artifacts), _schema(taxi_artifacts)
+  per_batch, parsed = (
+      _table(input_fns.default_dataset(files, schema, 'big_tipper',
+                                       batch_size, False, False, cache=cache))
+      for cache in ('none', 'parsed'))
+  assert sorted(parsed) == sorted(per_batch)
+  for name in per_batch:
+    np.testing.assert_array_equal(parsed[name], per_batch[name], name)
+
+
+def test_parsed_training_epochs_are_fresh_permutations(taxi_artifacts):
+  files, schema = _train_files(taxi_artifacts), _schema(taxi_artifacts)
+  everything = _table(input_fns.default_dataset(files, schema, 'big_tipper',
+                                                1, False, False))
+  count = len(everything['label'])
+  # One batch of the whole split is exactly one epoch.
+  dataset = input_fns.default_dataset(files, schema, 'big_tipper', count,
+                                      training=True, repeat=True,
+                                      cache='parsed')
+  iterator = iter(dataset)
+  epochs = [_table([next(iterator)]) for _ in range(2)]
+  for epoch in epochs:
+    assert _rows(epoch) == _rows(everything)
+  assert any(not np.array_equal(epochs[0][name], epochs[1][name])
+             for name in everything)
+
+
+def test_parsed_batches_cross_epoch_boundaries(taxi_artifacts):
+  files, schema = _train_files(taxi_artifacts), _schema(taxi_artifacts)
+  count = _count(input_fns.default_dataset(files, schema, 'big_tipper', 1,
+                                           False, False))
+  batch_size = count // 2 + 1  # Two batches take more than one epoch.
+  dataset = input_fns.default_dataset(files, schema, 'big_tipper',
+                                      batch_size, training=False, repeat=True,
+                                      cache='parsed')
+  labels = [label.numpy() for _, label in dataset.take(4)]
+  assert [len(batch) for batch in labels] == [batch_size] * 4
+  whole = np.concatenate(labels)
+  np.testing.assert_array_equal(whole[count:2 * count], whole[:count])
+
+
+def test_parsed_invocations_split_the_records(taxi_artifacts):
+  files, schema = _train_files(taxi_artifacts), _schema(taxi_artifacts)
+  whole = _count(input_fns.default_dataset(files, schema, 'big_tipper', 1,
+                                           False, False, cache='parsed'))
+  halves = [
+      _count(input_fns.default_dataset(files, schema, 'big_tipper', 1, False,
+                                       False, index, 2, cache='parsed'))
+      for index in (0, 1)
+  ]
+  assert sum(halves) == whole
+
+
+def _one_float_schema():
+  schema = schema_pb2.Schema()
+  for name in ('x', 'y'):
+    feature = schema.feature.add(name=name, type=schema_pb2.FLOAT)
+    feature.shape.SetInParent()
+    feature.presence.min_fraction = 1
+  return schema
+
+
+def test_parsed_table_of_an_empty_split_ends_instead_of_hanging(tmp_path):
+  path = str(tmp_path / 'empty.gz')
+  with tf.io.TFRecordWriter(path, options='GZIP'):
+    pass
+  dataset = input_fns.default_dataset([path], _one_float_schema(), 'y', 4,
+                                      training=True, repeat=True,
+                                      cache='parsed')
+  assert _count(dataset) == 0
+
+
+def test_auto_falls_back_by_features_and_size(taxi_artifacts, monkeypatch):
+  files = tf.io.gfile.glob(_train_files(taxi_artifacts)[0])
+  spec = input_fns.schemas_lib.feature_spec(_schema(taxi_artifacts))
+  varlen = dict(spec, company_xf=tf.io.VarLenFeature(tf.int64))
+  assert input_fns.choose_cache('auto', files, varlen) == 'serialized'
+  monkeypatch.setattr(input_fns, 'PARSED_CACHE_MAX_BYTES', 1000)
+  assert input_fns.choose_cache('auto', files, spec) == 'serialized'
+  monkeypatch.setattr(input_fns, 'CACHE_MAX_COMPRESSED_BYTES', 1000)
+  assert input_fns.choose_cache('auto', files, spec) == 'none'
+  assert input_fns.choose_cache('serialized', files, spec) == 'serialized'
+
+
+def test_parsed_cache_names_the_features_it_cannot_hold(taxi_artifacts):
+  spec = input_fns.schemas_lib.feature_spec(_schema(taxi_artifacts))
+  spec.update(company_xf=tf.io.VarLenFeature(tf.int64),
+              pickup_xf=tf.io.FixedLenFeature([None], tf.float32))
+  with pytest.raises(input_fns.InputCacheError) as error:
+    input_fns.check_cache_mode('parsed', spec)
+  assert str(error.value) == (
+      'input_cache="parsed" needs fixed-length features of a known shape; '
+      "['company_xf', 'pickup_xf'] are not. Set input_cache to \"auto\" or "
+      '"serialized" in custom_config.')
+  with pytest.raises(input_fns.InputCacheError, match="'fast' is not one of"):
+    input_fns.check_cache_mode('fast', spec)
