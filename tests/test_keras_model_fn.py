@@ -422,8 +422,8 @@ def test_taxi_keras_module_trains_and_exports_both_tag_sets(taxi_artifacts,
   estimator, config, schemas, params = _taxi_estimator(
       taxi_artifacts, model_dir, module)
   build_input_fns = executor._build_input_fns  # pylint: disable=protected-access
-  train_input_fn, eval_input_fn = build_input_fns(fn_args, module, schemas,
-                                                  module.label_key)
+  train_input_fn, eval_input_fn = build_input_fns(fn_args, config, module,
+                                                  schemas, module.label_key)
   metrics = training.train_and_evaluate(estimator, config, train_input_fn,
                                         eval_input_fn, 20, 3)
   metrics = metrics_lib.to_python(metrics)
