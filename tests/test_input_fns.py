@@ -222,3 +222,7 @@ def test_parsed_cache_names_the_features_it_cannot_hold(taxi_artifacts):
       '"serialized" in custom_config.')
   with pytest.raises(input_fns.InputCacheError, match="'fast' is not one of"):
     input_fns.check_cache_mode('fast', spec)
+
+
+def test_record_count_of_no_files_is_zero():
+  assert input_fns.estimated_record_count([], 0) == 0.0

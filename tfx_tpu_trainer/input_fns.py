@@ -100,8 +100,11 @@ def estimated_record_count(files: List[str], compressed_bytes: int) -> float:
     compressed_bytes: their total size on disk.
 
   Returns:
-    The estimated number of records (0 when the first file is empty).
+    The estimated number of records (0 when there is no file or the first
+    is empty).
   """
+  if not files:
+    return 0.0
   sample = []
   for record in tf.compat.v1.io.tf_record_iterator(
       files[0], options=tf.io.TFRecordOptions(compression_type='GZIP')):
