@@ -109,7 +109,7 @@ def test_record_count_estimate_is_close(taxi_artifacts):
                                                    compression_type='GZIP'))
   estimate = input_fns.estimated_record_count(
       files, input_fns._compressed_size(files))
-  assert abs(estimate - records) / records < 0.25, (estimate, records)
+  assert abs(estimate - records) / records < 0.05, (estimate, records)
 
 
 def test_parsed_table_has_static_batches(taxi_artifacts):
@@ -196,6 +196,58 @@ def test_parsed_table_of_an_empty_split_ends_instead_of_hanging(tmp_path):
                                       training=True, repeat=True,
                                       cache='parsed')
   assert _count(dataset) == 0
+
+
+def _copies(taxi_artifacts, directory, count, empty_first=False):
+  """`count` copies of the train split's first file (after an empty one)."""
+  [source] = tf.io.gfile.glob(_train_files(taxi_artifacts)[0])[:1]
+  paths = []
+  if empty_first:
+    paths.append(str(directory / 'a-empty.gz'))
+    with tf.io.TFRecordWriter(paths[-1], options='GZIP'):
+      pass
+  for index in range(count):
+    paths.append(str(directory / f'b-copy-{index}.gz'))
+    tf.io.gfile.copy(source, paths[-1])
+  records = sum(1 for _ in tf.data.TFRecordDataset(source,
+                                                   compression_type='GZIP'))
+  return paths, records
+
+
+def _peak_bytes(spec, rows):
+  return 2 * rows * input_fns._parsed_bytes_per_example(spec) + 16 * rows
+
+
+def test_an_empty_first_file_does_not_hide_the_split(taxi_artifacts,
+                                                     tmp_path, monkeypatch):
+  files, records = _copies(taxi_artifacts, tmp_path, 2, empty_first=True)
+  estimate = input_fns.estimated_record_count(
+      files, input_fns._compressed_size(files))
+  assert abs(estimate - 2 * records) / (2 * records) < 0.05
+  spec = input_fns.schemas_lib.feature_spec(_schema(taxi_artifacts))
+  monkeypatch.setattr(input_fns, 'PARSED_CACHE_MAX_BYTES',
+                      _peak_bytes(spec, records))
+  assert input_fns.choose_cache('auto', files, spec) == 'serialized'
+
+
+def test_per_host_estimate_counts_the_files_of_that_host(
+    taxi_artifacts, tmp_path, monkeypatch):
+  files, records = _copies(taxi_artifacts, tmp_path, 3)
+  spec = input_fns.schemas_lib.feature_spec(_schema(taxi_artifacts))
+  # Host 0 of 2 reads files 0 and 2, host 1 reads file 1.
+  monkeypatch.setattr(input_fns, 'PARSED_CACHE_MAX_BYTES',
+                      _peak_bytes(spec, 1.5 * records))
+  assert [input_fns.choose_cache('auto', files, spec, True, index, 2)
+          for index in (0, 1)] == ['serialized', 'parsed']
+
+
+def test_auto_tables_training_input_only(taxi_artifacts):
+  files = tf.io.gfile.glob(_train_files(taxi_artifacts)[0])
+  spec = input_fns.schemas_lib.feature_spec(_schema(taxi_artifacts))
+  assert input_fns.choose_cache('auto', files, spec, training=False) == (
+      'serialized')
+  assert input_fns.choose_cache('parsed', files, spec, training=False) == (
+      'parsed')
 
 
 def test_auto_falls_back_by_features_and_size(taxi_artifacts, monkeypatch):

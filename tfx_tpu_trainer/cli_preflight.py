@@ -197,7 +197,7 @@ def _examples_input_fn(examples: str, split: str, schema, label_key, module):
   return input_fns.make_input_fn(
       [os.path.join(examples, f'Split-{split}', '*')], accessor, schema,
       label_key, training=True, repeat=True, module_input_fn=module.input_fn,
-      module_source=module.source)
+      module_source=module.source, cache='none')
 
 
 def _sample(paths, args, config, params, module, schemas, label_key,

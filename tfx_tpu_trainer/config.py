@@ -23,7 +23,8 @@ Keys (all optional; defaults in brackets):
     checkpoints a retry resumes from (see checkpoints.py); e.g. a gs:// path.
   input_cache ["auto"]: how the default input chain caches a split: "parsed"
     (one in-memory table of parsed dense tensors), "serialized" (the
-    serialized records), "none", or "auto" (see input_fns.py).
+    serialized records), "none", or "auto" (the table for training input
+    that fits, see input_fns.py).
   params [{}]: merged into the `params` that model_fn/input_fn receive.
 """
 

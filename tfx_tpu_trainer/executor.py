@@ -90,8 +90,10 @@ class Executor(trainer_executor.GenericExecutor):
         schemas, label_key, params, module.serving_input_receiver_fn,
         module.source)
     if config.use_tpu:
+      sample_input_fn, _ = _build_input_fns(fn_args, config, module, schemas,
+                                            label_key, cache='none')
       preflight.check_before_training(
-          model_fn, config, params, train_input_fn, module.source,
+          model_fn, config, params, sample_input_fn, module.source,
           serving_input_receiver_fn=serving_input_receiver_fn)
     estimator = _build_estimator(fn_args, config, model_fn, params, model_dir)
     start_step = checkpoints.latest_step(model_dir)
@@ -184,13 +186,16 @@ def _build_input_fns(fn_args: fn_args_utils.FnArgs,
                      config: config_lib.TrainerConfig,
                      module: user_module_lib.UserModule,
                      schemas: schemas_lib.ExampleSchemas,
-                     label_key: Optional[str]):
+                     label_key: Optional[str],
+                     cache: Optional[str] = None):
+  """Train and eval input_fns; `cache` overrides config.input_cache."""
+  cache = cache or config.input_cache
   if module.input_fn is None:
-    input_fns.check_cache_mode(config.input_cache,
+    input_fns.check_cache_mode(cache,
                                schemas_lib.feature_spec(schemas.examples))
   common = dict(
       data_accessor=fn_args.data_accessor,
-      cache=config.input_cache,
+      cache=cache,
       schema=schemas.examples,
       label_key=label_key,
       module_input_fn=module.input_fn,

@@ -18,13 +18,17 @@ the tensorflow/tpu reference input pipelines:
 
   -> split off the label -> prefetch.
 
-"auto" (the default) picks "parsed" when every feature is a fixed-length
-numeric feature and the parsed split, estimated from a sample of records,
-fits `PARSED_CACHE_MAX_BYTES`; else "serialized" when the gzip files add up
-to at most `CACHE_MAX_COMPRESSED_BYTES`; else "none". No per-example Python
+"auto" (the default) picks "parsed" for training input when every feature
+is a fixed-length number and the peak memory of building the table (the
+record count estimated from the start of a file) fits
+`PARSED_CACHE_MAX_BYTES` per input invocation; else "serialized" when the
+gzip files add up to at most `CACHE_MAX_COMPRESSED_BYTES`; else "none".
+The table is built whole each time an input_fn is called, so evaluation
+input, read for a few steps, is not tabled by "auto". No per-example Python
 runs. A module's own `input_fn` replaces the chain.
 """
 
+import struct
 import zlib
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
@@ -44,14 +48,16 @@ CACHE_MODES = config_lib.INPUT_CACHE_MODES
 # "auto" caches serialized records when a split's gzip files add up to at
 # most this (gzip'd tf.Examples expand about 5-10x).
 CACHE_MAX_COMPRESSED_BYTES = 128 * 1024 * 1024
-# "auto" caches the parsed table when its estimated size (per input
-# invocation) is at most this.
+# "auto" caches the parsed table of a training split when the estimated peak
+# memory of building it (per input invocation: the table twice while its
+# chunks are joined, plus two row-index vectors) is at most this.
 PARSED_CACHE_MAX_BYTES = 512 * 1024 * 1024
 SHUFFLE_BUFFER_SIZE = 10000
 # Records parsed per `parse_example` call while the parsed table is built.
 PARSE_CHUNK_SIZE = 4096
-# Records read to estimate the parsed size of a split.
-SIZE_SAMPLE_RECORDS = 1000
+# Compressed bytes read from the start of a file to count records per byte.
+SIZE_SAMPLE_BYTES = 1024 * 1024
+_RECORD_FRAMING_BYTES = 16  # Length (8), its CRC (4), the data's CRC (4).
 _WHOLE_SPLIT = 2**62
 
 
@@ -88,34 +94,44 @@ def _parsed_bytes_per_example(feature_spec: Mapping[str, Any]) -> int:
       for spec in feature_spec.values())
 
 
-def estimated_record_count(files: List[str], compressed_bytes: int) -> float:
-  """Records in gzip'd TFRecord `files`, estimated from the first file.
+def _complete_records(framed: bytes) -> int:
+  """Complete TFRecords at the start of decompressed TFRecord bytes."""
+  count, position = 0, 0
+  while position + 12 <= len(framed):
+    (length,) = struct.unpack('<Q', framed[position:position + 8])
+    position += length + _RECORD_FRAMING_BYTES
+    if position > len(framed):
+      break
+    count += 1
+  return count
 
-  The first `SIZE_SAMPLE_RECORDS` records give the mean record size and, by
-  compressing them again, the gzip ratio; the estimate is the files'
-  compressed size times the ratio over the mean record size.
+
+def estimated_record_count(files: List[str], compressed_bytes: int) -> float:
+  """Records in gzip'd TFRecord `files`, estimated from a file's start.
+
+  Decompresses up to `SIZE_SAMPLE_BYTES` from the start of the first file
+  that has records, counts the complete records in it (framing included),
+  and scales records per compressed byte to `compressed_bytes`. A file
+  smaller than the sample is counted exactly.
 
   Args:
     files: the split's files (gzip'd TFRecords).
     compressed_bytes: their total size on disk.
 
   Returns:
-    The estimated number of records (0 when there is no file or the first
-    is empty).
+    The estimated number of records (0 when no file has a record).
   """
-  if not files:
-    return 0.0
-  sample = []
-  for record in tf.compat.v1.io.tf_record_iterator(
-      files[0], options=tf.io.TFRecordOptions(compression_type='GZIP')):
-    sample.append(record)
-    if len(sample) >= SIZE_SAMPLE_RECORDS:
-      break
-  if not sample:
-    return 0.0
-  serialized = b''.join(sample)
-  ratio = len(serialized) / len(zlib.compress(serialized, 6))
-  return compressed_bytes * ratio / (len(serialized) / len(sample))
+  for path in files:
+    with tf.io.gfile.GFile(path, 'rb') as f:
+      head = f.read(SIZE_SAMPLE_BYTES)
+    try:
+      framed = zlib.decompressobj(zlib.MAX_WBITS | 16).decompress(head)
+    except zlib.error:
+      continue  # Not gzip: the reader names the file when it fails.
+    records = _complete_records(framed)
+    if records:
+      return compressed_bytes * records / len(head)
+  return 0.0
 
 
 def check_cache_mode(mode: str, feature_spec: Mapping[str, Any]) -> None:
@@ -140,15 +156,32 @@ def check_cache_mode(mode: str, feature_spec: Mapping[str, Any]) -> None:
           '"serialized" in custom_config.')
 
 
+def _file_share(files: List[str], invocation_index: int,
+                invocation_count: int) -> Optional[List[str]]:
+  """The files this invocation reads whole, or None if it shards records."""
+  if invocation_count == 1:
+    return files
+  if len(files) >= invocation_count:
+    return files[invocation_index::invocation_count]
+  return None
+
+
 def choose_cache(mode: str, files: List[str],
-                 feature_spec: Mapping[str, Any],
+                 feature_spec: Mapping[str, Any], training: bool = True,
+                 invocation_index: int = 0,
                  invocation_count: int = 1) -> str:
   """The cache of one split: "parsed", "serialized" or "none".
+
+  "auto" builds the parsed table for training input only: the table is
+  built whole every time an input_fn is called, which pays off when the
+  split is read for many epochs, not for an evaluation of a few steps.
 
   Args:
     mode: the requested mode, one of `CACHE_MODES`.
     files: the split's files.
     feature_spec: what `parse_example` reads.
+    training: whether this is training input.
+    invocation_index: which input invocation this is (a TPU host).
     invocation_count: how many input invocations share the split.
 
   Returns:
@@ -161,13 +194,18 @@ def choose_cache(mode: str, files: List[str],
   if mode != 'auto':
     return mode
   compressed = _compressed_size(files)
-  if not _not_tabular(feature_spec, numeric_only=True):
-    parsed_bytes = (
-        estimated_record_count(files, compressed) *
-        _parsed_bytes_per_example(feature_spec) / invocation_count)
-    if parsed_bytes <= PARSED_CACHE_MAX_BYTES:
-      logging.info('Caching the parsed split in memory (about %.1f MB).',
-                   parsed_bytes / 2**20)
+  if training and not _not_tabular(feature_spec, numeric_only=True):
+    share = _file_share(files, invocation_index, invocation_count)
+    if share is None:
+      rows = estimated_record_count(files, compressed) / invocation_count
+    else:
+      rows = estimated_record_count(share, _compressed_size(share))
+    table_bytes = rows * _parsed_bytes_per_example(feature_spec)
+    peak_bytes = 2 * table_bytes + 2 * 8 * rows
+    if peak_bytes <= PARSED_CACHE_MAX_BYTES:
+      logging.info(
+          'Caching the parsed training split in memory (about %.1f MB for '
+          '%d examples).', table_bytes / 2**20, int(rows))
       return 'parsed'
   if compressed <= CACHE_MAX_COMPRESSED_BYTES:
     return 'serialized'
@@ -179,9 +217,9 @@ def choose_cache(mode: str, files: List[str],
 def _records(files: List[str], training: bool, invocation_index: int,
              invocation_count: int) -> tf.data.Dataset:
   """This invocation's share of the serialized records, read in parallel."""
+  share = _file_share(files, invocation_index, invocation_count)
   dataset = tf.data.Dataset.from_tensor_slices(files)
-  shard_files = invocation_count > 1 and len(files) >= invocation_count
-  if shard_files:
+  if share is not None and invocation_count > 1:
     dataset = dataset.shard(invocation_count, invocation_index)
   if training:
     dataset = dataset.shuffle(len(files))
@@ -190,7 +228,7 @@ def _records(files: List[str], training: bool, invocation_index: int,
       cycle_length=tf.data.AUTOTUNE,
       num_parallel_calls=tf.data.AUTOTUNE,
       deterministic=not training)
-  if invocation_count > 1 and not shard_files:
+  if share is None:
     dataset = dataset.shard(invocation_count, invocation_index)
   return dataset
 
@@ -208,11 +246,7 @@ def _parsed_table_batches(records: tf.data.Dataset,
     row_count = tf.shape(columns[label_key], out_type=tf.int64)[0]
 
     def epoch_order(_):
-      with tf.control_dependencies([
-          tf.debugging.assert_positive(
-              row_count, message='The split has no examples to repeat.')
-      ]):
-        rows = tf.range(row_count)
+      rows = tf.range(row_count)
       return tf.random.shuffle(rows) if training else rows
 
     epochs = tf.data.Dataset.from_tensors(0).repeat(None if repeat else 1)
@@ -281,7 +315,8 @@ def default_dataset(file_pattern: List[str],
   for pattern in file_pattern:
     files.extend(sorted(tf.io.gfile.glob(pattern)))
   feature_spec = schemas_lib.feature_spec(schema)
-  chosen = choose_cache(cache, files, feature_spec, invocation_count)
+  chosen = choose_cache(cache, files, feature_spec, training,
+                        invocation_index, invocation_count)
   records = _records(files, training, invocation_index, invocation_count)
   if chosen == 'parsed':
     dataset = _parsed_table_batches(records, feature_spec, label_key,
