@@ -199,7 +199,8 @@ def choose_cache(mode: str, files: List[str],
     if share is None:
       rows = estimated_record_count(files, compressed) / invocation_count
     else:
-      rows = estimated_record_count(share, _compressed_size(share))
+      rows = estimated_record_count(
+          share, compressed if share is files else _compressed_size(share))
     table_bytes = rows * _parsed_bytes_per_example(feature_spec)
     peak_bytes = 2 * table_bytes + 2 * 8 * rows
     if peak_bytes <= PARSED_CACHE_MAX_BYTES:
@@ -218,11 +219,10 @@ def _records(files: List[str], training: bool, invocation_index: int,
              invocation_count: int) -> tf.data.Dataset:
   """This invocation's share of the serialized records, read in parallel."""
   share = _file_share(files, invocation_index, invocation_count)
-  dataset = tf.data.Dataset.from_tensor_slices(files)
-  if share is not None and invocation_count > 1:
-    dataset = dataset.shard(invocation_count, invocation_index)
+  read = files if share is None else share
+  dataset = tf.data.Dataset.from_tensor_slices(read)
   if training:
-    dataset = dataset.shuffle(len(files))
+    dataset = dataset.shuffle(len(read))
   dataset = dataset.interleave(
       lambda path: tf.data.TFRecordDataset(path, compression_type='GZIP'),
       cycle_length=tf.data.AUTOTUNE,
