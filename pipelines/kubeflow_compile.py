@@ -97,7 +97,6 @@ class CompileResult:
   runner: str
   trainer_id: str
   trainer_image: str
-  trainer_resources: Dict[str, str]
   custom_config: Dict[str, Any]
 
 
@@ -187,7 +186,8 @@ def compile_pipeline(options: CompileOptions) -> CompileResult:
   staging = tempfile.mkdtemp(dir=output_dir, prefix='.compile-')
   try:
     with user_modules_not_packaged():
-      pipeline = taxi_pipeline.create_pipeline(pipeline_options(options))
+      factory_options = pipeline_options(options)
+      pipeline = taxi_pipeline.create_pipeline(factory_options)
       trainer = _trainer(pipeline)
       if options.runner == 'kubeflow':
         _compile_v1(options, pipeline, trainer, staging,
@@ -204,9 +204,7 @@ def compile_pipeline(options: CompileOptions) -> CompileResult:
       runner=options.runner,
       trainer_id=trainer.id,
       trainer_image=options.trainer_image or options.image,
-      trainer_resources=(dict(options.tpu.resource_limits)
-                         if options.use_tpu else {}),
-      custom_config=trainer_custom_config(options))
+      custom_config=factory_options.custom_config)
 
 
 @contextlib.contextmanager

@@ -271,7 +271,7 @@ def _compile(args) -> int:
     print(f'  Note: --image is the placeholder {DEFAULT_IMAGE}; build the '
           'Dockerfile, push it, and pass its name.')
   if options.use_tpu and 'tpu' not in result.custom_config:
-    print('  Note: no --tpu-name: the trainer reads the TPU name from '
-          'TPU_NAME in its pod (GKE sets KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS for '
-          'a TPU node, not TPU_NAME).')
+    print('  Note: no --tpu-name: the trainer takes the TPU from TPU_NAME, '
+          'or else KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS (set by GKE for a TPU '
+          'node), in its pod.')
   return 0

@@ -62,7 +62,6 @@ TPU_VM_TPU_NAME = 'local'
 class GkeTpuAccelerator:
   """A GKE TPU VM accelerator (the `gke-tpu-accelerator` node label value)."""
   name: str
-  generation: str
   dimensions: int
   single_host_topologies: Tuple[str, ...]
 
@@ -79,13 +78,13 @@ class GkeTpuAccelerator:
 
 GKE_TPU_ACCELERATORS: Dict[str, GkeTpuAccelerator] = {
     a.name: a for a in (
-        GkeTpuAccelerator('tpu-v4-podslice', 'v4', 3, ('2x2x1',)),
-        GkeTpuAccelerator('tpu-v5-lite-device', 'v5e', 2,
+        GkeTpuAccelerator('tpu-v4-podslice', 3, ('2x2x1',)),
+        GkeTpuAccelerator('tpu-v5-lite-device', 2,
                           ('1x1', '2x2', '2x4')),
-        GkeTpuAccelerator('tpu-v5-lite-podslice', 'v5e', 2,
+        GkeTpuAccelerator('tpu-v5-lite-podslice', 2,
                           ('1x1', '2x2', '2x4')),
-        GkeTpuAccelerator('tpu-v5p-slice', 'v5p', 3, ('2x2x1',)),
-        GkeTpuAccelerator('tpu-v6e-slice', 'v6e', 2, ('1x1', '2x2', '2x4')),
+        GkeTpuAccelerator('tpu-v5p-slice', 3, ('2x2x1',)),
+        GkeTpuAccelerator('tpu-v6e-slice', 2, ('1x1', '2x2', '2x4')),
     )
 }
 DEFAULT_ACCELERATOR = 'tpu-v5-lite-podslice'
@@ -131,7 +130,6 @@ class TpuVmScheduling:
   topology: str
   chips: int
 
-  style = 'tpu-vm'
   default_tpu_name = TPU_VM_TPU_NAME
 
   @property
@@ -146,10 +144,6 @@ class TpuVmScheduling:
   def tolerations(self) -> List[k8s_client.V1Toleration]:
     return [k8s_client.V1Toleration(
         key=TPU_VM_RESOURCE, operator='Exists', effect='NoSchedule')]
-
-  @property
-  def annotations(self) -> Dict[str, str]:
-    return {}
 
   def apply(self, op: dsl.ContainerOp) -> dsl.ContainerOp:
     """Puts the limit, node selectors and toleration on `op`."""
@@ -178,7 +172,6 @@ class TpuNodeScheduling:
   cores: int
   tf_version: str
 
-  style = 'tpu-node'
   default_tpu_name = None
 
   @property
@@ -188,18 +181,6 @@ class TpuNodeScheduling:
   @property
   def resource_limits(self) -> Dict[str, str]:
     return {self.resource_name: str(self.cores)}
-
-  @property
-  def node_selector(self) -> Dict[str, str]:
-    return {}
-
-  @property
-  def tolerations(self) -> List[k8s_client.V1Toleration]:
-    return []
-
-  @property
-  def annotations(self) -> Dict[str, str]:
-    return {TPU_NODE_ANNOTATION: self.tf_version}
 
   def apply(self, op: dsl.ContainerOp) -> dsl.ContainerOp:
     """`kfp.gcp.use_tpu`: the tf-version annotation and the TPU limit."""
