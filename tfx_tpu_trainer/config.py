@@ -30,7 +30,7 @@ Keys (all optional; defaults in brackets):
 
 import dataclasses
 import os
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 from tfx_tpu_trainer import errors
 
 TPU_NAME_ENV = 'TPU_NAME'
@@ -47,6 +47,8 @@ EXPORT_API_VERSIONS = (1, 2)
 # itself in every mode, so a user value would be silently overwritten.
 RESERVED_PARAMS_KEYS = ('batch_size', 'context', 'use_tpu')
 TPU_SPEC_KEYS = ('name', 'zone', 'project')
+BATCH_SIZE_KEYS = ('train_batch_size', 'eval_batch_size',
+                   'predict_batch_size')
 
 
 class ConfigError(errors.TPUTrainerError):
@@ -158,19 +160,26 @@ class TrainerConfig:
     config.check_shard_divisibility()
     return config
 
+  def indivisible_batch_sizes(self, num_shards: int) -> List[Tuple[str, int]]:
+    """(key, value) of the TPU batch sizes that do not divide by num_shards.
+
+    The eval batch size counts only when evaluation runs on the TPU.
+    """
+    return [(key, getattr(self, key)) for key in BATCH_SIZE_KEYS
+            if (key != 'eval_batch_size' or self.eval_on_tpu) and
+            getattr(self, key) % num_shards]
+
   def check_shard_divisibility(self) -> None:
     """On TPU, every global batch size must divide by `num_shards`."""
     if not self.use_tpu or self.num_shards is None:
       return
-    for key in ('train_batch_size', 'eval_batch_size', 'predict_batch_size'):
-      if key == 'eval_batch_size' and not self.eval_on_tpu:
-        continue
-      value = getattr(self, key)
-      if value % self.num_shards:
-        raise ConfigError(
-            f'custom_config[{key!r}]={value} does not divide by '
-            f'num_shards={self.num_shards}: TPU splits each global batch '
-            f'evenly across shards. Use a multiple of {self.num_shards}.')
+    indivisible = self.indivisible_batch_sizes(self.num_shards)
+    if indivisible:
+      key, value = indivisible[0]
+      raise ConfigError(
+          f'custom_config[{key!r}]={value} does not divide by '
+          f'num_shards={self.num_shards}: TPU splits each global batch '
+          f'evenly across shards. Use a multiple of {self.num_shards}.')
 
   def check_steps(self, train_steps: Optional[int],
                   eval_steps: Optional[int]) -> None:

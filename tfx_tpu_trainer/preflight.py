@@ -48,7 +48,6 @@ from tfx_tpu_trainer import preflight_report
 from tfx_tpu_trainer import preflight_sample
 
 DEFAULT_NUM_SHARDS = 8
-BATCH_SIZE_KEYS = ('train_batch_size', 'eval_batch_size', 'predict_batch_size')
 
 Finding = preflight_report.Finding
 PreflightError = preflight_report.PreflightError
@@ -87,21 +86,17 @@ def per_shard_batch_size(config: config_lib.TrainerConfig,
 
 def _config_findings(config: config_lib.TrainerConfig, num_shards: int,
                      assumed: bool) -> List[Finding]:
-  findings = []
-  for key in BATCH_SIZE_KEYS:
-    if key == 'eval_batch_size' and not config.eval_on_tpu:
-      continue
-    value = getattr(config, key)
-    if value % num_shards:
-      note = (f' (num_shards is not set: {num_shards}, one TPU host, was '
-              'assumed; set custom_config num_shards to check exactly)'
-              if assumed else '')
-      findings.append(Finding(
+  note = (f' (num_shards is not set: {num_shards}, one TPU host, was '
+          'assumed; set custom_config num_shards to check exactly)'
+          if assumed else '')
+  return [
+      Finding(
           'batch-size-not-divisible', WARNING if assumed else ERROR,
           f'custom_config[{key!r}]={value} does not divide by '
           f'num_shards={num_shards}: TPU splits each global batch evenly '
-          f'across shards. Use a multiple of {num_shards}{note}.', 'config'))
-  return findings
+          f'across shards. Use a multiple of {num_shards}{note}.', 'config')
+      for key, value in config.indivisible_batch_sizes(num_shards)
+  ]
 
 
 def _named_specs(structure: Any, what: str) -> Dict[str, Any]:
