@@ -38,6 +38,7 @@ from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx.components.trainer import fn_args_utils
 
 from tfx_tpu_trainer import config as config_lib
+from tfx_tpu_trainer import data_checks
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import schemas as schemas_lib
 from tfx_tpu_trainer import user_module as user_module_lib
@@ -311,9 +312,7 @@ def default_dataset(file_pattern: List[str],
   Returns:
     The dataset.
   """
-  files = []
-  for pattern in file_pattern:
-    files.extend(sorted(tf.io.gfile.glob(pattern)))
+  files = data_checks.split_files(file_pattern)
   feature_spec = schemas_lib.feature_spec(schema)
   chosen = choose_cache(cache, files, feature_spec, training,
                         invocation_index, invocation_count)
