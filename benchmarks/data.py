@@ -39,15 +39,6 @@ def data_spec_path(work_dir: str) -> str:
   return os.path.join(work_dir, DATA_SPEC_NAME)
 
 
-def load_data_spec(work_dir: str) -> Optional[Dict[str, object]]:
-  """The data spec a previous `prepare` wrote to `work_dir`, or None."""
-  path = data_spec_path(work_dir)
-  if not os.path.exists(path):
-    return None
-  with open(path) as f:
-    return json.load(f)
-
-
 def _copy_rows(source_dir: str, target_dir: str, rows: int) -> str:
   """Writes the header and the first `rows` data rows of the taxi CSV."""
   os.makedirs(target_dir, exist_ok=True)

@@ -36,6 +36,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from benchmarks import events
 from benchmarks import launch
 from benchmarks import report
 
@@ -240,7 +241,7 @@ def run(repeats: int, steps: int, eval_steps: int, large_batch: int,
       'settings': {
           'repeats': repeats, 'steps': steps, 'eval_steps': eval_steps,
           'large_batch': large_batch, 'rows': data.get('rows'),
-          'window_steps': 100, 'warmup_windows_dropped': 1,
+          'window_steps': events.WINDOW_STEPS, 'warmup_windows_dropped': 1,
           'tpu_trainer_config_overrides': json.loads(tpu_trainer_config),
       },
       'machine': machine,
