@@ -230,6 +230,17 @@ def _host_call_tensors(host_call: Any, what: str,
   return list(named.values()), findings
 
 
+def _call_host(host_call, flat_tensors, where: str, phase: str,
+               findings: List[Finding]) -> Any:
+  """Calls a host_call/metric_fn on its tensors; notes summaries it adds."""
+  graph = tf.compat.v1.get_default_graph()
+  before = set(graph.get_operations())
+  fn, args, kwargs = _pack_host_args(host_call, flat_tensors)
+  result = fn(*args, **kwargs)
+  findings.extend(_summary_findings(graph, before, where, phase))
+  return result
+
+
 def _pack_host_args(host_call: Any, flat: List[tf.Tensor]):
   fn, tensors = host_call
   if isinstance(tensors, Mapping):
@@ -311,7 +322,6 @@ class _Preflight:
 
     def outputs(spec):
       _require(spec, ModeKeys.TRAIN, ('loss', 'train_op'), phase)
-      holder['loss'] = spec.loss
       tensors, holder['host'] = _host_call_tensors(spec.host_call, 'host_call',
                                                    phase)
       with tf.control_dependencies([spec.train_op]):
@@ -319,20 +329,15 @@ class _Preflight:
 
     step = self._build(ModeKeys.TRAIN, self._step_params(), self.sample.labels,
                        outputs, phase)
-    findings = (_loss_findings(holder['loss'], phase) + holder['host'] +
+    findings = (_loss_findings(step.spec.loss, phase) + holder['host'] +
                 preflight_graph.check_ops(step, phase) +
                 preflight_graph.check_cross_shard(step, self.num_shards,
                                                   phase))
     host_call = step.spec.host_call
 
     def host_fn(outputs):
-      if host_call is None:
-        return [], []
-      graph = tf.compat.v1.get_default_graph()
-      before = set(graph.get_operations())
-      fn, args, kwargs = _pack_host_args(host_call, outputs[1:])
-      fn(*args, **kwargs)
-      findings.extend(_summary_findings(graph, before, 'host_call', phase))
+      if host_call is not None:
+        _call_host(host_call, outputs[1:], 'host_call', phase, findings)
       return [], []
 
     run, run_findings = self._run(
@@ -354,15 +359,13 @@ class _Preflight:
 
     def outputs(spec):
       _require(spec, ModeKeys.EVAL, ('loss',), phase)
-      holder['loss'] = spec.loss
       metric_tensors, holder['metrics'] = _host_call_tensors(
           spec.eval_metrics, 'eval_metrics', phase)
-      holder['count'] = len(metric_tensors)
       return [spec.loss] + metric_tensors
 
     step = self._build(ModeKeys.EVAL, self._step_params(), self.sample.labels,
                        outputs, phase)
-    findings = (_loss_findings(holder['loss'], phase) + holder['metrics'] +
+    findings = (_loss_findings(step.spec.loss, phase) + holder['metrics'] +
                 preflight_graph.check_ops(step, phase))
     eval_metrics = step.spec.eval_metrics
     names = []
@@ -370,12 +373,8 @@ class _Preflight:
     def host_fn(outputs):
       if eval_metrics is None:
         return [], []
-      graph = tf.compat.v1.get_default_graph()
-      before = set(graph.get_operations())
-      fn, args, kwargs = _pack_host_args(
-          eval_metrics, outputs[1:1 + holder['count']])
-      metrics = fn(*args, **kwargs)
-      findings.extend(_summary_findings(graph, before, 'metric_fn', phase))
+      metrics = _call_host(eval_metrics, outputs[1:], 'metric_fn', phase,
+                           findings)
       updates, values = [], []
       if not isinstance(metrics, Mapping):
         findings.append(Finding(

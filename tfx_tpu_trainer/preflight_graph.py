@@ -338,17 +338,6 @@ def check_cross_shard(step: StepGraph, num_shards: int,
       'tf.compat.v1.train optimizers).', phase)]
 
 
-def _replace_cross_replica_sums(graph_def) -> int:
-  """Rewrites each CrossReplicaSum node as an Identity of its input."""
-  count = 0
-  for node in graph_def.node:
-    if node.op != estimator_adapter.CROSS_REPLICA_SUM_OP:
-      continue
-    _as_identity(node)
-    count += 1
-  return count
-
-
 def _as_identity(node) -> None:
   data_inputs = [i for i in node.input if not i.startswith('^')]
   control_inputs = [i for i in node.input if i.startswith('^')]
@@ -360,14 +349,14 @@ def _as_identity(node) -> None:
       del node.attr[key]
 
 
-def _set_aside_rejected_ops(graph_def) -> None:
-  """Lets a step with (already reported) summaries or Print still run.
+def _make_runnable(graph_def) -> None:
+  """Lets the step run on one CPU device despite (already reported) ops.
 
-  Print passes its input through; a v1 summary becomes an empty string
-  constant outside the XLA cluster.
+  CrossReplicaSum (one replica here) and Print pass their input through; a
+  v1 summary becomes an empty string constant outside the XLA cluster.
   """
   for node in graph_def.node:
-    if node.op == 'Print':
+    if node.op in (estimator_adapter.CROSS_REPLICA_SUM_OP, 'Print'):
       _as_identity(node)
     elif node.op in estimator_adapter.V1_SUMMARY_OPS:
       node.op = 'Const'
@@ -445,8 +434,7 @@ def run_step(step: StepGraph,
   """
   with step.graph.as_default():
     meta_graph = tf.compat.v1.train.export_meta_graph(graph=step.graph)
-  _replace_cross_replica_sums(meta_graph.graph_def)
-  _set_aside_rejected_ops(meta_graph.graph_def)
+  _make_runnable(meta_graph.graph_def)
   run_graph = tf.Graph()
   with run_graph.as_default():
     tf.compat.v1.train.import_meta_graph(meta_graph)
