@@ -36,6 +36,7 @@ from tfx.orchestration.kubeflow.v2 import pipeline_builder
 
 from pipelines import taxi_pipeline
 from tfx_tpu_trainer import TPUTrainer
+from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import kubeflow
 
 RUNNERS = ('kubeflow', 'kubeflow_v2')
@@ -127,12 +128,8 @@ def trainer_custom_config(options: CompileOptions) -> Dict[str, Any]:
   }
   name = tpu_name(options) if options.use_tpu else None
   if name:
-    custom_config['tpu'] = {
-        key: value for key, value in (('name', name),
-                                      ('zone', options.tpu_zone),
-                                      ('project', options.tpu_project))
-        if value
-    }
+    custom_config['tpu'] = config_lib.tpu_entry(name, options.tpu_zone,
+                                                options.tpu_project)
   return custom_config
 
 

@@ -14,6 +14,8 @@ import time
 import traceback
 from typing import List, Optional
 
+from tfx_tpu_trainer import config as config_lib
+
 # TensorFlow's C++ start-up chatter hides the progress lines.
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
@@ -93,11 +95,8 @@ def _run_custom_config(args) -> dict:
   if args.use_tpu is not None:
     custom_config['use_tpu'] = args.use_tpu
   if args.tpu_name:
-    custom_config['tpu'] = {
-        key: value for key, value in (('name', args.tpu_name),
-                                      ('zone', args.tpu_zone),
-                                      ('project', args.tpu_project)) if value
-    }
+    custom_config['tpu'] = config_lib.tpu_entry(args.tpu_name, args.tpu_zone,
+                                                args.tpu_project)
   elif args.tpu_zone or args.tpu_project:
     raise UsageError('--tpu-zone and --tpu-project need --tpu-name.')
   if args.use_tpu and not (args.tpu_name or os.environ.get('TPU_NAME')):
@@ -108,7 +107,6 @@ def _run_custom_config(args) -> dict:
 def _validate_run_args(args) -> dict:
   """Checks every argument before anything is written; returns the options."""
   from pipelines import paths  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer import config as config_lib  # pylint: disable=g-import-not-at-top
 
   data_root = os.path.abspath(args.data_root or paths.embedded_data_root())
   if not os.path.isdir(data_root):

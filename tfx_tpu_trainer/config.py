@@ -51,6 +51,13 @@ BATCH_SIZE_KEYS = ('train_batch_size', 'eval_batch_size',
                    'predict_batch_size')
 
 
+def tpu_entry(name: str, zone: Optional[str] = None,
+              project: Optional[str] = None) -> Dict[str, str]:
+  """The `custom_config['tpu']` entry: the name, and zone/project if given."""
+  return {key: value
+          for key, value in zip(TPU_SPEC_KEYS, (name, zone, project)) if value}
+
+
 class ConfigError(errors.TPUTrainerError):
   """A `custom_config` entry is unknown or has an invalid value."""
 
