@@ -50,7 +50,7 @@ import contextlib
 import dataclasses
 import functools
 import inspect
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import tensorflow as tf
 from tensorflow import estimator as tf_estimator
@@ -248,7 +248,21 @@ def _check_tpu_graph(new_ops: List[tf.Operation], mode: str,
         "tf.compat.v1.tpu.CrossShardOptimizer when params['use_tpu'].")
 
 
-def _call(model_fn, accepted, features, labels, mode, params, config):
+def call_model_fn(model_fn: Callable[..., Any], features: Any, labels: Any,
+                  mode: str, params: Any, config: Any,
+                  accepted: Optional[Sequence[str]] = None) -> Any:
+  """Calls `model_fn` with the arguments it names, as the Estimator does.
+
+  Args:
+    model_fn: the model_fn.
+    features, labels, mode, params, config: its possible arguments.
+    accepted: `argument_names(model_fn)`, when the caller already has it.
+
+  Returns:
+    What model_fn returns.
+  """
+  if accepted is None:
+    accepted = argument_names(model_fn)
   kwargs = {'features': features}
   for name, value in (('labels', labels), ('mode', mode), ('params', params),
                       ('config', config)):
@@ -286,7 +300,8 @@ def to_tpu_model_fn(model_fn: Callable[..., Any],
       stack.enter_context(recorder.recording())
       if mode == tf_estimator.ModeKeys.TRAIN and num_shards and num_shards > 1:
         stack.enter_context(_cross_shard_gradients(num_shards))
-      spec = _call(model_fn, accepted, features, labels, mode, params, config)
+      spec = call_model_fn(model_fn, features, labels, mode, params, config,
+                           accepted)
     if isinstance(spec, tf.compat.v1.estimator.tpu.TPUEstimatorSpec):
       return spec
     if not isinstance(spec, tf_estimator.EstimatorSpec):

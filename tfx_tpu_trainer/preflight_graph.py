@@ -106,18 +106,6 @@ class WithheldFeatures(dict):
     raise KeyError(key)
 
 
-def call_model_fn(model_fn: Callable[..., Any], features: Any, labels: Any,
-                  mode: str, params: Dict[str, Any], run_config: Any) -> Any:
-  """Calls `model_fn` with the arguments it names, as TPUEstimator does."""
-  arguments = estimator_adapter.argument_names(model_fn)
-  kwargs = {'features': features}
-  for name, value in (('labels', labels), ('mode', mode),
-                      ('params', dict(params)), ('config', run_config)):
-    if name in arguments:
-      kwargs[name] = value
-  return model_fn(**kwargs)
-
-
 def build_step(model_fn: Callable[..., Any], mode: str,
                params: Dict[str, Any], run_config: Any, features: Any,
                labels: Any, num_shards: int,
@@ -158,8 +146,9 @@ def build_step(model_fn: Callable[..., Any], mode: str,
       step_labels = (None if labels is None else tf.nest.pack_sequence_as(
           labels, flat[len(flat_features):]))
       with _v1_summaries_as_on_tpu():
-        spec = call_model_fn(model_fn, step_features, step_labels, mode,
-                             params, run_config)
+        spec = estimator_adapter.call_model_fn(
+            model_fn, step_features, step_labels, mode, dict(params),
+            run_config)
       captured['spec'] = spec
       return list(outputs_fn(spec))
 
