@@ -88,6 +88,7 @@ def prepare(work_dir: str, rows: Optional[int] = None) -> Dict[str, object]:
   from tfx.orchestration import metadata
   from tfx.types import artifact_utils
   from pipelines import paths
+  from pipelines import taxi_pipeline
   # pylint: enable=g-import-not-at-top
 
   start = time.time()
@@ -99,21 +100,19 @@ def prepare(work_dir: str, rows: Optional[int] = None) -> Dict[str, object]:
   connection = metadata.sqlite_metadata_connection_config(
       os.path.join(work_dir, 'metadata.db'))
 
-  example_gen = tfx.components.CsvExampleGen(input_base=data_root)
-  statistics_gen = tfx.components.StatisticsGen(
-      examples=example_gen.outputs['examples'])
-  schema_gen = tfx.components.SchemaGen(
-      statistics=statistics_gen.outputs['statistics'],
-      infer_feature_shape=False)
-  transform = tfx.components.Transform(
-      examples=example_gen.outputs['examples'],
-      schema=schema_gen.outputs['schema'],
-      module_file=module_file)
+  # The pipeline's own data components with the stock preprocessing_fn
+  # (ExampleValidator left out: nothing here reads its anomalies).
+  components = taxi_pipeline.create_data_components(
+      taxi_pipeline.TaxiPipelineOptions(
+          pipeline_root=pipeline_root, data_root=data_root,
+          serving_model_dir='', preprocessing_module_file=module_file))
+  schema_gen, transform = components['schema_gen'], components['transform']
   tfx.orchestration.LocalDagRunner().run(
       tfx.dsl.Pipeline(
           pipeline_name=PIPELINE_NAME,
           pipeline_root=pipeline_root,
-          components=[example_gen, statistics_gen, schema_gen, transform],
+          components=[components[name] for name in (
+              'example_gen', 'statistics_gen', 'schema_gen', 'transform')],
           enable_cache=False,
           metadata_connection_config=connection,
           beam_pipeline_args=BEAM_PIPELINE_ARGS))
