@@ -35,7 +35,6 @@ import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from absl import logging
-import numpy as np
 import tensorflow as tf
 from tensorflow import estimator as tf_estimator
 
@@ -56,8 +55,7 @@ ERROR, WARNING, INFO = (preflight_report.ERROR, preflight_report.WARNING,
                         preflight_report.INFO)
 ModeKeys = tf_estimator.ModeKeys
 _TPU_SPEC = tf.compat.v1.estimator.tpu.TPUEstimatorSpec
-_INFEED_DTYPES_REJECTED = {tf.string: 'a string', tf.float64: 'float64',
-                           tf.complex128: 'complex128'}
+_INFEED_DTYPES_REJECTED = preflight_graph.INFEED_REJECTED_DTYPES
 
 
 class _SpecProblem(Exception):
@@ -168,8 +166,7 @@ def _infeedable(features: Any) -> Tuple[Any, Dict[str, str]]:
     return features, {}
   kept, withheld = {}, {}
   for name, value in features.items():
-    dtype = (tf.string if np.asarray(value).dtype.kind in 'OSU' else
-             tf.as_dtype(np.asarray(value).dtype))
+    dtype = preflight_graph.numpy_value_dtype(value)
     if dtype in _INFEED_DTYPES_REJECTED:
       withheld[name] = f'{_INFEED_DTYPES_REJECTED[dtype]} tensor'
     else:

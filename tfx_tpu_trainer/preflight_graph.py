@@ -39,6 +39,8 @@ _OUTSIDE_COMPILATION_ATTR = '_xla_outside_compilation'
 _GRADIENTS_SCOPE = 'gradients'
 # Dtypes XLA on CPU compiles and a TPU does not.
 _TPU_UNSUPPORTED_DTYPES = {tf.float64: 'float64', tf.complex128: 'complex128'}
+# What the TPU infeed cannot carry: strings, and the dtypes above.
+INFEED_REJECTED_DTYPES = {tf.string: 'a string', **_TPU_UNSUPPORTED_DTYPES}
 # Ops whose unknown output sizes are shape bookkeeping, not data.
 _SHAPE_OPS = frozenset(
     ['Shape', 'ShapeN', 'Size', 'Rank', 'BroadcastGradientArgs'])
@@ -72,10 +74,15 @@ class StepGraph:
   ops: List[tf.Operation]
 
 
+def numpy_value_dtype(value: Any) -> tf.DType:
+  """The TensorFlow dtype of a numpy value (tf.string for text/objects)."""
+  dtype = np.asarray(value).dtype
+  return tf.string if dtype.kind in 'OSU' else tf.as_dtype(dtype)
+
+
 def _placeholder(value: Any, index: int) -> tf.Tensor:
   value = np.asarray(value)
-  dtype = tf.string if value.dtype.kind in 'OSU' else tf.as_dtype(value.dtype)
-  return tf.compat.v1.placeholder(dtype, shape=value.shape,
+  return tf.compat.v1.placeholder(numpy_value_dtype(value), shape=value.shape,
                                   name=f'sample_input_{index}')
 
 
@@ -271,7 +278,7 @@ def _rejected_op_findings(ops: Sequence[tf.Operation],
 
 def statically_rejected_ops(step: StepGraph) -> List[str]:
   """Names of the ops check_ops reports for their type or dtype."""
-  rejected_dtypes = set(_TPU_UNSUPPORTED_DTYPES) | {tf.string}
+  rejected_dtypes = set(INFEED_REJECTED_DTYPES)
   return [op.name for op in step.ops
           if op.type in estimator_adapter.TPU_REJECTED_OPS or
           op.type == 'Placeholder'] + [
