@@ -9,6 +9,7 @@ COPY setup.py README.md ./
 COPY tfx_tpu_trainer ./tfx_tpu_trainer
 COPY components ./components
 COPY pipelines ./pipelines
+COPY tfx_tpu_trainer_cli ./tfx_tpu_trainer_cli
 # The base image already holds TFX, TF and Beam at the pinned versions;
 # --no-deps keeps them exactly as they are. Editable, so the bundled
 # pipelines find components/ beside them.

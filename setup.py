@@ -22,10 +22,10 @@ setuptools.setup(
     # `pipelines` holds the bundled pipeline definitions; they find the module
     # files of `components/` beside them, so install in editable mode.
     packages=setuptools.find_packages(
-        include=['tfx_tpu_trainer', 'tfx_tpu_trainer.*', 'pipelines']),
+        include=['tfx_tpu_trainer', 'tfx_tpu_trainer.*', 'tfx_tpu_trainer_cli', 'pipelines']),
     install_requires=INSTALL_REQUIRES,
     extras_require={'test': ['pytest']},
     entry_points={
-        'console_scripts': ['tfx-tpu-trainer=tfx_tpu_trainer.cli:main'],
+        'console_scripts': ['tfx-tpu-trainer=tfx_tpu_trainer_cli.main:main'],
     },
 )

@@ -37,11 +37,11 @@ from tfx.orchestration.kubeflow.v2 import pipeline_builder
 from pipelines import taxi_pipeline
 from tfx_tpu_trainer import TPUTrainer
 from tfx_tpu_trainer import config as config_lib
-from tfx_tpu_trainer import kubeflow
+from tfx_tpu_trainer.kubeflow import options as kubeflow_options
+from tfx_tpu_trainer.kubeflow import scheduling as kubeflow
 
-RUNNERS = ('kubeflow', 'kubeflow_v2')
-# A placeholder: build the Dockerfile's image, push it, and pass its name.
-DEFAULT_IMAGE = 'gcr.io/YOUR_PROJECT/tfx-tpu-trainer:latest'
+RUNNERS = kubeflow_options.RUNNERS
+DEFAULT_IMAGE = kubeflow_options.DEFAULT_IMAGE
 # Where the Dockerfile puts this repository inside the image.
 IMAGE_REPO_ROOT = '/tfx-tpu-trainer'
 IMAGE_COMPONENTS_DIR = posixpath.join(IMAGE_REPO_ROOT, 'components')

@@ -11,7 +11,8 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:
   sys.path.insert(0, REPO_ROOT)
 
-TEST_MODULES_DIR = os.path.join(os.path.dirname(__file__), 'modules')
+TEST_MODULES_DIR = os.path.join(os.path.dirname(__file__), 'fixtures',
+                                'modules')
 SLICE_ROWS = 400
 
 
@@ -42,7 +43,7 @@ def taxi_data_dir(tmp_path_factory):
 @pytest.fixture(scope='session')
 def taxi_artifacts(tmp_path_factory, taxi_data_dir):
   """Runs ExampleGen..Transform once on the slice; returns their artifacts."""
-  from tests import pipeline_outputs  # pylint: disable=g-import-not-at-top
+  from tests.fixtures import pipeline_outputs  # pylint: disable=g-import-not-at-top
   logging.set_verbosity(logging.WARNING)
   root = str(tmp_path_factory.mktemp('taxi_pipeline'))
   return pipeline_outputs.run_data_components(root, taxi_data_dir)

@@ -15,7 +15,7 @@ from tfx_tpu_trainer import export
 from tfx_tpu_trainer import metrics as metrics_lib
 from tfx_tpu_trainer import user_module
 
-from tests import pipeline_outputs
+from tests.fixtures import pipeline_outputs
 from tests.conftest import TEST_MODULES_DIR
 
 pytestmark = pytest.mark.slow

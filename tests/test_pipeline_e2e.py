@@ -13,7 +13,7 @@ from pipelines import local_runner
 from tfx_tpu_trainer import export
 
 from tests import conftest
-from tests import pipeline_outputs
+from tests.fixtures import pipeline_outputs
 
 pytestmark = pytest.mark.slow
 
@@ -23,7 +23,7 @@ COMPONENTS = ('CsvExampleGen', 'StatisticsGen', 'SchemaGen',
 
 
 def _run_cli(*args):
-  command = [sys.executable, '-m', 'tfx_tpu_trainer.cli', 'run',
+  command = [sys.executable, '-m', 'tfx_tpu_trainer_cli', 'run',
              '--train-steps', '60', '--eval-steps', '4',
              '--train-batch-size', '16', '--eval-batch-size', '16',
              '--min-accuracy', '0'] + list(args)

@@ -24,7 +24,7 @@ from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import executor
 from tfx_tpu_trainer import metrics as metrics_lib
 
-from tests import pipeline_outputs
+from tests.fixtures import pipeline_outputs
 from tests.conftest import REPO_ROOT
 from tests.conftest import TEST_MODULES_DIR
 
@@ -93,7 +93,7 @@ def _write_spec(path, run, run_id):
 def _start_executor(spec_path, log_path):
   log = open(log_path, 'w')
   return subprocess.Popen(
-      [sys.executable, '-m', 'tests.executor_subprocess', spec_path],
+      [sys.executable, '-m', 'tests.fixtures.executor_subprocess', spec_path],
       cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
 
 

@@ -24,7 +24,6 @@ from tfx_tpu_trainer import estimator_builder
 from tfx_tpu_trainer import export
 from tfx_tpu_trainer import input_fns
 from tfx_tpu_trainer import keras_model_fn
-from tfx_tpu_trainer import kfp_outputs
 from tfx_tpu_trainer import metrics as metrics_lib
 from tfx_tpu_trainer import params as params_lib
 from tfx_tpu_trainer import preflight
@@ -32,6 +31,7 @@ from tfx_tpu_trainer import schemas as schemas_lib
 from tfx_tpu_trainer import serving
 from tfx_tpu_trainer import training
 from tfx_tpu_trainer import user_module as user_module_lib
+from tfx_tpu_trainer.kubeflow import step_outputs as kfp_outputs
 
 
 def is_chief() -> bool:

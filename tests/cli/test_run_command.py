@@ -2,7 +2,7 @@
 
 import pytest
 
-from tfx_tpu_trainer import cli
+from tfx_tpu_trainer_cli import main as cli
 
 
 def _exit_code(argv):

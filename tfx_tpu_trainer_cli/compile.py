@@ -10,13 +10,9 @@ import os
 import re
 from typing import Optional
 
-from tfx_tpu_trainer import cli
+from tfx_tpu_trainer.kubeflow import options as compile_options
+from tfx_tpu_trainer_cli import common
 
-_positive_int = cli._positive_int  # pylint: disable=protected-access
-
-DEFAULT_IMAGE = 'gcr.io/YOUR_PROJECT/tfx-tpu-trainer:latest'
-RUNNERS = ('kubeflow', 'kubeflow_v2')
-TPU_STYLES = ('tpu-vm', 'tpu-node')
 _URI = re.compile(r'^[a-z][a-z0-9+.-]*://\S+$')
 # Options that only one TPU style reads.
 _TPU_VM_FLAGS = (('accelerator', '--accelerator'), ('topology', '--topology'),
@@ -35,7 +31,7 @@ def add_parser(subparsers) -> None:
           'network; module files are named by their path inside the image '
           '(/tfx-tpu-trainer/components, see the Dockerfile).'))
   parser.add_argument(
-      '--runner', choices=RUNNERS, default='kubeflow',
+      '--runner', choices=compile_options.RUNNERS, default='kubeflow',
       help='kubeflow: KubeflowDagRunner (kfp 1.8), an Argo workflow package; '
       'kubeflow_v2: KubeflowV2DagRunner, pipeline-spec JSON '
       '(default: kubeflow).')
@@ -47,9 +43,9 @@ def add_parser(subparsers) -> None:
       '.yaml or .yml for kubeflow_v2 (default: <pipeline name>.tar.gz or '
       '<pipeline name>.json).')
   parser.add_argument(
-      '--image', default=DEFAULT_IMAGE,
+      '--image', default=compile_options.DEFAULT_IMAGE,
       help='Image of every step: the Dockerfile\'s, pushed to a registry '
-      f'(default: the placeholder {DEFAULT_IMAGE}).')
+      f'(default: the placeholder {compile_options.DEFAULT_IMAGE}).')
   parser.add_argument('--trainer-image', default=None,
                       help='Image of the trainer step only, e.g. one with the '
                       'TPU runtime (default: --image).')
@@ -73,7 +69,7 @@ def add_parser(subparsers) -> None:
   tpu.add_argument('--no-use-tpu', dest='use_tpu', action='store_false',
                    help='Train on CPU; no TPU on any step.')
   parser.add_argument(
-      '--tpu-style', choices=TPU_STYLES, default='tpu-vm',
+      '--tpu-style', choices=compile_options.TPU_STYLES, default='tpu-vm',
       help='tpu-vm: google.com/tpu limit and gke-tpu-accelerator/topology '
       'node selectors; tpu-node: the older Cloud TPU node annotation and '
       'cloud-tpus.google.com/<version> limit (default: tpu-vm).')
@@ -84,13 +80,13 @@ def add_parser(subparsers) -> None:
                       help='tpu-vm: single-host topology, e.g. 2x4 or 2x2x1 '
                       '(default: the accelerator\'s largest single-host '
                       'topology).')
-  parser.add_argument('--chips', type=_positive_int, default=None,
+  parser.add_argument('--chips', type=common.positive_int, default=None,
                       help='tpu-vm: google.com/tpu limit; must equal the '
                       'topology\'s chip count (the default).')
   parser.add_argument('--tpu-node-version', default=None,
                       help='tpu-node: v2, v3, preemptible-v2 or '
                       'preemptible-v3 (default: v3).')
-  parser.add_argument('--tpu-cores', type=_positive_int, default=None,
+  parser.add_argument('--tpu-cores', type=common.positive_int, default=None,
                       help='tpu-node: TPU cores, 8 or a Pod slice size '
                       '(default: 8).')
   parser.add_argument('--tf-version', default=None,
@@ -108,11 +104,11 @@ def add_parser(subparsers) -> None:
   parser.add_argument('--use-gcp-secret', action='store_true',
                       help='kubeflow: mount the user-gcp-sa secret on every '
                       'step (TFX\'s option).')
-  parser.add_argument('--train-steps', type=_positive_int, default=1000)
-  parser.add_argument('--eval-steps', type=_positive_int, default=50)
-  parser.add_argument('--train-batch-size', type=_positive_int,
+  parser.add_argument('--train-steps', type=common.positive_int, default=1000)
+  parser.add_argument('--eval-steps', type=common.positive_int, default=50)
+  parser.add_argument('--train-batch-size', type=common.positive_int,
                       default=64)
-  parser.add_argument('--eval-batch-size', type=_positive_int,
+  parser.add_argument('--eval-batch-size', type=common.positive_int,
                       default=64)
   parser.set_defaults(handler=_compile)
 
@@ -121,7 +117,7 @@ def _location(value: str, flag: str) -> str:
   """A URI (gs://...) or an absolute path: what the cluster can resolve."""
   if not (_URI.match(value) or (value.startswith('/') and
                                  not re.search(r'\s', value))):
-    raise cli.UsageError(
+    raise common.UsageError(
         f'{flag} {value!r} must be a URI (e.g. gs://bucket/path) or an '
         'absolute path as the cluster sees it.')
   return value
@@ -129,19 +125,19 @@ def _location(value: str, flag: str) -> str:
 
 def _image(value: Optional[str], flag: str) -> Optional[str]:
   if value is not None and (not value or re.search(r'\s', value)):
-    raise cli.UsageError(f'{flag} {value!r} is not an image name.')
+    raise common.UsageError(f'{flag} {value!r} is not an image name.')
   return value
 
 
 def _tpu_request(args):
   """The validated TPU request, or None with --no-use-tpu."""
-  from tfx_tpu_trainer import kubeflow  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.kubeflow import scheduling as kubeflow  # pylint: disable=g-import-not-at-top
   given = [flag for attr, flag in _TPU_VM_FLAGS + _TPU_NODE_FLAGS
            if getattr(args, attr) is not None]
   if not args.use_tpu:
     given += ['--tpu-name'] if args.tpu_name else []
     if given:
-      raise cli.UsageError(
+      raise common.UsageError(
           f'{_flags(given)} {"needs" if len(given) == 1 else "need"} '
           '--use-tpu; --no-use-tpu trains on CPU.')
     return None
@@ -149,7 +145,7 @@ def _tpu_request(args):
                      _TPU_VM_FLAGS)
   misplaced = [flag for flag in given if flag in other_style.values()]
   if misplaced:
-    raise cli.UsageError(
+    raise common.UsageError(
         f'{_flags(misplaced)} {"does" if len(misplaced) == 1 else "do"} not '
         f'apply to --tpu-style {args.tpu_style}.')
   try:
@@ -162,7 +158,7 @@ def _tpu_request(args):
         cores=args.tpu_cores or kubeflow.DEFAULT_TPU_NODE_CORES,
         tf_version=args.tf_version)
   except kubeflow.TPUSchedulingError as e:
-    raise cli.UsageError(str(e)) from e
+    raise common.UsageError(str(e)) from e
 
 
 def _flags(flags) -> str:
@@ -175,15 +171,15 @@ def _output_path(args, runner: str, pipeline_name: str) -> str:
       runner, pipeline_name)
   extensions = kubeflow_compile.OUTPUT_EXTENSIONS[runner]
   if not name.endswith(extensions):
-    raise cli.UsageError(
+    raise common.UsageError(
         f'--output-file {name!r} must end with one of '
         f'{", ".join(extensions)} for --runner {runner}.')
   path = os.path.abspath(os.path.join(args.output_dir, name))
   directory = os.path.dirname(path)
   if os.path.exists(directory) and not os.path.isdir(directory):
-    raise cli.UsageError(f'--output-dir {directory!r} is not a directory.')
+    raise common.UsageError(f'--output-dir {directory!r} is not a directory.')
   if os.path.isdir(path):
-    raise cli.UsageError(f'--output-file {path!r} is a directory.')
+    raise common.UsageError(f'--output-file {path!r} is a directory.')
   return path
 
 
@@ -197,7 +193,7 @@ def validate_compile_args(args):
     `pipelines.kubeflow_compile.CompileOptions`.
 
   Raises:
-    cli.UsageError: naming the bad option.
+    common.UsageError: naming the bad option.
   """
   from pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer import config as config_lib  # pylint: disable=g-import-not-at-top
@@ -207,21 +203,21 @@ def validate_compile_args(args):
                    kubeflow_compile.default_pipeline_name(runner))
   if runner == 'kubeflow_v2' and not kubeflow_compile.V2_PIPELINE_NAME.match(
       pipeline_name):
-    raise cli.UsageError(
+    raise common.UsageError(
         f'--pipeline-name {pipeline_name!r} is not accepted by --runner '
         'kubeflow_v2: use lower-case letters, digits and -, e.g. taxi-tpu.')
   if not re.fullmatch(r'[A-Za-z0-9][A-Za-z0-9_-]{0,62}', pipeline_name):
-    raise cli.UsageError(
+    raise common.UsageError(
         f'--pipeline-name {pipeline_name!r} must be 1-63 letters, digits, _ '
         'or -, starting with a letter or digit.')
   if args.v2_accelerator_type is not None and (
       runner != 'kubeflow_v2' or not args.use_tpu):
-    raise cli.UsageError(
+    raise common.UsageError(
         '--v2-accelerator-type needs --runner kubeflow_v2 and --use-tpu.')
   if args.use_gcp_secret and runner != 'kubeflow':
-    raise cli.UsageError('--use-gcp-secret needs --runner kubeflow.')
+    raise common.UsageError('--use-gcp-secret needs --runner kubeflow.')
   if (args.tpu_zone or args.tpu_project) and not args.tpu_name:
-    raise cli.UsageError('--tpu-zone and --tpu-project need --tpu-name.')
+    raise common.UsageError('--tpu-zone and --tpu-project need --tpu-name.')
   tpu = _tpu_request(args)
   options = kubeflow_compile.CompileOptions(
       runner=runner,
@@ -249,7 +245,7 @@ def validate_compile_args(args):
         kubeflow_compile.trainer_custom_config(options), environ={})
     config.check_steps(args.train_steps, args.eval_steps)
   except config_lib.ConfigError as e:
-    raise cli.UsageError(str(e)) from e
+    raise common.UsageError(str(e)) from e
   return options
 
 
@@ -267,9 +263,10 @@ def _compile(args) -> int:
   print(f'  custom_config:  {result.custom_config}')
   print(f'  Module files:   {options.trainer_module_file}, '
         f'{options.preprocessing_module_file} (inside the image)')
-  if options.image == DEFAULT_IMAGE:
-    print(f'  Note: --image is the placeholder {DEFAULT_IMAGE}; build the '
-          'Dockerfile, push it, and pass its name.')
+  if options.image == compile_options.DEFAULT_IMAGE:
+    print('  Note: --image is the placeholder '
+          f'{compile_options.DEFAULT_IMAGE}; build the Dockerfile, push it, '
+          'and pass its name.')
   if options.use_tpu and 'tpu' not in result.custom_config:
     print('  Note: no --tpu-name: the trainer takes the TPU from TPU_NAME, '
           'or else KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS (set by GKE for a TPU '

@@ -17,7 +17,7 @@ trainer step by `trainer_step_outputs`.
 A declared Argo output artifact must exist when the step ends, but the
 executor does not run on a TFX cache hit; and TFX's own tensorboard entry
 repeats ours. So the trainer step runs this module as its entrypoint
-(`python -m tfx_tpu_trainer.kfp_outputs <TFX's arguments>`): it runs TFX's
+(`python -m tfx_tpu_trainer.kubeflow.step_outputs <TFX's arguments>`): it runs TFX's
 container entrypoint unchanged, then `finalize_step_outputs` writes an empty
 metrics list if none was written and drops duplicate UI entries.
 
@@ -42,7 +42,7 @@ METRICS_PATH = '/mlpipeline-metrics.json'
 UI_METADATA_PATH = '/mlpipeline-ui-metadata.json'
 METRICS_ARTIFACT = 'mlpipeline-metrics'
 TFX_V1_ENTRYPOINT = 'tfx.orchestration.kubeflow.container_entrypoint'
-TRAINER_STEP_ENTRYPOINT = 'tfx_tpu_trainer.kfp_outputs'
+TRAINER_STEP_ENTRYPOINT = 'tfx_tpu_trainer.kubeflow.step_outputs'
 TFX_V1_COMMAND = ('python', '-m', TFX_V1_ENTRYPOINT)
 TRAINER_STEP_COMMAND = ('python', '-m', TRAINER_STEP_ENTRYPOINT)
 # KFP's API server accepts these names and at most 50 metrics per run.

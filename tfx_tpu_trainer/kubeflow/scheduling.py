@@ -42,14 +42,15 @@ from kubernetes import client as k8s_client
 from tfx.orchestration.kubeflow import kubeflow_dag_runner
 
 from tfx_tpu_trainer import errors
-from tfx_tpu_trainer import kfp_outputs
+from tfx_tpu_trainer.kubeflow import options
+from tfx_tpu_trainer.kubeflow import step_outputs
 
 OpFunc = Callable[[dsl.ContainerOp], Optional[dsl.ContainerOp]]
 ResourceSpec = (
     pipeline_spec_pb2.PipelineDeploymentConfig.PipelineContainerSpec
     .ResourceSpec)
 
-TPU_STYLES = ('tpu-vm', 'tpu-node')
+TPU_STYLES = options.TPU_STYLES
 
 # TPU VM style.
 TPU_VM_RESOURCE = 'google.com/tpu'
@@ -349,7 +350,7 @@ def trainer_step_op(trainer_id: str,
     funcs.append(set_image(image))
   if tpu is not None:
     funcs.append(tpu.apply)
-  funcs.append(kfp_outputs.trainer_step_outputs)
+  funcs.append(step_outputs.trainer_step_outputs)
   return StepOpFunc(trainer_id, funcs)
 
 

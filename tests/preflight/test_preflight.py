@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfx_tpu_trainer import cli
+from tfx_tpu_trainer_cli import main as cli
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import executor
@@ -18,7 +18,7 @@ from tfx_tpu_trainer import preflight_sample
 from tfx_tpu_trainer import user_module
 
 from tests import conftest
-from tests import pipeline_outputs
+from tests.fixtures import pipeline_outputs
 from tests.conftest import TEST_MODULES_DIR
 
 REPO = conftest.REPO_ROOT

@@ -22,7 +22,7 @@ from tfx_tpu_trainer import training
 from tfx_tpu_trainer import user_module
 
 from tests import conftest
-from tests import pipeline_outputs
+from tests.fixtures import pipeline_outputs
 
 SOURCE = 'test_module.py'
 TAXI_KERAS_MODULE = os.path.join(conftest.REPO_ROOT, 'components',

@@ -11,7 +11,7 @@ import tarfile
 import pytest
 import yaml
 
-from tfx_tpu_trainer import cli
+from tfx_tpu_trainer_cli import main as cli
 
 PIPELINE_ROOT = 'gs://test-bucket/tfx/taxi_tpu'
 DATA_ROOT = 'gs://test-bucket/data/taxi'
@@ -162,7 +162,7 @@ def test_trainer_step_reports_kfp_metrics(tpu_vm_workflow):
           'mlpipeline-ui-metadata': '/mlpipeline-ui-metadata.json',
           'mlpipeline-metrics': '/mlpipeline-metrics.json'}
       assert step['container']['command'] == [
-          'python', '-m', 'tfx_tpu_trainer.kfp_outputs']
+          'python', '-m', 'tfx_tpu_trainer.kubeflow.step_outputs']
     else:
       assert artifacts == {
           'mlpipeline-ui-metadata': '/mlpipeline-ui-metadata.json'}, name
@@ -231,7 +231,7 @@ def test_no_use_tpu_puts_no_tpu_anywhere(tmp_path_factory):
 def test_compile_writes_nothing_under_pipeline_root_and_restores_env(
     tmp_path, monkeypatch):
   from pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer import kubeflow  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.kubeflow import scheduling as kubeflow  # pylint: disable=g-import-not-at-top
   monkeypatch.delenv(kubeflow_compile.NO_PACKAGING_ENV, raising=False)
   root = tmp_path / 'root'
   for runner, name in (('kubeflow', 'p.yaml'), ('kubeflow_v2', 'p.json')):
@@ -250,21 +250,12 @@ def test_compile_writes_nothing_under_pipeline_root_and_restores_env(
   assert os.environ[kubeflow_compile.NO_PACKAGING_ENV] == 'previous'
 
 
-def test_placeholder_defaults_agree():
-  from pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer import cli_compile  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer import kubeflow  # pylint: disable=g-import-not-at-top
-  assert cli_compile.DEFAULT_IMAGE == kubeflow_compile.DEFAULT_IMAGE
-  assert cli_compile.RUNNERS == kubeflow_compile.RUNNERS
-  assert cli_compile.TPU_STYLES == kubeflow.TPU_STYLES
-
-
 # --- TPU request validation (library) ---------------------------------------
 
 
 def test_tpu_vm_defaults_and_chip_rule():
   from tfx_tpu_trainer import errors  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer import kubeflow  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.kubeflow import scheduling as kubeflow  # pylint: disable=g-import-not-at-top
   assert kubeflow.tpu_vm() == kubeflow.TpuVmScheduling(
       'tpu-v5-lite-podslice', '2x4', 8)
   assert kubeflow.tpu_vm('tpu-v4-podslice') == kubeflow.TpuVmScheduling(
@@ -281,7 +272,7 @@ def test_tpu_vm_defaults_and_chip_rule():
 
 
 def test_tpu_node_defaults():
-  from tfx_tpu_trainer import kubeflow  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.kubeflow import scheduling as kubeflow  # pylint: disable=g-import-not-at-top
   request = kubeflow.tpu_node()
   assert (request.version, request.cores) == ('v3', 8)
   assert request.tf_version == kubeflow.default_tf_version()

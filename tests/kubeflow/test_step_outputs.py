@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from tfx_tpu_trainer import kfp_outputs
+from tfx_tpu_trainer.kubeflow import step_outputs as kfp_outputs
 
 
 @pytest.fixture
@@ -181,7 +181,7 @@ def test_trainer_step_outputs_declares_metrics_and_wraps_entrypoint():
       output_artifact_paths={'mlpipeline-ui-metadata':
                                  '/mlpipeline-ui-metadata.json'})
   assert kfp_outputs.trainer_step_outputs(op) is op
-  assert op.command == ['python', '-m', 'tfx_tpu_trainer.kfp_outputs']
+  assert op.command == ['python', '-m', 'tfx_tpu_trainer.kubeflow.step_outputs']
   assert op.arguments == ['--node_id', 'TPUTrainer']
   assert op.output_artifact_paths == {
       'mlpipeline-ui-metadata': '/mlpipeline-ui-metadata.json',

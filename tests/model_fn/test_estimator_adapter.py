@@ -14,7 +14,7 @@ from tfx_tpu_trainer import executor
 from tfx_tpu_trainer import export
 from tfx_tpu_trainer import metrics as metrics_lib
 
-from tests import pipeline_outputs
+from tests.fixtures import pipeline_outputs
 from tests.conftest import TEST_MODULES_DIR
 
 ModeKeys = tf.estimator.ModeKeys

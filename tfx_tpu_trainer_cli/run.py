@@ -1,42 +1,20 @@
-"""The `tfx-tpu-trainer` command: run the local taxi pipeline, and more.
+"""`tfx-tpu-trainer run`: the taxi pipeline on the local runner (the main job)."""
 
-Subcommands:
-  run        the taxi pipeline on the local runner (the README's main job).
-"""
-
-import argparse
 import contextlib
 import glob
-import importlib
 import os
 import sys
 import time
 import traceback
-from typing import List, Optional
+from typing import Optional
 
+from pipelines import paths
 from tfx_tpu_trainer import config as config_lib
-
-# TensorFlow's C++ start-up chatter hides the progress lines.
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-
-EXIT_USAGE = 2
+from tfx_tpu_trainer_cli import common
 
 
-class UsageError(Exception):
-  """A command-line argument is invalid; nothing has been written."""
-
-
-def _positive_int(text: str) -> int:
-  try:
-    value = int(text)
-  except ValueError:
-    raise argparse.ArgumentTypeError(f'{text!r} is not an integer') from None
-  if value <= 0:
-    raise argparse.ArgumentTypeError(f'must be a positive integer, got {value}')
-  return value
-
-
-def _add_run_parser(subparsers) -> None:
+def add_parser(subparsers) -> None:
+  """Adds the `run` subcommand."""
   parser = subparsers.add_parser(
       'run', help='Run the taxi pipeline on the local runner.',
       description=(
@@ -53,10 +31,10 @@ def _add_run_parser(subparsers) -> None:
                       'go (default: ./tfx_output).')
   parser.add_argument('--pipeline-name', default=None,
                       help='Pipeline name (default: taxi_tpu).')
-  parser.add_argument('--train-steps', type=_positive_int, default=1000)
-  parser.add_argument('--eval-steps', type=_positive_int, default=50)
-  parser.add_argument('--train-batch-size', type=_positive_int, default=64)
-  parser.add_argument('--eval-batch-size', type=_positive_int, default=64)
+  parser.add_argument('--train-steps', type=common.positive_int, default=1000)
+  parser.add_argument('--eval-steps', type=common.positive_int, default=50)
+  parser.add_argument('--train-batch-size', type=common.positive_int, default=64)
+  parser.add_argument('--eval-batch-size', type=common.positive_int, default=64)
   parser.add_argument('--module-file', default=None,
                       help='Trainer module file (default: '
                       'components/taxi_tpu_module.py).')
@@ -83,7 +61,7 @@ def _add_run_parser(subparsers) -> None:
 def _existing_file(path: Optional[str], default: str, flag: str) -> str:
   path = os.path.abspath(path) if path else default
   if not os.path.isfile(path):
-    raise UsageError(f'{flag} {path!r} does not exist or is not a file.')
+    raise common.UsageError(f'{flag} {path!r} does not exist or is not a file.')
   return path
 
 
@@ -98,33 +76,31 @@ def _run_custom_config(args) -> dict:
     custom_config['tpu'] = config_lib.tpu_entry(args.tpu_name, args.tpu_zone,
                                                 args.tpu_project)
   elif args.tpu_zone or args.tpu_project:
-    raise UsageError('--tpu-zone and --tpu-project need --tpu-name.')
+    raise common.UsageError('--tpu-zone and --tpu-project need --tpu-name.')
   if args.use_tpu and not (args.tpu_name or os.environ.get('TPU_NAME')):
-    raise UsageError('--use-tpu needs --tpu-name (or TPU_NAME set).')
+    raise common.UsageError('--use-tpu needs --tpu-name (or TPU_NAME set).')
   return custom_config
 
 
 def _validate_run_args(args) -> dict:
   """Checks every argument before anything is written; returns the options."""
-  from pipelines import paths  # pylint: disable=g-import-not-at-top
-
   data_root = os.path.abspath(args.data_root or paths.embedded_data_root())
   if not os.path.isdir(data_root):
-    raise UsageError(f'--data-root {data_root!r} is not a directory.')
+    raise common.UsageError(f'--data-root {data_root!r} is not a directory.')
   if not glob.glob(os.path.join(data_root, '*.csv')):
-    raise UsageError(f'--data-root {data_root!r} holds no .csv file.')
+    raise common.UsageError(f'--data-root {data_root!r} holds no .csv file.')
   if not 0.0 <= args.min_accuracy <= 1.0:
-    raise UsageError(
+    raise common.UsageError(
         f'--min-accuracy must lie in [0, 1], got {args.min_accuracy}.')
   output_root = os.path.abspath(args.output_root)
   if os.path.exists(output_root) and not os.path.isdir(output_root):
-    raise UsageError(f'--output-root {output_root!r} is not a directory.')
+    raise common.UsageError(f'--output-root {output_root!r} is not a directory.')
   custom_config = _run_custom_config(args)
   try:
     config = config_lib.TrainerConfig.from_custom_config(custom_config)
     config.check_steps(args.train_steps, args.eval_steps)
   except config_lib.ConfigError as e:
-    raise UsageError(str(e)) from e
+    raise common.UsageError(str(e)) from e
   options = dict(
       data_root=data_root,
       trainer_module_file=_existing_file(args.module_file,
@@ -154,6 +130,7 @@ def _run(args) -> int:
         f'  full log: {log_path}', flush=True)
   with _output_to_log(log_path, enabled=not args.verbose) as console:
     try:
+      # TFX and TensorFlow load here, after the arguments are checked.
       from pipelines import local_runner  # pylint: disable=g-import-not-at-top
       if not args.verbose:
         _quiet_tensorflow()
@@ -223,31 +200,3 @@ def _print_summary(summary) -> None:
 
 # Modules that each define `add_parser(subparsers)` for one more subcommand;
 # their handlers return an exit code and may raise UsageError.
-_SUBCOMMAND_MODULES = ('tfx_tpu_trainer.cli_compile',
-                       'tfx_tpu_trainer.cli_preflight')
-
-
-def build_parser() -> argparse.ArgumentParser:
-  parser = argparse.ArgumentParser(
-      prog='tfx-tpu-trainer',
-      description='TPUTrainer for TFX: run the bundled pipelines.')
-  subparsers = parser.add_subparsers(dest='command', required=True)
-  _add_run_parser(subparsers)
-  for module_name in _SUBCOMMAND_MODULES:
-    importlib.import_module(module_name).add_parser(subparsers)
-  return parser
-
-
-def main(argv: Optional[List[str]] = None) -> int:
-  """Entry point of the `tfx-tpu-trainer` console script."""
-  parser = build_parser()
-  args = parser.parse_args(argv)
-  try:
-    return args.handler(args)
-  except UsageError as e:
-    print(f'tfx-tpu-trainer {args.command}: error: {e}', file=sys.stderr)
-    return EXIT_USAGE
-
-
-if __name__ == '__main__':
-  sys.exit(main())

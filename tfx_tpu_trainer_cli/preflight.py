@@ -24,7 +24,7 @@ import json
 import os
 from typing import Any, Dict, List, Optional
 
-from tfx_tpu_trainer import cli
+from tfx_tpu_trainer_cli import common
 
 EXIT_READY = 0
 EXIT_NOT_READY = 1
@@ -63,7 +63,7 @@ def add_parser(subparsers) -> None:
   parser.add_argument('--custom-config', default=None,
                       help='The TPUTrainer custom_config as a JSON object '
                       '(train_batch_size, num_shards, params, label_key, ...).')
-  parser.add_argument('--num-shards', type=cli._positive_int, default=None,
+  parser.add_argument('--num-shards', type=common.positive_int, default=None,
                       help='TPU shards to check for (default: custom_config '
                       'num_shards, else 8).')
   parser.add_argument('--json', action='store_true',
@@ -79,9 +79,9 @@ def _custom_config(text: Optional[str]) -> Dict[str, Any]:
   try:
     value = json.loads(text)
   except json.JSONDecodeError as e:
-    raise cli.UsageError(f'--custom-config is not valid JSON: {e}') from e
+    raise common.UsageError(f'--custom-config is not valid JSON: {e}') from e
   if not isinstance(value, dict):
-    raise cli.UsageError(
+    raise common.UsageError(
         f'--custom-config must be a JSON object, got {type(value).__name__}.')
   return value
 
@@ -94,7 +94,7 @@ def _trainer_config(custom_config: Dict[str, Any]):
     config = config_lib.TrainerConfig.from_custom_config(
         dict(custom_config, use_tpu=False), environ={})
   except config_lib.ConfigError as e:
-    raise cli.UsageError(str(e)) from e
+    raise common.UsageError(str(e)) from e
   return dataclasses.replace(config, use_tpu=True)
 
 
@@ -102,18 +102,18 @@ def _schema_file(path: str) -> str:
   if os.path.isdir(path):
     candidates = glob.glob(os.path.join(path, '*.pbtxt'))
     if len(candidates) != 1:
-      raise cli.UsageError(
+      raise common.UsageError(
           f'--schema {path!r} is a directory without exactly one .pbtxt file.')
     return candidates[0]
   if not os.path.isfile(path):
-    raise cli.UsageError(f'--schema {path!r} does not exist.')
+    raise common.UsageError(f'--schema {path!r} does not exist.')
   return path
 
 
 def _check_paths(args) -> Dict[str, Optional[str]]:
   module_file = os.path.abspath(args.module_file)
   if not os.path.isfile(module_file):
-    raise cli.UsageError(
+    raise common.UsageError(
         f'--module-file {args.module_file!r} does not exist or is not a file.')
   examples = None
   if args.examples:
@@ -122,7 +122,7 @@ def _check_paths(args) -> Dict[str, Optional[str]]:
     if not os.path.isdir(split_dir):
       found = sorted(os.path.basename(p) for p in glob.glob(
           os.path.join(examples, 'Split-*'))) if os.path.isdir(examples) else []
-      raise cli.UsageError(
+      raise common.UsageError(
           f'--examples {args.examples!r} has no Split-{args.split} directory '
           f'(found: {found or "nothing"}); pass an examples artifact '
           'directory.')
@@ -131,7 +131,7 @@ def _check_paths(args) -> Dict[str, Optional[str]]:
     transform_graph = os.path.abspath(args.transform_graph)
     if not os.path.isdir(os.path.join(transform_graph,
                                       'transformed_metadata')):
-      raise cli.UsageError(
+      raise common.UsageError(
           f'--transform-graph {args.transform_graph!r} is not a Transform '
           'graph artifact directory (no transformed_metadata).')
   schema = _schema_file(os.path.abspath(args.schema)) if args.schema else None
@@ -143,7 +143,7 @@ def _record_files(split_dir: str) -> List[str]:
   files = sorted(p for p in glob.glob(os.path.join(split_dir, '*'))
                  if os.path.isfile(p))
   if not files:
-    raise cli.UsageError(f'{split_dir} holds no TFRecord file.')
+    raise common.UsageError(f'{split_dir} holds no TFRecord file.')
   return files
 
 
@@ -191,7 +191,7 @@ def _examples_input_fn(examples: str, split: str, schema, label_key, module):
           [artifact], []),
       data_view_decode_fn=None)
   if module.input_fn is None and label_key is None:
-    raise cli.UsageError(
+    raise common.UsageError(
         f'No label key: set LABEL_KEY in {module.source} or label_key in '
         '--custom-config.')
   return input_fns.make_input_fn(
@@ -220,7 +220,7 @@ def _sample(paths, args, config, params, module, schemas, label_key,
     try:
       feature_spec = schemas_lib.feature_spec(schemas.examples)
     except ValueError as e:
-      raise cli.UsageError(
+      raise common.UsageError(
           f'The schema of {where} has no feature spec: {e}') from e
     return preflight_sample.from_feature_spec(
         feature_spec, label_key, batch_size,
@@ -236,7 +236,7 @@ def _sample(paths, args, config, params, module, schemas, label_key,
           input_fn, params, batch_size,
           "first batch of the module's input_fn (called without files)")
     except Exception as e:  # pylint: disable=broad-except
-      raise cli.UsageError(
+      raise common.UsageError(
           f"The module's input_fn needs examples ({type(e).__name__}: {e}); "
           'pass --examples DIR (and --transform-graph or --schema).') from e
   if module.model_fn is None:
@@ -246,7 +246,7 @@ def _sample(paths, args, config, params, module, schemas, label_key,
     return preflight_sample.from_keras_model(
         template.model, batch_size,
         'zeros shaped by the Keras model inputs and outputs')
-  raise cli.UsageError(
+  raise common.UsageError(
       'preflight needs a sample batch for a model_fn module: pass --examples '
       'DIR (an examples artifact directory), or --transform-graph / --schema '
       'to synthesize one.')

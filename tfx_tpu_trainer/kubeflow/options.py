@@ -1,0 +1,9 @@
+"""The Kubeflow compile choices, defined once for the library and the CLI.
+
+Imports nothing heavy: the command line reads these at start-up.
+"""
+
+RUNNERS = ('kubeflow', 'kubeflow_v2')
+TPU_STYLES = ('tpu-vm', 'tpu-node')
+# A placeholder: build the Dockerfile's image, push it, and pass its name.
+DEFAULT_IMAGE = 'gcr.io/YOUR_PROJECT/tfx-tpu-trainer:latest'
