@@ -10,6 +10,7 @@ import tensorflow_transform as tft
 from tfx.types import artifact_utils
 
 from tfx_tpu_trainer import input_fns
+from tfx_tpu_trainer import user_module
 
 
 def _train_files(taxi_artifacts):
@@ -72,8 +73,9 @@ def test_make_input_fn_rejects_module_input_of_wrong_type(taxi_artifacts):
 
   built = input_fns.make_input_fn(
       _train_files(taxi_artifacts), None, _schema(taxi_artifacts),
-      'big_tipper', training=True, repeat=True, module_input_fn=input_fn,
-      module_source='my_module.py')
+      'big_tipper', training=True, repeat=True,
+      module_input_fn=user_module.ModuleFunction('input_fn', 'my_module.py',
+                                                 input_fn))
   try:
     built({'batch_size': 4})
   except input_fns.user_module_lib.UserModuleError as e:

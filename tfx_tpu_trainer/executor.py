@@ -23,15 +23,13 @@ from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import estimator_builder
 from tfx_tpu_trainer import export
 from tfx_tpu_trainer import input_fns
-from tfx_tpu_trainer import keras_model_fn
 from tfx_tpu_trainer import metrics as metrics_lib
-from tfx_tpu_trainer import params as params_lib
-from tfx_tpu_trainer import preflight
+from tfx_tpu_trainer import prepare
 from tfx_tpu_trainer import schemas as schemas_lib
-from tfx_tpu_trainer import serving
 from tfx_tpu_trainer import training
 from tfx_tpu_trainer import user_module as user_module_lib
 from tfx_tpu_trainer.kubeflow import step_outputs as kfp_outputs
+from tfx_tpu_trainer.preflight import checks as preflight_checks
 
 
 def is_chief() -> bool:
@@ -64,6 +62,7 @@ class Executor(trainer_executor.GenericExecutor):
         train_args, eval_args, custom_config (see config.py).
     """
     self._log_startup(input_dict, output_dict, exec_properties)
+    # Check: every input, before anything is built.
     _check_splits(input_dict, exec_properties)
     fn_args = self._GetFnArgs(input_dict, output_dict, exec_properties)
     config = config_lib.TrainerConfig.from_custom_config(fn_args.custom_config)
@@ -71,43 +70,38 @@ class Executor(trainer_executor.GenericExecutor):
     module = user_module_lib.load_user_module(exec_properties)
     schemas = schemas_lib.load_schemas(fn_args.schema_path,
                                        fn_args.transform_graph_path)
-    label_key = _label_key(config, module, schemas)
-    params = params_lib.build_params(config, fn_args.hyperparameters)
+    # Prepare: label key, params, model_fn, input and serving functions.
+    run = prepare.prepare_run(config, module, schemas,
+                              fn_args.hyperparameters)
+    train_input_fn, eval_input_fn = _build_input_fns(fn_args, config, run)
     data_checks.check_first_batch(fn_args.train_files, 'train',
                                   config.train_batch_size, 'train_batch_size')
     data_checks.check_first_batch(fn_args.eval_files, 'eval',
                                   config.eval_batch_size, 'eval_batch_size')
-
+    # Preflight: what a TPU would reject, found on CPU in seconds.
+    if config.use_tpu:
+      sample_input_fn, _ = _build_input_fns(fn_args, config, run, cache='none')
+      preflight_checks.check_before_training(run, config, sample_input_fn)
+    # Train.
     model = artifact_utils.get_single_instance(
         output_dict[standard_component_specs.MODEL_KEY])
     resumable_dir = checkpoints.resumable_model_dir(self._context, model.uri,
                                                     config.checkpoint_dir)
     model_dir = resumable_dir or fn_args.model_run_dir
-    model_fn = keras_model_fn.model_fn_for_module(module)
-    train_input_fn, eval_input_fn = _build_input_fns(fn_args, config, module,
-                                                     schemas, label_key)
-    serving_input_receiver_fn = serving.make_serving_input_receiver_fn(
-        schemas, label_key, params, module.serving_input_receiver_fn,
-        module.source)
-    if config.use_tpu:
-      sample_input_fn, _ = _build_input_fns(fn_args, config, module, schemas,
-                                            label_key, cache='none')
-      preflight.check_before_training(
-          model_fn, config, params, sample_input_fn, module.source,
-          serving_input_receiver_fn=serving_input_receiver_fn)
-    estimator = _build_estimator(fn_args, config, model_fn, params, model_dir)
-    start_step = checkpoints.latest_step(model_dir)
+    estimator = _build_estimator(fn_args, config, run, model_dir)
     logging.info('Training from step %d to %d in %s (eval_strategy=%s, '
-                 'use_tpu=%s).', start_step, fn_args.train_steps, model_dir,
-                 config.eval_strategy, config.use_tpu)
-    with _explain_training_errors(fn_args, schemas, label_key, module):
+                 'use_tpu=%s).', checkpoints.latest_step(model_dir),
+                 fn_args.train_steps, model_dir, config.eval_strategy,
+                 config.use_tpu)
+    with _explain_training_errors(fn_args, run):
       final_metrics = training.train_and_evaluate(
           estimator, config, train_input_fn, eval_input_fn,
           fn_args.train_steps, fn_args.eval_steps)
     if not is_chief():
       logging.info('Not the chief: export and metrics are left to the chief.')
       return
-    _publish(estimator, serving_input_receiver_fn, final_metrics, model,
+    # Publish: metrics, then the model (the commit point), then MLMD.
+    _publish(estimator, run.serving_input_receiver_fn, final_metrics, model,
              fn_args, resumable_dir)
 
 
@@ -139,74 +133,47 @@ def _check_splits(input_dict, exec_properties) -> None:
 
 
 @contextlib.contextmanager
-def _explain_training_errors(fn_args, schemas, label_key, module):
+def _explain_training_errors(fn_args: fn_args_utils.FnArgs,
+                             run: prepare.PreparedRun):
   """Data errors name their file and record; NaN loss says so plainly."""
   try:
     with data_checks.explain_data_errors(
         {'train': fn_args.train_files, 'eval': fn_args.eval_files},
-        schemas_lib.feature_spec(schemas.examples), label_key):
+        schemas_lib.feature_spec(run.schemas.examples), run.label_key):
       yield
   except tf.compat.v1.train.NanLossDuringTrainingError as e:
     raise errors.TPUTrainerError(
-        f'Training stopped: the loss of model_fn in {module.source} became '
-        'NaN, so no model was exported. Lower the learning rate, clip '
-        'gradients, or check the inputs for NaN/inf values.') from e
-
-
-def _label_key(config: config_lib.TrainerConfig,
-               module: user_module_lib.UserModule,
-               schemas: schemas_lib.ExampleSchemas) -> Optional[str]:
-  label_key = config.label_key or module.label_key
-  if label_key is None:
-    if module.input_fn is not None:
-      return None
-    raise config_lib.ConfigError(
-        f'No label key: set LABEL_KEY in {module.source} or '
-        "custom_config['label_key'] to the label feature.")
-  schemas_lib.check_label_key(
-      schemas.examples, label_key,
-      'transformed' if schemas.tf_transform_output else 'examples')
-  return label_key
+        f'Training stopped: the loss of the model in '
+        f'{run.module.module_file} became NaN, so no model was exported. '
+        'Lower the learning rate, clip gradients, or check the inputs for '
+        'NaN/inf values.') from e
 
 
 def _build_estimator(fn_args: fn_args_utils.FnArgs,
                      config: config_lib.TrainerConfig,
-                     model_fn: Any,
-                     params: Dict[str, Any], model_dir: str):
+                     run: prepare.PreparedRun, model_dir: str):
   run_config = estimator_builder.build_run_config(config, model_dir)
   return estimator_builder.build_estimator(
-      model_fn,
+      run.model_fn,
       config,
       run_config,
-      params,
+      run.params,
       warm_start_from=fn_args.base_model)
 
 
 def _build_input_fns(fn_args: fn_args_utils.FnArgs,
                      config: config_lib.TrainerConfig,
-                     module: user_module_lib.UserModule,
-                     schemas: schemas_lib.ExampleSchemas,
-                     label_key: Optional[str],
+                     run: prepare.PreparedRun,
                      cache: Optional[str] = None):
   """Train and eval input_fns; `cache` overrides config.input_cache."""
   cache = cache or config.input_cache
-  if module.input_fn is None:
+  if run.module.input_fn is None:
     input_fns.check_cache_mode(cache,
-                               schemas_lib.feature_spec(schemas.examples))
-  common = dict(
-      data_accessor=fn_args.data_accessor,
-      cache=cache,
-      schema=schemas.examples,
-      label_key=label_key,
-      module_input_fn=module.input_fn,
-      module_source=module.source)
-  train_input_fn = input_fns.make_input_fn(
-      fn_args.train_files, training=True, repeat=True, **common)
-  eval_input_fn = input_fns.make_input_fn(
-      fn_args.eval_files,
-      training=False,
-      repeat=fn_args.eval_steps is not None,
-      **common)
+                               schemas_lib.feature_spec(run.schemas.examples))
+  train_input_fn = run.input_fn(
+      fn_args.train_files, fn_args.data_accessor, training=True, repeat=True,
+      cache=cache)
+  eval_input_fn = run.input_fn(
+      fn_args.eval_files, fn_args.data_accessor, training=False,
+      repeat=fn_args.eval_steps is not None, cache=cache)
   return train_input_fn, eval_input_fn
-
-

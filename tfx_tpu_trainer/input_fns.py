@@ -332,8 +332,8 @@ def make_input_fn(file_pattern: List[str],
                   label_key: Optional[str],
                   training: bool,
                   repeat: bool,
-                  module_input_fn: Optional[Callable[..., Any]] = None,
-                  module_source: str = '',
+                  module_input_fn: Optional[
+                      user_module_lib.ModuleFunction] = None,
                   cache: str = 'auto') -> InputFn:
   """Builds the `input_fn(params)` that TPUEstimator calls for one split.
 
@@ -346,7 +346,6 @@ def make_input_fn(file_pattern: List[str],
     repeat: repeat the split forever (training, and evaluation over a fixed
       number of steps, which must never run out of input on TPU).
     module_input_fn: the module's `input_fn`, used instead of the default.
-    module_source: where the module came from, for error messages.
     cache: the default chain's cache, one of `CACHE_MODES`.
 
   Returns:
@@ -365,9 +364,9 @@ def make_input_fn(file_pattern: List[str],
         schema=schema,
         params=params)
     if not isinstance(dataset, tf.data.Dataset):
-      raise user_module_lib.UserModuleError(
-          f'input_fn in {module_source} must return a tf.data.Dataset of '
-          f'(features, label), got {type(dataset).__name__}.')
+      raise module_input_fn.error(
+          'must return a tf.data.Dataset of (features, label), got '
+          f'{type(dataset).__name__}.')
     return dataset
 
   return input_fn

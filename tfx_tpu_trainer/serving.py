@@ -39,24 +39,18 @@ def make_serving_input_receiver_fn(
     schemas: schemas_lib.ExampleSchemas,
     label_key: Optional[str],
     params: Dict[str, Any],
-    module_fn: Optional[Callable[..., Any]] = None,
-    module_source: str = '') -> ServingInputReceiverFn:
+    module_fn: Optional[user_module_lib.ModuleFunction] = None
+) -> ServingInputReceiverFn:
   """The module's `serving_input_receiver_fn(params)`, or the default."""
   if module_fn is None:
     return default_serving_input_receiver_fn(schemas, label_key)
 
   def serving_input_receiver_fn():
-    try:
-      receiver = module_fn(params=dict(params))
-    except Exception as e:  # pylint: disable=broad-except
-      raise user_module_lib.UserModuleError(
-          f'serving_input_receiver_fn in {module_source} raised '
-          f'{type(e).__name__}: {e}') from e
+    receiver = module_fn(params=dict(params))
     if not isinstance(receiver, (tf_estimator.export.ServingInputReceiver,
                                  tf_estimator.export.TensorServingInputReceiver)):
-      raise user_module_lib.UserModuleError(
-          f'serving_input_receiver_fn in {module_source} must return a '
-          'tf.estimator.export.ServingInputReceiver, got '
+      raise module_fn.error(
+          'must return a tf.estimator.export.ServingInputReceiver, got '
           f'{type(receiver).__name__}.')
     return receiver
 

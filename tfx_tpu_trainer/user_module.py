@@ -10,6 +10,7 @@ The contract (DESIGN.md, "User module contract"):
   LABEL_KEY: optional module attribute naming the label feature.
 """
 
+import contextlib
 import dataclasses
 import importlib
 import importlib.util
@@ -17,7 +18,7 @@ import inspect
 import os
 import sys
 import types
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional
 
 from absl import logging
 from tfx.components.util import udf_utils
@@ -46,13 +47,69 @@ class UserModuleError(errors.TPUTrainerError):
 
 
 @dataclasses.dataclass(frozen=True)
+class ModuleFunction:
+  """A function of the user module that names itself and its module in errors.
+
+  Calling it calls the function by keyword; whatever it raises becomes one
+  `UserModuleError` "NAME in MODULE_FILE raised TYPE: message". Problems
+  with what it returns are reported through `error` or `blamed`, so the
+  module's name is added once, here, and nowhere else.
+  """
+  name: str
+  module_file: str
+  fn: Callable[..., Any]
+
+  @property
+  def where(self) -> str:
+    """'NAME in MODULE_FILE', the subject of every error about it."""
+    return f'{self.name} in {self.module_file}'
+
+  @property
+  def parameters(self) -> Mapping[str, inspect.Parameter]:
+    return inspect.signature(self.fn).parameters
+
+  def __call__(self, **kwargs: Any) -> Any:
+    try:
+      return self.fn(**kwargs)
+    except UserModuleError:
+      raise
+    except Exception as e:  # pylint: disable=broad-except
+      raise self.raised(e) from e
+
+  def raised(self, error: BaseException, context: str = '') -> UserModuleError:
+    """The error for an exception the function raised (`context`: e.g. mode)."""
+    return UserModuleError(
+        f'{self.where} raised {type(error).__name__}{context}: {error}')
+
+  def error(self, problem: str,
+            error_class: Optional[type] = None) -> 'UserModuleError':
+    """The error 'NAME in MODULE_FILE <problem>'."""
+    return (error_class or UserModuleError)(f'{self.where} {problem}')
+
+  @contextlib.contextmanager
+  def blamed(self) -> Iterator[None]:
+    """Names this function in the UserModuleErrors raised in the block.
+
+    For checks of what the function returned (a Keras model's compile
+    settings, a dataset's structure), whose errors say what is wrong but not
+    where; an error that already names the function passes unchanged.
+    """
+    try:
+      yield
+    except UserModuleError as e:
+      if self.where in str(e):
+        raise
+      raise type(e)(f'{self.where}: {e}') from e
+
+
+@dataclasses.dataclass(frozen=True)
 class UserModule:
   """The parts of a user module that TPUTrainer uses."""
-  source: str
-  model_fn: Optional[Callable[..., Any]]
-  build_keras_model: Optional[Callable[..., Any]]
-  input_fn: Optional[Callable[..., Any]]
-  serving_input_receiver_fn: Optional[Callable[..., Any]]
+  module_file: str
+  model_fn: Optional[ModuleFunction]
+  build_keras_model: Optional[ModuleFunction]
+  input_fn: Optional[ModuleFunction]
+  serving_input_receiver_fn: Optional[ModuleFunction]
   label_key: Optional[str]
 
 
@@ -89,6 +146,7 @@ def check_module(module: types.ModuleType, source: str) -> UserModule:
     fn = getattr(module, name, None)
     if fn is not None:
       _check_signature(fn, name, source)
+      fn = ModuleFunction(name=name, module_file=source, fn=fn)
     functions[name] = fn
   if functions[MODEL_FN] is None and functions[BUILD_KERAS_MODEL] is None:
     raise UserModuleError(
@@ -101,7 +159,7 @@ def check_module(module: types.ModuleType, source: str) -> UserModule:
         f'{LABEL_KEY_ATTRIBUTE} in {source} must be a non-empty string, got '
         f'{label_key!r}.')
   return UserModule(
-      source=source,
+      module_file=source,
       model_fn=functions[MODEL_FN],
       build_keras_model=functions[BUILD_KERAS_MODEL],
       input_fn=functions[INPUT_FN],

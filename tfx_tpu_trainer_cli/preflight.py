@@ -168,13 +168,12 @@ def _infer_schema(files: List[str]):
   return schema
 
 
-def _examples_input_fn(examples: str, split: str, schema, label_key, module):
+def _examples_input_fn(examples: str, split: str, run):
   """The TPU input (module's or default) over one split of an artifact dir."""
   from tfx.components.trainer import fn_args_utils  # pylint: disable=g-import-not-at-top
   from tfx.components.util import tfxio_utils  # pylint: disable=g-import-not-at-top
   from tfx.types import artifact_utils  # pylint: disable=g-import-not-at-top
   from tfx.types import standard_artifacts  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer import input_fns  # pylint: disable=g-import-not-at-top
   artifact = standard_artifacts.Examples()
   artifact.uri = examples
   artifact.split_names = artifact_utils.encode_split_names([
@@ -182,34 +181,26 @@ def _examples_input_fn(examples: str, split: str, schema, label_key, module):
       for p in sorted(glob.glob(os.path.join(examples, 'Split-*')))
   ])
   files = _record_files(os.path.join(examples, f'Split-{split}'))
-  if schema is None:
-    schema = _infer_schema(files)
   accessor = fn_args_utils.DataAccessor(
       tf_dataset_factory=tfxio_utils.get_tf_dataset_factory_from_artifact(
           [artifact], []),
       record_batch_factory=tfxio_utils.get_record_batch_factory_from_artifact(
           [artifact], []),
       data_view_decode_fn=None)
-  if module.input_fn is None and label_key is None:
-    raise common.UsageError(
-        f'No label key: set LABEL_KEY in {module.source} or label_key in '
-        '--custom-config.')
-  return input_fns.make_input_fn(
-      [os.path.join(examples, f'Split-{split}', '*')], accessor, schema,
-      label_key, training=True, repeat=True, module_input_fn=module.input_fn,
-      module_source=module.source, cache='none')
+  return run.input_fn(
+      [os.path.join(examples, f'Split-{split}', '*')], accessor,
+      training=True, repeat=True, cache='none',
+      schema=None if run.schemas else _infer_schema(files))
 
 
-def _sample(paths, args, config, params, module, schemas, label_key,
-            batch_size):
+def _sample(paths, args, run, batch_size):
   """The sample batch, from the best source at hand (module docstring)."""
-  from tfx_tpu_trainer import keras_model_fn  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer import preflight_sample  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer import schemas as schemas_lib  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.model_fn import keras_adapter  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.preflight import sample as preflight_sample  # pylint: disable=g-import-not-at-top
+  module, schemas, params = run.module, run.schemas, run.params
   if paths['examples']:
-    input_fn = _examples_input_fn(
-        paths['examples'], args.split,
-        schemas.examples if schemas else None, label_key, module)
+    input_fn = _examples_input_fn(paths['examples'], args.split, run)
     which = 'module' if module.input_fn else 'default'
     return preflight_sample.from_input_fn(
         input_fn, params, batch_size,
@@ -223,7 +214,7 @@ def _sample(paths, args, config, params, module, schemas, label_key,
       raise common.UsageError(
           f'The schema of {where} has no feature spec: {e}') from e
     return preflight_sample.from_feature_spec(
-        feature_spec, label_key, batch_size,
+        feature_spec, run.label_key, batch_size,
         f'zeros shaped by the feature spec of {where}')
   if module.input_fn is not None:
 
@@ -240,9 +231,9 @@ def _sample(paths, args, config, params, module, schemas, label_key,
           f"The module's input_fn needs examples ({type(e).__name__}: {e}); "
           'pass --examples DIR (and --transform-graph or --schema).') from e
   if module.model_fn is None:
-    template = keras_model_fn.build_template(
-        module.build_keras_model, dict(params, batch_size=batch_size,
-                                       use_tpu=True), module.source)
+    template = keras_adapter.build_template(
+        module.build_keras_model,
+        dict(params, batch_size=batch_size, use_tpu=True))
     return preflight_sample.from_keras_model(
         template.model, batch_size,
         'zeros shaped by the Keras model inputs and outputs')
@@ -267,12 +258,10 @@ def _preflight(args) -> int:
     tf.get_logger().setLevel('ERROR')
     logging.set_verbosity(logging.ERROR)
   from tfx_tpu_trainer import errors  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer import keras_model_fn  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer import params as params_lib  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer import preflight  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer import prepare  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer import schemas as schemas_lib  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer import serving  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer import user_module  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.preflight import checks as preflight  # pylint: disable=g-import-not-at-top
   try:
     module = user_module.load_user_module(
         {'module_file': paths['module_file']})
@@ -280,26 +269,15 @@ def _preflight(args) -> int:
     if paths['schema'] or paths['transform_graph']:
       schemas = schemas_lib.load_schemas(paths['schema'],
                                          paths['transform_graph'])
-    label_key = config.label_key or module.label_key
-    if schemas is not None and label_key is not None:
-      schemas_lib.check_label_key(
-          schemas.examples, label_key,
-          'transformed' if schemas.tf_transform_output else 'examples')
-    params = params_lib.build_params(config, None)
+    run = prepare.prepare_run(config, module, schemas)
     num_shards, _ = preflight.resolve_num_shards(config, args.num_shards)
     batch_size = preflight.per_shard_batch_size(config, num_shards)
-    sample = _sample(paths, args, config, params, module, schemas, label_key,
-                     batch_size)
+    sample = _sample(paths, args, run, batch_size)
   except errors.TPUTrainerError as e:
     return _not_ready(str(e))
-  serving_fn = None
-  if schemas is not None or module.serving_input_receiver_fn is not None:
-    serving_fn = serving.make_serving_input_receiver_fn(
-        schemas, label_key, params, module.serving_input_receiver_fn,
-        module.source)
   report = preflight.run_preflight(
-      keras_model_fn.model_fn_for_module(module), config, params, sample,
-      module.source, num_shards=args.num_shards,
-      serving_input_receiver_fn=serving_fn)
+      run.model_fn, config, run.params, sample, module.module_file,
+      num_shards=args.num_shards,
+      serving_input_receiver_fn=run.serving_input_receiver_fn)
   print(report.to_json() if args.json else report.format(), flush=True)
   return EXIT_READY if report.ok else EXIT_NOT_READY

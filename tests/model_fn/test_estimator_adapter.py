@@ -267,7 +267,8 @@ def test_summary_is_kept_on_cpu():
 def test_default_name_is_module_and_function():
   adapted = estimator_adapter.to_tpu_model_fn(_keras_mean)
   assert adapted.__doc__ == (
-      'TPU model_fn adapted from tests.test_estimator_adapter._keras_mean.')
+      'TPU model_fn adapted from '
+      'tests.model_fn.test_estimator_adapter._keras_mean.')
 
 
 @pytest.mark.slow

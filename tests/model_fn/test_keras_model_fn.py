@@ -12,19 +12,27 @@ from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import estimator_builder
 from tfx_tpu_trainer import executor
 from tfx_tpu_trainer import export
-from tfx_tpu_trainer import keras_compile
-from tfx_tpu_trainer import keras_model_fn
 from tfx_tpu_trainer import metrics as metrics_lib
 from tfx_tpu_trainer import params as params_lib
+from tfx_tpu_trainer import prepare
 from tfx_tpu_trainer import schemas as schemas_lib
 from tfx_tpu_trainer import serving
 from tfx_tpu_trainer import training
 from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.model_fn import dispatch
+from tfx_tpu_trainer.model_fn import keras_adapter as keras_model_fn
+from tfx_tpu_trainer.model_fn import keras_compile
 
 from tests import conftest
 from tests.fixtures import pipeline_outputs
 
 SOURCE = 'test_module.py'
+
+
+def _keras_model_fn(build):
+  return keras_model_fn.make_keras_model_fn(
+      user_module.ModuleFunction('build_keras_model', SOURCE, build))
+
 TAXI_KERAS_MODULE = os.path.join(conftest.REPO_ROOT, 'components',
                                  'taxi_keras_module.py')
 FEATURES = {
@@ -89,7 +97,7 @@ def _variable_names(graph):
 
 
 def test_train_on_tpu_sums_gradients_across_shards():
-  model_fn = keras_model_fn.make_keras_model_fn(_build, SOURCE)
+  model_fn = _keras_model_fn(_build)
   graph, spec = _call(model_fn, ModeKeys.TRAIN, use_tpu=True, num_shards=8)
   assert isinstance(spec, tf.compat.v1.estimator.tpu.TPUEstimatorSpec)
   cross_replica_sums = [op for op in graph.get_operations()
@@ -107,7 +115,7 @@ def test_train_on_tpu_sums_gradients_across_shards():
 
 
 def test_cpu_train_step_updates_weights_and_batch_norm_statistics():
-  model_fn = keras_model_fn.make_keras_model_fn(_build, SOURCE)
+  model_fn = _keras_model_fn(_build)
   graph, spec = _call(model_fn, ModeKeys.TRAIN)
   assert not [op for op in graph.get_operations()
               if op.type == 'CrossReplicaSum']
@@ -123,7 +131,7 @@ def test_cpu_train_step_updates_weights_and_batch_norm_statistics():
 
 
 def test_predictions_are_keyed_by_output_names():
-  model_fn = keras_model_fn.make_keras_model_fn(_build, SOURCE)
+  model_fn = _keras_model_fn(_build)
   _, spec = _call(model_fn, ModeKeys.PREDICT, labels=None)
   assert list(spec.predictions) == ['probabilities']
   assert spec.predictions['probabilities'].shape == (8, 1)
@@ -133,7 +141,7 @@ def test_predictions_are_keyed_by_output_names():
 
 
 def test_eval_loss_and_metrics_equal_keras_on_the_same_predictions():
-  model_fn = keras_model_fn.make_keras_model_fn(_build, SOURCE)
+  model_fn = _keras_model_fn(_build)
   graph, spec = _call(model_fn, ModeKeys.EVAL)
   metric_fn, tensors = spec.eval_metrics
   assert sorted(tensors) == ['label_0', 'prediction_0']
@@ -164,7 +172,7 @@ def test_eval_loss_and_metrics_equal_keras_on_the_same_predictions():
 
 def test_rank_one_feature_feeds_a_rank_two_input_and_casts_dtypes():
   features = dict(FEATURES, hour_xf=FEATURES['hour_xf'].astype(np.int32))
-  model_fn = keras_model_fn.make_keras_model_fn(_build, SOURCE)
+  model_fn = _keras_model_fn(_build)
   _, spec = _call(model_fn, ModeKeys.PREDICT, features=features, labels=None)
   assert spec.predictions['probabilities'].shape == (8, 1)
 
@@ -180,7 +188,7 @@ def test_sequential_model_works():
     model.compile(optimizer='sgd', loss='binary_crossentropy')
     return model
 
-  model_fn = keras_model_fn.make_keras_model_fn(build, SOURCE)
+  model_fn = _keras_model_fn(build)
   _, spec = _call(model_fn, ModeKeys.TRAIN, use_tpu=True, num_shards=2)
   assert spec.train_op is not None
 
@@ -209,47 +217,46 @@ def _raises(params):
 
 @pytest.mark.parametrize('build,mode,features,message', [
     (_build, ModeKeys.TRAIN, {'fare_xf': FEATURES['fare_xf']},
-     "The Keras model built by build_keras_model in test_module.py has input "
+     "build_keras_model in test_module.py: the Keras model has input "
      "'hour_xf', which is not a feature (features: ['fare_xf']). Name each "
      'tf.keras.Input after the feature it reads.'),
     (lambda params: _tiny_model(compile_kwargs=False), ModeKeys.TRAIN, None,
-     'build_keras_model in test_module.py returned a model that is not '
+     'build_keras_model in test_module.py: returned a model that is not '
      'compiled; call model.compile(optimizer=..., loss=..., metrics=...) '
      'before returning it.'),
     (_raises, ModeKeys.TRAIN, None,
      'build_keras_model in test_module.py raised RuntimeError: no model '
      'today'),
     (lambda params: {'model': None}, ModeKeys.PREDICT, None,
-     'build_keras_model in test_module.py must return a compiled tf.keras '
+     'build_keras_model in test_module.py: must return a compiled tf.keras '
      'Model, got dict.'),
     (_build, ModeKeys.TRAIN,
      dict(FEATURES, fare_xf=np.zeros([8, 3], np.float32)),
-     "Feature 'fare_xf' has shape (8, 3), which does not fit the model input "
-     'shape (None, 1) (build_keras_model in test_module.py).'),
+     "build_keras_model in test_module.py: Feature 'fare_xf' has shape "
+     '(8, 3), which does not fit the model input shape (None, 1).'),
 ])
 def test_model_errors_name_what_to_change(build, mode, features, message):
-  model_fn = keras_model_fn.make_keras_model_fn(build, SOURCE)
-  with pytest.raises(keras_model_fn.KerasModelError) as error:
+  model_fn = _keras_model_fn(build)
+  with pytest.raises(user_module.UserModuleError) as error:
     _call(model_fn, mode, features=features)
   assert str(error.value) == message
   assert isinstance(error.value, user_module.UserModuleError)
 
 
 def test_subclassed_model_is_refused():
-  model_fn = keras_model_fn.make_keras_model_fn(_subclassed, SOURCE)
+  model_fn = _keras_model_fn(_subclassed)
   with pytest.raises(keras_model_fn.KerasModelError) as error:
     _call(model_fn, ModeKeys.PREDICT)
   assert str(error.value) == (
-      'The model built by build_keras_model in test_module.py (_Subclassed) '
-      'has no symbolic inputs and outputs (a subclassed model?). The TPU '
-      'model_fn rebuilds the model inside the estimator graph with '
+      'build_keras_model in test_module.py: the model (_Subclassed) has no '
+      'symbolic inputs and outputs (a subclassed model?). The TPU model_fn '
+      'rebuilds the model inside the estimator graph with '
       'tf.keras.models.clone_model, which needs a functional or Sequential '
       'model with tf.keras.Input layers.')
 
 
 def test_uncompiled_model_can_still_predict():
-  model_fn = keras_model_fn.make_keras_model_fn(
-      lambda params: _tiny_model(compile_kwargs=False), SOURCE)
+  model_fn = _keras_model_fn(lambda params: _tiny_model(compile_kwargs=False))
   _, spec = _call(model_fn, ModeKeys.PREDICT, labels=None)
   assert list(spec.predictions) == ['probabilities']
 
@@ -298,7 +305,7 @@ def _keras_updates(optimizer, gradients, steps):
 def test_keras_optimizer_becomes_the_same_v1_algorithm(make_optimizer,
                                                        v1_class):
   gradients = [0.5, -1.5]
-  spec = keras_compile.read_optimizer(make_optimizer(), SOURCE)
+  spec = keras_compile.read_optimizer(make_optimizer())
   with tf.Graph().as_default():
     assert type(spec.build(tf.constant(0, tf.int64))).__name__ == v1_class
   expected = _keras_updates(make_optimizer(), gradients, steps=3)
@@ -309,8 +316,7 @@ def test_keras_optimizer_becomes_the_same_v1_algorithm(make_optimizer,
 def test_learning_rate_schedule_follows_the_global_step():
   schedule = tf.keras.optimizers.schedules.ExponentialDecay(
       0.1, decay_steps=10, decay_rate=0.5)
-  spec = keras_compile.read_optimizer(tf.keras.optimizers.SGD(schedule),
-                                      SOURCE)
+  spec = keras_compile.read_optimizer(tf.keras.optimizers.SGD(schedule))
   # At step 10 the rate is 0.05: one step with gradient 1 moves by 0.05.
   assert _v1_updates(spec, [1.0, 1.0], steps=1, global_step=10) == (
       pytest.approx([0.95, -2.05]))
@@ -318,29 +324,29 @@ def test_learning_rate_schedule_follows_the_global_step():
 
 @pytest.mark.parametrize('optimizer,message', [
     (tf.keras.optimizers.Nadam(),
-     'build_keras_model in test_module.py compiles the model with the Nadam '
-     'optimizer, which has no tf.compat.v1.train counterpart that TPU '
-     "training can use. Use one of ['Adadelta', 'Adagrad', 'Adam', 'Ftrl', "
-     "'RMSprop', 'SGD'], or write a model_fn."),
+     'the model is compiled with the Nadam optimizer, which has no '
+     'tf.compat.v1.train counterpart that TPU training can use. Use one of '
+     "['Adadelta', 'Adagrad', 'Adam', 'Ftrl', 'RMSprop', 'SGD'], or write a "
+     'model_fn.'),
     (tf.keras.optimizers.Adam(clipnorm=1.0),
-     'build_keras_model in test_module.py compiles the model with '
+     'the model is compiled with '
      'Adam(clipnorm=1.0); the tf.compat.v1.train optimizer used for TPU '
      'training has no clipnorm. Remove clipnorm from the optimizer, or write '
      'a model_fn.'),
     (tf.keras.optimizers.Adam(amsgrad=True),
-     'build_keras_model in test_module.py compiles the model with '
+     'the model is compiled with '
      'Adam(amsgrad=True); the tf.compat.v1.train optimizer used for TPU '
      'training has no amsgrad. Remove amsgrad from the optimizer, or write a '
      'model_fn.'),
     (tf.keras.optimizers.legacy.SGD(0.1, decay=0.01),
-     'build_keras_model in test_module.py compiles the model with '
+     'the model is compiled with '
      'SGD(decay=0.01); the tf.compat.v1.train optimizer used for TPU '
      'training has no decay. Remove decay from the optimizer, or write a '
      'model_fn.'),
 ])
 def test_unsupported_optimizer_settings(optimizer, message):
   with pytest.raises(keras_compile.KerasModelError) as error:
-    keras_compile.read_optimizer(optimizer, SOURCE)
+    keras_compile.read_optimizer(optimizer)
   assert str(error.value) == message
 
 
@@ -363,7 +369,7 @@ def test_metrics_map_per_output_with_keras_names():
       'p': ['accuracy', 'AUC', tf.keras.metrics.Precision(thresholds=0.3)],
       'c': ['accuracy', 'sparse_categorical_crossentropy'],
   })
-  spec = keras_compile.read_compile_spec(model, SOURCE)
+  spec = keras_compile.read_compile_spec(model)
   assert [(m.name, m.output_name, m.kind) for m in spec.metrics] == [
       ('p_accuracy', 'p', 'binary_accuracy'),
       ('p_auc', 'p', 'auc'),
@@ -378,21 +384,21 @@ def test_metrics_map_per_output_with_keras_names():
 
 @pytest.mark.parametrize('metrics,weighted_metrics,message', [
     (['top_k_categorical_accuracy'], None,
-     "Metric 'top_k_categorical_accuracy' (compiled by build_keras_model in "
-     'test_module.py) has no tf.compat.v1.metrics equivalent that TPU '
-     'evaluation can compute on the host. Use metrics from '),
+     "metric 'top_k_categorical_accuracy' has no tf.compat.v1.metrics "
+     'equivalent that TPU evaluation can compute on the host. Use metrics '
+     'from '),
     ([tf.keras.metrics.AUC(multi_label=True)], None,
-     "Metric 'auc' in build_keras_model in test_module.py is a multi-label "
+     "metric 'auc' is a multi-label "
      'or label-weighted AUC; the TPU metric computes a single AUC. Remove '
      'multi_label/label_weights.'),
     (None, ['accuracy'],
-     'build_keras_model in test_module.py compiles weighted_metrics; TPU '
+     'the model compiles weighted_metrics; TPU '
      'training here has no sample weights. Pass them as metrics.'),
 ])
 def test_unsupported_metrics(metrics, weighted_metrics, message):
   model = _two_output_model(metrics, weighted_metrics=weighted_metrics)
   with pytest.raises(keras_compile.KerasModelError) as error:
-    keras_compile.read_compile_spec(model, SOURCE)
+    keras_compile.read_compile_spec(model)
   assert str(error.value).startswith(message)
 
 
@@ -402,7 +408,7 @@ def _taxi_estimator(taxi_artifacts, model_dir, module, warm_start_from=None):
       {'train_batch_size': 16, 'eval_batch_size': 16})
   params = params_lib.build_params(config, None)
   estimator = estimator_builder.build_estimator(
-      keras_model_fn.model_fn_for_module(module), config,
+      dispatch.model_fn_for_module(module), config,
       estimator_builder.build_run_config(config, model_dir), params,
       warm_start_from=warm_start_from)
   return estimator, config, schemas, params
@@ -422,8 +428,8 @@ def test_taxi_keras_module_trains_and_exports_both_tag_sets(taxi_artifacts,
   estimator, config, schemas, params = _taxi_estimator(
       taxi_artifacts, model_dir, module)
   build_input_fns = executor._build_input_fns  # pylint: disable=protected-access
-  train_input_fn, eval_input_fn = build_input_fns(fn_args, config, module,
-                                                  schemas, module.label_key)
+  train_input_fn, eval_input_fn = build_input_fns(
+      fn_args, config, prepare.prepare_run(config, module, schemas))
   metrics = training.train_and_evaluate(estimator, config, train_input_fn,
                                         eval_input_fn, 20, 3)
   metrics = metrics_lib.to_python(metrics)

@@ -12,10 +12,12 @@ from tfx_tpu_trainer_cli import main as cli
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import executor
-from tfx_tpu_trainer import keras_model_fn
-from tfx_tpu_trainer import preflight
-from tfx_tpu_trainer import preflight_sample
+from tfx_tpu_trainer import prepare
 from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.model_fn import dispatch
+from tfx_tpu_trainer.model_fn import keras_adapter
+from tfx_tpu_trainer.preflight import checks as preflight
+from tfx_tpu_trainer.preflight import sample as preflight_sample
 
 from tests import conftest
 from tests.fixtures import pipeline_outputs
@@ -260,7 +262,7 @@ def _synthetic_sample(extra_features=None, batch_size=8):
 
 def _model_fn(module_name):
   module = user_module.load_user_module({'module_file': _module(module_name)})
-  return keras_model_fn.model_fn_for_module(module)
+  return dispatch.model_fn_for_module(module)
 
 
 def test_unused_string_feature_is_reported_once_and_model_still_checked():
@@ -404,7 +406,8 @@ def test_keras_sample_follows_inputs_outputs_and_loss():
   assert sample.element_spec[0]['tokens'].shape.as_list() == [4, None]
   assert sample.labels.shape == (4,) and sample.labels.dtype == np.int64
   report = preflight.run_preflight(
-      keras_model_fn.make_keras_model_fn(lambda params: model, 'tokens.py'),
+      keras_adapter.make_keras_model_fn(user_module.ModuleFunction(
+          'build_keras_model', 'tokens.py', lambda params: model)),
       config_lib.TrainerConfig(train_batch_size=32), {}, sample, 'tokens.py')
   assert [f.code for f in report.errors] == ['dynamic-input-shape']
   assert report.errors[0].message.startswith(
@@ -422,9 +425,9 @@ def test_check_before_training_raises_listing_the_errors():
     return tf.data.Dataset.from_tensors((sample.features, sample.labels))
 
   with pytest.raises(preflight.PreflightError) as error:
+    config = config_lib.TrainerConfig(use_tpu=True)
     preflight.check_before_training(
-        _model_fn('preflight_no_cross_shard_module.py'),
-        config_lib.TrainerConfig(use_tpu=True), {}, input_fn, module.source)
+        prepare.prepare_run(config, module, None), config, input_fn)
   assert str(error.value).startswith(
       f'{path} is not TPU-ready (1 error(s) found by the TPU preflight):\n'
       '  ERROR   [train/missing-cross-shard-optimizer] the train step has no '

@@ -134,12 +134,11 @@ class OptimizerSpec:
     return _OPTIMIZERS[self.class_name](self.config, learning_rate)
 
 
-def read_optimizer(optimizer: Any, source: str) -> OptimizerSpec:
+def read_optimizer(optimizer: Any) -> OptimizerSpec:
   """Reads a Keras optimizer (eagerly) into an OptimizerSpec.
 
   Args:
     optimizer: `model.optimizer` of a model compiled in eager mode.
-    source: the user module, for error messages.
 
   Returns:
     The spec.
@@ -150,7 +149,7 @@ def read_optimizer(optimizer: Any, source: str) -> OptimizerSpec:
   class_name = type(optimizer).__name__
   if class_name not in _OPTIMIZERS:
     raise KerasModelError(
-        f'build_keras_model in {source} compiles the model with the '
+        f'the model is compiled with the '
         f'{class_name} optimizer, which has no tf.compat.v1.train counterpart '
         f'that TPU training can use. Use one of {list(SUPPORTED_OPTIMIZERS)}, '
         'or write a model_fn.')
@@ -158,12 +157,12 @@ def read_optimizer(optimizer: Any, source: str) -> OptimizerSpec:
     config = dict(optimizer.get_config())
   except Exception as e:  # pylint: disable=broad-except
     raise KerasModelError(
-        f'Cannot read the {class_name} optimizer of the model built by '
-        f'build_keras_model in {source}: {type(e).__name__}: {e}') from e
+        f'cannot read the {class_name} optimizer of the model: '
+        f'{type(e).__name__}: {e}') from e
   for key, off_values in _UNSUPPORTED_OPTIMIZER_SETTINGS:
     if key in config and config[key] not in off_values:
       raise KerasModelError(
-          f'build_keras_model in {source} compiles the model with '
+          f'the model is compiled with '
           f'{class_name}({key}={config[key]!r}); the tf.compat.v1.train '
           f'optimizer used for TPU training has no {key}. Remove {key} from '
           'the optimizer, or write a model_fn.')
@@ -173,29 +172,29 @@ def read_optimizer(optimizer: Any, source: str) -> OptimizerSpec:
       tf.keras.optimizers.schedules.deserialize(learning_rate)
     except Exception as e:  # pylint: disable=broad-except
       raise KerasModelError(
-          f'The learning rate schedule {learning_rate.get("class_name")} of '
-          f'the optimizer in build_keras_model in {source} cannot be rebuilt '
+          f'the learning rate schedule {learning_rate.get("class_name")} of '
+          f'the optimizer cannot be rebuilt '
           f'from its config ({type(e).__name__}: {e}). Use a built-in '
           'tf.keras.optimizers.schedules schedule or a float.') from e
   elif isinstance(learning_rate, numbers.Real):
     config['learning_rate'] = float(learning_rate)
   else:
     raise KerasModelError(
-        f'The learning rate of the {class_name} optimizer in '
-        f'build_keras_model in {source} must be a float or a '
+        f'the learning rate of the {class_name} optimizer '
+        f'must be a float or a '
         f'tf.keras.optimizers.schedules schedule, got {learning_rate!r}.')
   return OptimizerSpec(class_name=class_name, config=config)
 
 
-def _output_map(value: Any, output_names: Sequence[str], what: str,
-                source: str) -> Dict[str, Any]:
+def _output_map(value: Any, output_names: Sequence[str],
+                what: str) -> Dict[str, Any]:
   """Keras's per-output forms (one for all, list, dict) as name -> value."""
   if hasattr(value, 'keys') and not isinstance(value, str):  # DictWrapper too.
     value = {key: value[key] for key in value.keys()}
     unknown = sorted(set(value) - set(output_names))
     if unknown:
       raise KerasModelError(
-          f'The compiled {what} in build_keras_model in {source} names '
+          f'the compiled {what} names '
           f'output(s) {unknown}; the model outputs are {list(output_names)}.')
     return {name: value[name] for name in output_names if name in value}
   if isinstance(value, (list, tuple)) and (len(output_names) > 1 or
@@ -203,7 +202,7 @@ def _output_map(value: Any, output_names: Sequence[str], what: str,
       what == 'loss' or all(isinstance(v, (list, tuple)) for v in value)):
     if len(value) != len(output_names):
       raise KerasModelError(
-          f'The compiled {what} in build_keras_model in {source} is a list '
+          f'the compiled {what} is a list '
           f'of {len(value)} entries for {len(output_names)} outputs '
           f'{list(output_names)}.')
     return dict(zip(output_names, value))
@@ -228,36 +227,34 @@ class LossSpec:
     return tf.add_n(terms)
 
 
-def read_loss(model: tf.keras.Model, source: str) -> LossSpec:
+def read_loss(model: tf.keras.Model) -> LossSpec:
   """Reads the compiled loss and loss weights of an eagerly built model."""
   if not model.loss:
     raise KerasModelError(
-        f'The model built by build_keras_model in {source} is compiled '
-        'without a loss. Pass loss=... to model.compile().')
+        'the model is compiled without a loss. Pass loss=... to model.compile().')
   losses = {}
-  for name, identifier in _output_map(model.loss, model.output_names, 'loss',
-                                      source).items():
+  for name, identifier in _output_map(model.loss, model.output_names,
+                                      'loss').items():
     if identifier is None:
       continue
     try:
       losses[name] = tf.keras.losses.get(identifier)
     except Exception as e:  # pylint: disable=broad-except
       raise KerasModelError(
-          f'Unknown loss {identifier!r} for output {name!r} in '
-          f'build_keras_model in {source}: {e}') from e
+          f'unknown loss {identifier!r} for output {name!r}: {e}') from e
   weights = (model.get_compile_config() or {}).get('loss_weights') or {}
-  weights = _output_map(weights, model.output_names, 'loss_weights',
-                        source) if weights else {}
+  weights = _output_map(weights, model.output_names,
+                        'loss_weights') if weights else {}
   return LossSpec(losses=losses, weights={k: float(v) for k, v in
                                           weights.items()})
 
 
-def _threshold(config: Mapping[str, Any], name: str, source: str) -> float:
+def _threshold(config: Mapping[str, Any], name: str) -> float:
   thresholds = config.get('thresholds')
   if isinstance(thresholds, (list, tuple)):
     if len(thresholds) != 1:
       raise KerasModelError(
-          f'Metric {name!r} in build_keras_model in {source} has several '
+          f'metric {name!r} has several '
           f'thresholds {list(thresholds)}; the TPU metric takes one. Use one '
           'metric per threshold.')
     thresholds = thresholds[0]
@@ -374,8 +371,7 @@ def _accuracy_kind(model: tf.keras.Model, output_name: str,
 
 
 def _metric_spec(identifier: Any, output_name: str, prefix: str,
-                 model: tf.keras.Model, loss_spec: LossSpec,
-                 source: str) -> MetricSpec:
+                 model: tf.keras.Model, loss_spec: LossSpec) -> MetricSpec:
   """One serialized compile metric (a string or a config dict) as a spec."""
   config = {}
   if isinstance(identifier, str):
@@ -397,7 +393,7 @@ def _metric_spec(identifier: Any, output_name: str, prefix: str,
       name = _DEFAULT_NAMES.get(kind, name)
   else:
     raise KerasModelError(
-        f'Metric {name!r} (compiled by build_keras_model in {source}) has no '
+        f'metric {name!r} has no '
         'tf.compat.v1.metrics equivalent that TPU evaluation can compute on '
         f'the host. Use metrics from {list(SUPPORTED_METRICS)}, or write a '
         'model_fn with eval_metrics=(metric_fn, tensors).')
@@ -407,7 +403,7 @@ def _metric_spec(identifier: Any, output_name: str, prefix: str,
   elif kind == 'auc':
     if config.get('multi_label') or config.get('label_weights') is not None:
       raise KerasModelError(
-          f'Metric {name!r} in build_keras_model in {source} is a multi-label '
+          f'metric {name!r} is a multi-label '
           'or label-weighted AUC; the TPU metric computes a single AUC. '
           'Remove multi_label/label_weights.')
     summation = config.get('summation_method', 'interpolation')
@@ -420,9 +416,9 @@ def _metric_spec(identifier: Any, output_name: str, prefix: str,
   elif kind in ('precision', 'recall'):
     if config.get('top_k') is not None or config.get('class_id') is not None:
       raise KerasModelError(
-          f'Metric {name!r} in build_keras_model in {source} uses top_k or '
+          f'metric {name!r} uses top_k or '
           'class_id, which the TPU metric does not support. Remove them.')
-    options['threshold'] = _threshold(config, name, source)
+    options['threshold'] = _threshold(config, name)
   elif kind.endswith('crossentropy'):
     options = {k: config[k] for k in ('from_logits', 'label_smoothing')
                if k in config and not (kind.startswith('sparse') and
@@ -432,16 +428,16 @@ def _metric_spec(identifier: Any, output_name: str, prefix: str,
                     options=options)
 
 
-def read_metrics(model: tf.keras.Model, loss_spec: LossSpec,
-                 source: str) -> List[MetricSpec]:
+def read_metrics(model: tf.keras.Model,
+                 loss_spec: LossSpec) -> List[MetricSpec]:
   """Reads the compiled metrics of an eagerly built model into specs."""
   compile_config = model.get_compile_config() or {}
   if compile_config.get('weighted_metrics'):
     raise KerasModelError(
-        f'build_keras_model in {source} compiles weighted_metrics; TPU '
+        'the model compiles weighted_metrics; TPU '
         'training here has no sample weights. Pass them as metrics.')
   metrics = compile_config.get('metrics') or []
-  per_output = _output_map(metrics, model.output_names, 'metrics', source)
+  per_output = _output_map(metrics, model.output_names, 'metrics')
   multi_output = len(model.output_names) > 1
   specs = []
   for output_name, identifiers in per_output.items():
@@ -450,12 +446,12 @@ def read_metrics(model: tf.keras.Model, loss_spec: LossSpec,
     prefix = f'{output_name}_' if multi_output else ''
     for identifier in identifiers:
       specs.append(_metric_spec(identifier, output_name, prefix, model,
-                                loss_spec, source))
+                                loss_spec))
   names = [spec.name for spec in specs]
   duplicates = sorted({name for name in names if names.count(name) > 1})
   if duplicates or 'loss' in names:
     raise KerasModelError(
-        f'build_keras_model in {source} compiles metrics whose names clash: '
+        f'the model compiles metrics whose names clash: '
         f'{duplicates or ["loss"]} (the estimator reports the loss as '
         "'loss'). Give the metrics distinct names with name=...")
   return specs
@@ -469,12 +465,11 @@ class CompileSpec:
   metrics: Sequence[MetricSpec]
 
 
-def read_compile_spec(model: tf.keras.Model, source: str) -> CompileSpec:
+def read_compile_spec(model: tf.keras.Model) -> CompileSpec:
   """Reads optimizer, loss and metrics of a model built and compiled eagerly.
 
   Args:
     model: the model `build_keras_model` returned (eager).
-    source: the user module, for error messages.
 
   Returns:
     The compile spec; all None/empty when the model is not compiled.
@@ -484,8 +479,8 @@ def read_compile_spec(model: tf.keras.Model, source: str) -> CompileSpec:
   """
   if model.get_compile_config() is None:  # Not compiled.
     return CompileSpec(optimizer=None, loss=None, metrics=())
-  loss_spec = read_loss(model, source)
+  loss_spec = read_loss(model)
   return CompileSpec(
-      optimizer=read_optimizer(model.optimizer, source),
+      optimizer=read_optimizer(model.optimizer),
       loss=loss_spec,
-      metrics=tuple(read_metrics(model, loss_spec, source)))
+      metrics=tuple(read_metrics(model, loss_spec)))

@@ -32,32 +32,18 @@ re-initialized); use the Trainer's `base_model` to warm-start.
 
 import concurrent.futures
 import dataclasses
-from typing import Any, Callable, Dict, List, Mapping
+from typing import Any, Dict, List, Mapping
 
 import tensorflow as tf
 from tensorflow import estimator as tf_estimator
 
-from tfx_tpu_trainer import keras_compile
-from tfx_tpu_trainer import model_fns
 from tfx_tpu_trainer import user_module as user_module_lib
+from tfx_tpu_trainer.model_fn import checked
+from tfx_tpu_trainer.model_fn import keras_compile
 
 KerasModelError = keras_compile.KerasModelError
-ModelFn = model_fns.ModelFn
+ModelFn = checked.ModelFn
 SERVING_SIGNATURE = 'serving_default'
-
-
-def model_fn_for_module(module: user_module_lib.UserModule) -> ModelFn:
-  """The TPU model_fn of a user module: its model_fn, else its Keras model.
-
-  Args:
-    module: the loaded user module (model_fn wins when both are defined).
-
-  Returns:
-    A model_fn for TPUEstimator.
-  """
-  if module.model_fn is not None:
-    return model_fns.checked_model_fn(module.model_fn, module.source)
-  return make_keras_model_fn(module.build_keras_model, module.source)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,8 +61,8 @@ class KerasTemplate:
     return list(self.model.output_names)
 
 
-def build_template(build_keras_model: Callable[..., Any],
-                   params: Mapping[str, Any], source: str) -> KerasTemplate:
+def build_template(build_keras_model: user_module_lib.ModuleFunction,
+                   params: Mapping[str, Any]) -> KerasTemplate:
   """Calls `build_keras_model(params)` eagerly and reads its compile settings.
 
   It runs on a helper thread, which executes eagerly whatever graph the
@@ -85,7 +71,6 @@ def build_template(build_keras_model: Callable[..., Any],
   Args:
     build_keras_model: the module's function.
     params: what the model_fn received.
-    source: the user module, for error messages.
 
   Returns:
     The template.
@@ -96,34 +81,25 @@ def build_template(build_keras_model: Callable[..., Any],
 
   def build():
     tf.keras.backend.reset_uids()
-    try:
-      model = build_keras_model(params=dict(params))
-    except user_module_lib.UserModuleError:
-      raise
-    except Exception as e:  # pylint: disable=broad-except
-      raise KerasModelError(
-          f'build_keras_model in {source} raised {type(e).__name__}: {e}'
-      ) from e
+    model = build_keras_model(params=dict(params))
     if not isinstance(model, tf.keras.Model):
       raise KerasModelError(
-          f'build_keras_model in {source} must return a compiled tf.keras '
-          f'Model, got {type(model).__name__}.')
+          'must return a compiled tf.keras Model, got '
+          f'{type(model).__name__}.')
     if not model.inputs or not model.output_names:
       raise KerasModelError(
-          f'The model built by build_keras_model in {source} '
-          f'({type(model).__name__}) has no symbolic inputs and outputs (a '
-          'subclassed model?). The TPU model_fn rebuilds the model inside the '
-          'estimator graph with tf.keras.models.clone_model, which needs a '
-          'functional or Sequential model with tf.keras.Input layers.')
-    return KerasTemplate(model,
-                         keras_compile.read_compile_spec(model, source))
+          f'the model ({type(model).__name__}) has no symbolic inputs and '
+          'outputs (a subclassed model?). The TPU model_fn rebuilds the model '
+          'inside the estimator graph with tf.keras.models.clone_model, which '
+          'needs a functional or Sequential model with tf.keras.Input layers.')
+    return KerasTemplate(model, keras_compile.read_compile_spec(model))
 
-  with concurrent.futures.ThreadPoolExecutor(
+  with build_keras_model.blamed(), concurrent.futures.ThreadPoolExecutor(
       max_workers=1, thread_name_prefix='build_keras_model') as pool:
     return pool.submit(build).result()
 
 
-def _clone_in_graph(template: KerasTemplate, source: str) -> tf.keras.Model:
+def _clone_in_graph(template: KerasTemplate) -> tf.keras.Model:
   """Rebuilds the template's architecture in the current graph.
 
   Outside any control-flow (TPU) context: the clone's `Input` placeholders
@@ -134,7 +110,7 @@ def _clone_in_graph(template: KerasTemplate, source: str) -> tf.keras.Model:
       return tf.keras.models.clone_model(template.model)
     except Exception as e:  # pylint: disable=broad-except
       raise KerasModelError(
-          f'The model built by build_keras_model in {source} '
+          'the model '
           f'({type(template.model).__name__}) cannot be rebuilt with '
           f'tf.keras.models.clone_model: {e} The TPU model_fn rebuilds the '
           'model inside the estimator graph: use a functional or Sequential '
@@ -146,12 +122,12 @@ def _castable(dtype: tf.DType) -> bool:
 
 
 def _conform(tensor: tf.Tensor, shape: tf.TensorShape, dtype: tf.DType,
-             what: str, source: str) -> tf.Tensor:
+             what: str) -> tf.Tensor:
   """`tensor` reshaped ([batch] <-> [batch, 1]) and cast to shape/dtype."""
   if isinstance(tensor, (tf.sparse.SparseTensor, tf.RaggedTensor)):
     raise KerasModelError(
         f'{what} is a {type(tensor).__name__}; the Keras TPU model_fn takes '
-        f'dense features. Densify it in the preprocessing_fn ({source}).')
+        f'dense features. Densify it in the preprocessing_fn.')
   rank, expected = tensor.shape.rank, shape.rank
   if rank is not None and expected is not None and rank != expected:
     if rank + 1 == expected and shape[-1] == 1:
@@ -161,50 +137,50 @@ def _conform(tensor: tf.Tensor, shape: tf.TensorShape, dtype: tf.DType,
     else:
       raise KerasModelError(
           f'{what} has shape {tensor.shape}, which does not fit the model '
-          f'input shape {shape} (build_keras_model in {source}).')
+          f'input shape {shape}.')
   if (rank is not None and expected is not None and
       not tensor.shape[1:].is_compatible_with(shape[1:])):
     raise KerasModelError(
         f'{what} has shape {tensor.shape}, which does not fit the model '
-        f'input shape {shape} (build_keras_model in {source}).')
+        f'input shape {shape}.')
   if tensor.dtype != dtype:
     if not (_castable(tensor.dtype) and _castable(dtype)):
       raise KerasModelError(
           f'{what} has dtype {tensor.dtype.name}, the model input takes '
-          f'{dtype.name} (build_keras_model in {source}).')
+          f'{dtype.name}.')
     tensor = tf.cast(tensor, dtype)
   return tensor
 
 
-def _model_inputs(template: KerasTemplate, features: Any, source: str):
+def _model_inputs(template: KerasTemplate, features: Any):
   """The features in the order of the model's inputs."""
   model = template.model
   if not isinstance(features, Mapping):
     if len(model.inputs) != 1:
       raise KerasModelError(
-          f'The input gives one feature tensor, but the Keras model of '
-          f'{source} has inputs {template.input_names}; give a dict of '
+          'the input gives one feature tensor, but the Keras model '
+          f'has inputs {template.input_names}; give a dict of '
           'features named like the inputs.')
     features = {template.input_names[0]: features}
   inputs = []
   for name, keras_input in zip(template.input_names, model.inputs):
     if name not in features:
       raise KerasModelError(
-          f'The Keras model built by build_keras_model in {source} has input '
+          f'the Keras model has input '
           f'{name!r}, which is not a feature (features: {sorted(features)}). '
           'Name each tf.keras.Input after the feature it reads.')
     inputs.append(
         _conform(features[name], keras_input.shape, keras_input.dtype,
-                 f'Feature {name!r}', source))
+                 f'Feature {name!r}'))
   return inputs[0] if len(inputs) == 1 else inputs
 
 
-def _labels_by_output(labels: Any, predictions: Mapping[str, tf.Tensor],
-                      source: str) -> Dict[str, tf.Tensor]:
+def _labels_by_output(
+    labels: Any, predictions: Mapping[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
   """One label tensor per model output, shaped like the output."""
   if labels is None:
     raise KerasModelError(
-        f'The input gives no labels; training the Keras model of {source} '
+        'the input gives no labels; training the Keras model '
         "needs them (set LABEL_KEY or custom_config['label_key']).")
   names = list(predictions)
   if isinstance(labels, Mapping):
@@ -214,12 +190,12 @@ def _labels_by_output(labels: Any, predictions: Mapping[str, tf.Tensor],
     elif missing:
       raise KerasModelError(
           f'The labels {sorted(labels)} do not name the Keras model outputs '
-          f'{missing} ({source}); key the labels by output name.')
+          f'{missing}; key the labels by output name.')
   elif len(names) == 1:
     labels = {names[0]: labels}
   else:
     raise KerasModelError(
-        f'The Keras model of {source} has outputs {names} but the input '
+        f'the Keras model has outputs {names} but the input '
         'gives one label tensor; give a dict of labels keyed by output name.')
   conformed = {}
   for name in names:
@@ -263,71 +239,75 @@ def _created_after(items, ops_before) -> list:  # pylint: disable=g-bare-generic
   ]
 
 
-def make_keras_model_fn(build_keras_model: Callable[..., Any],
-                        source: str) -> ModelFn:
+def make_keras_model_fn(
+    build_keras_model: user_module_lib.ModuleFunction) -> ModelFn:
   """Builds the TPU model_fn of a module's `build_keras_model(params)`.
 
   Args:
     build_keras_model: returns a compiled functional or Sequential tf.keras
       model; it gets the model_fn's params (batch_size, use_tpu, ...).
-    source: where the module came from, for error messages.
 
   Returns:
     `model_fn(features, labels, mode, params)` returning TPUEstimatorSpec.
   """
 
   def model_fn(features, labels, mode, params):
-    template = build_template(build_keras_model, params, source)
-    model = _clone_in_graph(template, source)
-    inputs = _model_inputs(template, features, source)
-    ops_before = set(tf.compat.v1.get_default_graph().get_operations())
-    try:
-      outputs = model(inputs, training=mode == tf_estimator.ModeKeys.TRAIN)
-    except Exception as e:  # pylint: disable=broad-except
-      raise KerasModelError(
-          f'Calling the Keras model of {source} on the features failed in '
-          f'mode {mode!r}: {type(e).__name__}: {e}') from e
-    if not isinstance(outputs, (list, tuple)):
-      outputs = [outputs]
-    predictions = dict(zip(template.output_names, outputs))
-
-    if mode == tf_estimator.ModeKeys.PREDICT:
-      return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
-          mode=mode,
-          predictions=predictions,
-          export_outputs={
-              SERVING_SIGNATURE:
-                  tf_estimator.export.PredictOutput(predictions)
-          })
-
-    compile_spec = template.compile_spec
-    if compile_spec.loss is None:
-      raise KerasModelError(
-          f'build_keras_model in {source} returned a model that is not '
-          'compiled; call model.compile(optimizer=..., loss=..., '
-          'metrics=...) before returning it.')
-    label_map = _labels_by_output(labels, predictions, source)
-    loss = compile_spec.loss.build(label_map, predictions)
-    regularization = _created_after(model.losses, ops_before)
-    if regularization:
-      loss += tf.add_n([tf.cast(r, loss.dtype) for r in regularization])
-
-    if mode == tf_estimator.ModeKeys.EVAL:
-      return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
-          mode=mode,
-          loss=loss,
-          eval_metrics=_eval_metrics(compile_spec.metrics, label_map,
-                                     predictions))
-
-    global_step = tf.compat.v1.train.get_or_create_global_step()
-    optimizer = compile_spec.optimizer.build(global_step)
-    if params.get('use_tpu'):
-      optimizer = tf.compat.v1.tpu.CrossShardOptimizer(optimizer)
-    updates = _created_after(model.updates, ops_before)
-    with tf.control_dependencies(updates):
-      train_op = optimizer.minimize(
-          loss, global_step=global_step, var_list=model.trainable_weights)
-    return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
-        mode=mode, loss=loss, train_op=train_op)
+    with build_keras_model.blamed():
+      return _keras_model_fn(build_keras_model, features, labels, mode, params)
 
   return model_fn
+
+
+def _keras_model_fn(build_keras_model, features, labels, mode, params):
+  """The TPUEstimatorSpec of one estimator graph (see make_keras_model_fn)."""
+  template = build_template(build_keras_model, params)
+  model = _clone_in_graph(template)
+  inputs = _model_inputs(template, features)
+  ops_before = set(tf.compat.v1.get_default_graph().get_operations())
+  try:
+    outputs = model(inputs, training=mode == tf_estimator.ModeKeys.TRAIN)
+  except Exception as e:  # pylint: disable=broad-except
+    raise KerasModelError(
+        'calling the Keras model on the features failed in '
+        f'mode {mode!r}: {type(e).__name__}: {e}') from e
+  if not isinstance(outputs, (list, tuple)):
+    outputs = [outputs]
+  predictions = dict(zip(template.output_names, outputs))
+
+  if mode == tf_estimator.ModeKeys.PREDICT:
+    return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
+        mode=mode,
+        predictions=predictions,
+        export_outputs={
+            SERVING_SIGNATURE:
+                tf_estimator.export.PredictOutput(predictions)
+        })
+
+  compile_spec = template.compile_spec
+  if compile_spec.loss is None:
+    raise KerasModelError(
+        'returned a model that is not compiled; call model.compile('
+        'optimizer=..., loss=..., metrics=...) before returning it.')
+  label_map = _labels_by_output(labels, predictions)
+  loss = compile_spec.loss.build(label_map, predictions)
+  regularization = _created_after(model.losses, ops_before)
+  if regularization:
+    loss += tf.add_n([tf.cast(r, loss.dtype) for r in regularization])
+
+  if mode == tf_estimator.ModeKeys.EVAL:
+    return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
+        mode=mode,
+        loss=loss,
+        eval_metrics=_eval_metrics(compile_spec.metrics, label_map,
+                                   predictions))
+
+  global_step = tf.compat.v1.train.get_or_create_global_step()
+  optimizer = compile_spec.optimizer.build(global_step)
+  if params.get('use_tpu'):
+    optimizer = tf.compat.v1.tpu.CrossShardOptimizer(optimizer)
+  updates = _created_after(model.updates, ops_before)
+  with tf.control_dependencies(updates):
+    train_op = optimizer.minimize(
+        loss, global_step=global_step, var_list=model.trainable_weights)
+  return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
+      mode=mode, loss=loss, train_op=train_op)

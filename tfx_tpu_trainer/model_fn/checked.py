@@ -1,7 +1,6 @@
 """Wraps the module's `model_fn` so that its failures name the module."""
 
-import inspect
-from typing import Any, Callable
+from typing import Callable
 
 import tensorflow as tf
 from tensorflow import estimator as tf_estimator
@@ -11,43 +10,38 @@ from tfx_tpu_trainer import user_module as user_module_lib
 ModelFn = Callable[..., tf.compat.v1.estimator.tpu.TPUEstimatorSpec]
 
 
-def checked_model_fn(model_fn: Callable[..., Any], source: str) -> ModelFn:
+def checked_model_fn(model_fn: user_module_lib.ModuleFunction) -> ModelFn:
   """Returns a model_fn that calls `model_fn` and checks what it returns.
 
   Args:
     model_fn: the module's `model_fn(features, labels, mode, params[, config])`.
-    source: where the module came from, for error messages.
 
   Returns:
     A model_fn for TPUEstimator with the full argument list.
   """
-  passes_config = 'config' in inspect.signature(model_fn).parameters
+  passes_config = 'config' in model_fn.parameters
 
   def tpu_model_fn(features, labels, mode, params, config):
     kwargs = dict(features=features, labels=labels, mode=mode, params=params)
     if passes_config:
       kwargs['config'] = config
     try:
-      spec = model_fn(**kwargs)
+      spec = model_fn.fn(**kwargs)
     except user_module_lib.UserModuleError:
       raise
     except Exception as e:  # pylint: disable=broad-except
-      raise user_module_lib.UserModuleError(
-          f'model_fn in {source} raised {type(e).__name__} in mode '
-          f'{mode!r}: {e}') from e
+      raise model_fn.raised(e, f' in mode {mode!r}') from e
     if isinstance(spec, tf.compat.v1.estimator.tpu.TPUEstimatorSpec):
       return spec
     if isinstance(spec, tf_estimator.EstimatorSpec):
-      raise user_module_lib.UserModuleError(
-          f'model_fn in {source} returned a tf.estimator.EstimatorSpec in '
-          f'mode {mode!r}; TPUEstimator needs a '
-          'tf.compat.v1.estimator.tpu.TPUEstimatorSpec (eval metrics as '
-          '`eval_metrics=(metric_fn, tensors)`). To keep an Estimator '
-          'model_fn as it is, define `model_fn = tfx_tpu_trainer.'
+      raise model_fn.error(
+          f'returned a tf.estimator.EstimatorSpec in mode {mode!r}; '
+          'TPUEstimator needs a tf.compat.v1.estimator.tpu.TPUEstimatorSpec '
+          '(eval metrics as `eval_metrics=(metric_fn, tensors)`). To keep an '
+          'Estimator model_fn as it is, define `model_fn = tfx_tpu_trainer.'
           'estimator_adapter.to_tpu_model_fn(my_model_fn)` in the module.')
-    raise user_module_lib.UserModuleError(
-        f'model_fn in {source} must return a '
-        f'tf.compat.v1.estimator.tpu.TPUEstimatorSpec, got '
+    raise model_fn.error(
+        'must return a tf.compat.v1.estimator.tpu.TPUEstimatorSpec, got '
         f'{type(spec).__name__} in mode {mode!r}.')
 
   return tpu_model_fn

@@ -28,8 +28,9 @@ import tensorflow as tf
 from tensorflow.python.distribute import summary_op_util  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.tpu import tpu_function  # pylint: disable=g-direct-tensorflow-import
 
-from tfx_tpu_trainer import estimator_adapter
-from tfx_tpu_trainer import preflight_report
+from tfx_tpu_trainer import tpu_facts
+from tfx_tpu_trainer.model_fn import estimator_adapter
+from tfx_tpu_trainer.preflight import report as preflight_report
 
 Finding = preflight_report.Finding
 ERROR = preflight_report.ERROR
@@ -37,10 +38,6 @@ ERROR = preflight_report.ERROR
 _XLA_COMPILE_ATTR = '_xla_compile_id'
 _OUTSIDE_COMPILATION_ATTR = '_xla_outside_compilation'
 _GRADIENTS_SCOPE = 'gradients'
-# Dtypes XLA on CPU compiles and a TPU does not.
-_TPU_UNSUPPORTED_DTYPES = {tf.float64: 'float64', tf.complex128: 'complex128'}
-# What the TPU infeed cannot carry: strings, and the dtypes above.
-INFEED_REJECTED_DTYPES = {tf.string: 'a string', **_TPU_UNSUPPORTED_DTYPES}
 # Ops whose unknown output sizes are shape bookkeeping, not data.
 _SHAPE_OPS = frozenset(
     ['Shape', 'ShapeN', 'Size', 'Rank', 'BroadcastGradientArgs'])
@@ -201,7 +198,7 @@ def _dtype_findings(ops: Sequence[tf.Operation], phase: str) -> List[Finding]:
   counts: Dict[str, int] = {}
   for op in ordered:
     dtypes = {output.dtype.base_dtype for output in op.outputs}
-    for dtype, dtype_name in _TPU_UNSUPPORTED_DTYPES.items():
+    for dtype, dtype_name in tpu_facts.TPU_UNSUPPORTED_DTYPES.items():
       if dtype in dtypes:
         code = 'float64' if dtype == tf.float64 else 'unsupported-dtype'
         counts[code] = counts.get(code, 0) + 1
@@ -254,7 +251,7 @@ def _rejected_op_findings(ops: Sequence[tf.Operation],
                           phase: str) -> List[Finding]:
   findings = []
   for op in ops:
-    if op.type in estimator_adapter.V1_SUMMARY_OPS:
+    if op.type in tpu_facts.V1_SUMMARY_OPS:
       findings.append(Finding(
           'v1-summary', ERROR,
           f'op {op.name!r} ({op.type}) is a v1 summary inside the {phase} '
@@ -278,9 +275,9 @@ def _rejected_op_findings(ops: Sequence[tf.Operation],
 
 def statically_rejected_ops(step: StepGraph) -> List[str]:
   """Names of the ops check_ops reports for their type or dtype."""
-  rejected_dtypes = set(INFEED_REJECTED_DTYPES)
+  rejected_dtypes = set(tpu_facts.INFEED_REJECTED_DTYPES)
   return [op.name for op in step.ops
-          if op.type in estimator_adapter.TPU_REJECTED_OPS or
+          if op.type in tpu_facts.TPU_REJECTED_OPS or
           op.type == 'Placeholder'] + [
               op.name for op in reachable_ops(step) if any(
                   t.dtype.base_dtype in rejected_dtypes for t in op.outputs)
@@ -322,7 +319,7 @@ def check_cross_shard(step: StepGraph, num_shards: int,
                       phase: str) -> List[Finding]:
   """A multi-shard train step must sum gradients across shards."""
   if num_shards <= 1 or any(
-      op.type == estimator_adapter.CROSS_REPLICA_SUM_OP for op in step.ops):
+      op.type == tpu_facts.CROSS_REPLICA_SUM_OP for op in step.ops):
     return []
   return [Finding(
       'missing-cross-shard-optimizer', ERROR,
@@ -352,9 +349,9 @@ def _make_runnable(graph_def) -> None:
   v1 summary becomes an empty string constant outside the XLA cluster.
   """
   for node in graph_def.node:
-    if node.op in (estimator_adapter.CROSS_REPLICA_SUM_OP, 'Print'):
+    if node.op in (tpu_facts.CROSS_REPLICA_SUM_OP, 'Print'):
       _as_identity(node)
-    elif node.op in estimator_adapter.V1_SUMMARY_OPS:
+    elif node.op in tpu_facts.V1_SUMMARY_OPS:
       node.op = 'Const'
       del node.input[:]
       node.attr.clear()

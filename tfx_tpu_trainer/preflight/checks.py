@@ -39,12 +39,13 @@ import tensorflow as tf
 from tensorflow import estimator as tf_estimator
 
 from tfx_tpu_trainer import config as config_lib
-from tfx_tpu_trainer import estimator_adapter
 from tfx_tpu_trainer import estimator_builder
 from tfx_tpu_trainer import export
-from tfx_tpu_trainer import preflight_graph
-from tfx_tpu_trainer import preflight_report
-from tfx_tpu_trainer import preflight_sample
+from tfx_tpu_trainer import prepare
+from tfx_tpu_trainer import tpu_facts
+from tfx_tpu_trainer.preflight import graph as preflight_graph
+from tfx_tpu_trainer.preflight import report as preflight_report
+from tfx_tpu_trainer.preflight import sample as preflight_sample
 
 DEFAULT_NUM_SHARDS = 8
 
@@ -55,7 +56,7 @@ ERROR, WARNING, INFO = (preflight_report.ERROR, preflight_report.WARNING,
                         preflight_report.INFO)
 ModeKeys = tf_estimator.ModeKeys
 _TPU_SPEC = tf.compat.v1.estimator.tpu.TPUEstimatorSpec
-_INFEED_DTYPES_REJECTED = preflight_graph.INFEED_REJECTED_DTYPES
+_INFEED_DTYPES_REJECTED = tpu_facts.INFEED_REJECTED_DTYPES
 
 
 class _SpecProblem(Exception):
@@ -478,7 +479,7 @@ def _summary_findings(graph: tf.Graph, before, where: str,
           'TPUEstimator rejects tf.compat.v1.summary ops in host calls. Use '
           'tf.summary (v2) with a writer in a host_call.', phase)
       for op in graph.get_operations()
-      if op not in before and op.type in estimator_adapter.V1_SUMMARY_OPS
+      if op not in before and op.type in tpu_facts.V1_SUMMARY_OPS
   ]
 
 
@@ -514,19 +515,19 @@ def run_preflight(
     config: config_lib.TrainerConfig,
     params: Mapping[str, Any],
     sample: preflight_sample.SampleBatch,
-    source: str,
+    subject: str,
     num_shards: Optional[int] = None,
     serving_input_receiver_fn: Optional[Callable[[], Any]] = None,
 ) -> PreflightReport:
   """Checks on CPU that `model_fn` trains, evaluates and exports on TPU.
 
   Args:
-    model_fn: the TPU model_fn (e.g. keras_model_fn.model_fn_for_module).
+    model_fn: the TPU model_fn (e.g. `PreparedRun.model_fn`).
     config: the validated trainer config (batch sizes, num_shards,
       export_saved_model_api_version).
     params: the params the model_fn gets (without batch_size/use_tpu).
     sample: one shard's batch (see preflight_sample).
-    source: names the module in the report.
+    subject: what the report is about (the module file).
     num_shards: the TPU shard count (default: config.num_shards, else 8).
     serving_input_receiver_fn: when given, the export phase also runs the
       real dual-tag export.
@@ -535,7 +536,7 @@ def run_preflight(
     The report; `report.ok` when no error was found.
   """
   shards, assumed = resolve_num_shards(config, num_shards)
-  report = PreflightReport(source=source, num_shards=shards,
+  report = PreflightReport(source=subject, num_shards=shards,
                            sample_origin=sample.origin)
   phases = _Phases(report)
   phases.run('config', lambda: _config_findings(config, shards, assumed))
@@ -558,22 +559,16 @@ def run_preflight(
 
 
 def check_before_training(
-    model_fn: Callable[..., Any],
+    run: prepare.PreparedRun,
     config: config_lib.TrainerConfig,
-    params: Mapping[str, Any],
     train_input_fn: Callable[[Dict[str, Any]], tf.data.Dataset],
-    source: str,
-    serving_input_receiver_fn: Optional[Callable[[], Any]] = None,
 ) -> PreflightReport:
   """The executor's preflight: on the first training batch; raises on errors.
 
   Args:
-    model_fn: the TPU model_fn the estimator will get.
+    run: the prepared run (model_fn, params, serving input).
     config: the validated trainer config.
-    params: the estimator params.
     train_input_fn: the training `input_fn(params)`.
-    source: the user module.
-    serving_input_receiver_fn: the export's serving input.
 
   Returns:
     The report (logged).
@@ -583,10 +578,11 @@ def check_before_training(
   """
   shards, _ = resolve_num_shards(config)
   sample = preflight_sample.from_input_fn(
-      train_input_fn, params, per_shard_batch_size(config, shards),
+      train_input_fn, run.params, per_shard_batch_size(config, shards),
       'the first batch of the training input')
-  report = run_preflight(model_fn, config, params, sample, source,
-                         serving_input_receiver_fn=serving_input_receiver_fn)
+  report = run_preflight(
+      run.model_fn, config, run.params, sample, run.module.module_file,
+      serving_input_receiver_fn=run.serving_input_receiver_fn)
   logging.info('%s', report.format())
   report.raise_if_not_ready()
   return report

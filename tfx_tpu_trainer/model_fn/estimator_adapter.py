@@ -1,0 +1,328 @@
+"""Adapts a `tf.estimator.Estimator` model_fn into a TPUEstimator model_fn.
+
+Usage, in a TPUTrainer module:
+
+  from tfx_tpu_trainer.estimator_adapter import to_tpu_model_fn
+
+  def my_estimator_model_fn(features, labels, mode, params):
+    ...
+    return tf.estimator.EstimatorSpec(mode, loss=..., train_op=...,
+                                      eval_metric_ops=...)
+
+  model_fn = to_tpu_model_fn(my_estimator_model_fn)
+
+What the returned model_fn does with the EstimatorSpec, and what it cannot do:
+
+- Cross-shard gradients. An EstimatorSpec's `train_op` is opaque, so the
+  optimizer cannot be wrapped afterwards. While the model_fn builds its TRAIN
+  graph inside a TPU computation of N > 1 shards, `apply_gradients` of every
+  `tf.compat.v1.train.Optimizer` (also through `minimize`) averages each
+  gradient across shards with `cross_replica_sum` first: what
+  `CrossShardOptimizer` does. Gradients that already come from
+  `cross_replica_sum` (a `CrossShardOptimizer` of your own) are left alone.
+  Optimizers that apply gradients another way (Keras optimizers, subclasses
+  that override `apply_gradients`) are not reached: then the graph has no
+  cross-shard sum and the adapter raises an error saying so.
+- Eval metrics. `eval_metric_ops` cannot run inside a TPU computation. While
+  the model_fn runs (in every mode: many build their metrics
+  unconditionally), every `tf.compat.v1.metrics.*` call is recorded and
+  answered with a stand-in (a constant); the returned
+  `eval_metrics=(metric_fn, tensors)` sends the recorded tensor arguments to
+  the host, where `metric_fn` makes the same calls again. An `eval_metric_ops` entry that is not the unchanged
+  result of one such call (a Keras Metric, an arithmetic on a metric, a
+  metric built from variables of its own) cannot be moved: error naming it.
+  Tensor arguments travel through the TPU outfeed, which concatenates shards
+  on the first axis: they need a batch axis (a scalar passed as `values` to
+  `tf.compat.v1.metrics.mean` becomes one value per shard).
+- Summaries. TPU computations reject v1 summary ops (`tf.compat.v1.summary.*`)
+  and `tf.compat.v1.Print`; on TPU such an op is an error naming it.
+- `training_chief_hooks` have no TPUEstimatorSpec counterpart: error. Other
+  hooks, `scaffold`, `predictions` and `export_outputs` are passed on.
+- A model_fn that already returns a TPUEstimatorSpec is passed through.
+
+On CPU (`params['use_tpu']` false) the same metric_fn computes the metrics,
+so a CPU run exercises the TPU path of metrics. Both interceptions patch
+TensorFlow (`tf.compat.v1.metrics` functions, `Optimizer.apply_gradients`)
+only while the wrapped model_fn runs, in the thread that builds the graph.
+"""
+
+import contextlib
+import dataclasses
+import functools
+import inspect
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+import tensorflow as tf
+from tensorflow import estimator as tf_estimator
+from tensorflow.python.tpu import tpu_function  # pylint: disable=g-direct-tensorflow-import
+
+from tfx_tpu_trainer import tpu_facts
+from tfx_tpu_trainer import user_module as user_module_lib
+
+_V1_METRICS = tf.compat.v1.metrics
+_METRIC_FUNCTION_NAMES = tuple(
+    name for name in dir(_V1_METRICS)
+    if not name.startswith('_') and callable(getattr(_V1_METRICS, name)))
+
+
+class AdapterError(user_module_lib.UserModuleError):
+  """An Estimator model_fn needs a change before it can run on TPU."""
+
+
+def argument_names(fn: Callable[..., Any]) -> frozenset:  # pylint: disable=g-bare-generic
+  """The names of the arguments `fn` takes (what the estimator passes)."""
+  return frozenset(inspect.signature(fn).parameters)
+
+
+def function_name(fn: Callable[..., Any]) -> str:
+  """`module.qualname` of a function, for messages."""
+  return (f'{getattr(fn, "__module__", "?")}.'
+          f'{getattr(fn, "__qualname__", repr(fn))}')
+
+
+@dataclasses.dataclass
+class _MetricCall:
+  """One recorded `tf.compat.v1.metrics.<name>(*args, **kwargs)` call."""
+  name: str
+  arguments: inspect.BoundArguments
+  stand_in: tuple  # pylint: disable=g-bare-generic
+  tensor_keys: Dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+class _MetricRecorder:
+  """Records v1 metric calls on the device; replays them on the host."""
+
+  def __init__(self, source: str):
+    self._source = source
+    self._calls: List[_MetricCall] = []
+
+  @contextlib.contextmanager
+  def recording(self):
+    """Replaces the tf.compat.v1.metrics functions while the block runs."""
+    originals = {name: getattr(_V1_METRICS, name)
+                 for name in _METRIC_FUNCTION_NAMES}
+    for name, fn in originals.items():
+      setattr(_V1_METRICS, name, self._recorder(name, fn))
+    try:
+      yield self
+    finally:
+      for name, fn in originals.items():
+        setattr(_V1_METRICS, name, fn)
+
+  def _recorder(self, name: str, fn: Callable[..., Any]):
+
+    @functools.wraps(fn)
+    def record(*args, **kwargs):
+      arguments = inspect.signature(fn).bind(*args, **kwargs)
+      with tf.name_scope(f'{name}_on_host'):
+        stand_in = (tf.constant(0.0, name='value'),
+                    tf.constant(0.0, name='update_op'))
+      self._calls.append(_MetricCall(name, arguments, stand_in))
+      return stand_in
+
+    return record
+
+  def eval_metrics(self, eval_metric_ops: Mapping[str, Any]):
+    """`(metric_fn, tensors)` that rebuilds `eval_metric_ops` on the host."""
+    by_stand_in = {id(call.stand_in[0]): call for call in self._calls}
+    chosen = {}
+    for key, value in eval_metric_ops.items():
+      call = None
+      if isinstance(value, (tuple, list)) and len(value) == 2:
+        call = by_stand_in.get(id(value[0]))
+        if call is not None and value[1] is not call.stand_in[1]:
+          call = None
+      if call is None:
+        what = (f'a {type(value).__name__}' if not isinstance(
+            value, (tuple, list)) else 'not the unchanged result of a '
+                'tf.compat.v1.metrics.* call')
+        raise AdapterError(
+            f'eval_metric_ops[{key!r}] returned by {self._source} is {what}; '
+            'the adapter can move into a TPU metric_fn only results of '
+            'tf.compat.v1.metrics functions, returned as they are. Return '
+            "the metric call's (value, update_op), or write a "
+            'TPUEstimatorSpec with eval_metrics=(metric_fn, tensors).')
+      chosen[key] = call
+    tensors = {}
+    for key, call in chosen.items():
+      self._collect_tensors(key, call, tensors)
+
+    def metric_fn(**host_tensors):
+      return {key: self._replay(call, host_tensors)
+              for key, call in chosen.items()}
+
+    return metric_fn, tensors
+
+  def _collect_tensors(self, key: str, call: _MetricCall,
+                       tensors: Dict[str, tf.Tensor]) -> None:
+    """Names the call's tensor arguments for the outfeed."""
+    for argument, value in call.arguments.arguments.items():
+      if isinstance(value, (tf.SparseTensor, tf.RaggedTensor)):
+        raise AdapterError(
+            f'eval_metric_ops[{key!r}] in {self._source}: argument '
+            f'{argument!r} of tf.compat.v1.metrics.{call.name} is a '
+            f'{type(value).__name__}; TPU metrics take dense tensors.')
+      if isinstance(value, tf.Variable):
+        value = tf.convert_to_tensor(value)
+      if not isinstance(value, tf.Tensor):
+        continue
+      if value.shape.rank == 0:
+        if call.name == 'mean' and argument == 'values':
+          value = tf.reshape(value, [1])
+        else:
+          raise AdapterError(
+              f'eval_metric_ops[{key!r}] in {self._source}: argument '
+              f'{argument!r} of tf.compat.v1.metrics.{call.name} is a '
+              'scalar. TPU metric tensors go to the host through the '
+              'outfeed, which concatenates shards on the first (batch) '
+              'axis: pass a tensor with a batch axis.')
+      tensor_key = f'{len(tensors)}_{call.name}_{argument}'
+      call.tensor_keys[argument] = tensor_key
+      tensors[tensor_key] = value
+
+  def _replay(self, call: _MetricCall, host_tensors: Mapping[str, tf.Tensor]):
+    arguments = dict(call.arguments.arguments)
+    for argument, tensor_key in call.tensor_keys.items():
+      arguments[argument] = host_tensors[tensor_key]
+    return getattr(tf.compat.v1.metrics, call.name)(**arguments)
+
+
+@contextlib.contextmanager
+def _cross_shard_gradients(num_shards: int):
+  """Makes v1 optimizers average gradients across `num_shards` shards."""
+  optimizer_class = tf.compat.v1.train.Optimizer
+  original = optimizer_class.apply_gradients
+
+  def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+    grads_and_vars = list(grads_and_vars)
+    already_summed = all(
+        grad is None or getattr(grad, 'op', None) is not None and
+        grad.op.type == tpu_facts.CROSS_REPLICA_SUM_OP for grad, _ in grads_and_vars)
+    if not already_summed:
+      with tf.name_scope('cross_shard_gradients'):
+        grads_and_vars = [
+            (None if grad is None else
+             tf.compat.v1.tpu.cross_replica_sum(tf.convert_to_tensor(grad)) /
+             num_shards, var) for grad, var in grads_and_vars
+        ]
+    return original(self, grads_and_vars, global_step=global_step, name=name)
+
+  optimizer_class.apply_gradients = apply_gradients
+  try:
+    yield
+  finally:
+    optimizer_class.apply_gradients = original
+
+
+def _num_shards() -> Optional[int]:
+  return tpu_function.get_tpu_context().number_of_shards
+
+
+def _check_tpu_graph(new_ops: List[tf.Operation], mode: str,
+                     num_shards: Optional[int], source: str) -> None:
+  """The TPU-only checks of the ops the model_fn created."""
+  for op in new_ops:
+    if op.type in tpu_facts.TPU_REJECTED_OPS:
+      what = ('the v1 summary' if op.type in tpu_facts.V1_SUMMARY_OPS else 'the op')
+      raise AdapterError(
+          f'{source} creates {what} {op.name!r} ({op.type}) in mode {mode!r}; '
+          'TPU computations reject v1 summaries and tf.compat.v1.Print. '
+          'Remove it from the model_fn, or compute it in a TPUEstimatorSpec '
+          'host_call with tf.summary (v2).')
+  if (mode == tf_estimator.ModeKeys.TRAIN and num_shards and num_shards > 1 and
+      not any(op.type == tpu_facts.CROSS_REPLICA_SUM_OP for op in new_ops)):
+    raise AdapterError(
+        f'{source} trains without averaging gradients across the '
+        f'{num_shards} TPU shards: its optimizer does not apply gradients '
+        'through tf.compat.v1.train.Optimizer.apply_gradients (a Keras '
+        'optimizer, or an optimizer that overrides apply_gradients). Use a '
+        'tf.compat.v1.train optimizer, or wrap yours in '
+        "tf.compat.v1.tpu.CrossShardOptimizer when params['use_tpu'].")
+
+
+def call_model_fn(model_fn: Callable[..., Any], features: Any, labels: Any,
+                  mode: str, params: Any, config: Any,
+                  accepted: Optional[Sequence[str]] = None) -> Any:
+  """Calls `model_fn` with the arguments it names, as the Estimator does.
+
+  Args:
+    model_fn: the model_fn.
+    features, labels, mode, params, config: its possible arguments.
+    accepted: `argument_names(model_fn)`, when the caller already has it.
+
+  Returns:
+    What model_fn returns.
+  """
+  if accepted is None:
+    accepted = argument_names(model_fn)
+  kwargs = {'features': features}
+  for name, value in (('labels', labels), ('mode', mode), ('params', params),
+                      ('config', config)):
+    if name in accepted:
+      kwargs[name] = value
+  return model_fn(**kwargs)
+
+
+def to_tpu_model_fn(model_fn: Callable[..., Any],
+                    name: Optional[str] = None) -> Callable[..., Any]:
+  """Adapts an Estimator model_fn (returning EstimatorSpec) for TPUEstimator.
+
+  See the module docstring for what is adapted and what is an error.
+
+  Args:
+    model_fn: `model_fn(features[, labels][, mode][, params][, config])`
+      returning `tf.estimator.EstimatorSpec` (or `TPUEstimatorSpec`).
+    name: how messages name the model_fn (default `module.qualname`).
+
+  Returns:
+    `model_fn(features, labels, mode, params, config=None)` returning
+    `TPUEstimatorSpec`.
+  """
+  source = name or function_name(model_fn)
+  accepted = argument_names(model_fn)
+
+  def tpu_model_fn(features, labels, mode, params, config=None):
+    use_tpu = bool(params.get('use_tpu'))
+    num_shards = _num_shards() if use_tpu else None
+    graph = tf.compat.v1.get_default_graph()
+    ops_before = set(graph.get_operations())
+    recorder = _MetricRecorder(source)
+    with contextlib.ExitStack() as stack:
+      # In every mode: model_fns often build their metrics unconditionally.
+      stack.enter_context(recorder.recording())
+      if mode == tf_estimator.ModeKeys.TRAIN and num_shards and num_shards > 1:
+        stack.enter_context(_cross_shard_gradients(num_shards))
+      spec = call_model_fn(model_fn, features, labels, mode, params, config,
+                           accepted)
+    if isinstance(spec, tf.compat.v1.estimator.tpu.TPUEstimatorSpec):
+      return spec
+    if not isinstance(spec, tf_estimator.EstimatorSpec):
+      raise AdapterError(
+          f'{source} must return a tf.estimator.EstimatorSpec, got '
+          f'{type(spec).__name__} in mode {mode!r}.')
+    if use_tpu:
+      new_ops = [op for op in graph.get_operations() if op not in ops_before]
+      _check_tpu_graph(new_ops, mode, num_shards, source)
+    if spec.training_chief_hooks:
+      raise AdapterError(
+          f'{source} returns training_chief_hooks, which TPUEstimator does '
+          'not run. Pass them as training_hooks.')
+    eval_metrics = None
+    if mode == tf_estimator.ModeKeys.EVAL and spec.eval_metric_ops:
+      eval_metrics = recorder.eval_metrics(spec.eval_metric_ops)
+    scaffold = spec.scaffold
+    return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
+        mode=spec.mode,
+        predictions=(spec.predictions
+                     if mode == tf_estimator.ModeKeys.PREDICT else None),
+        loss=spec.loss,
+        train_op=spec.train_op,
+        eval_metrics=eval_metrics,
+        export_outputs=spec.export_outputs,
+        scaffold_fn=lambda: scaffold,
+        training_hooks=spec.training_hooks,
+        evaluation_hooks=spec.evaluation_hooks,
+        prediction_hooks=spec.prediction_hooks)
+
+  tpu_model_fn.__doc__ = f'TPU model_fn adapted from {source}.'
+  return tpu_model_fn

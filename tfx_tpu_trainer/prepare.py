@@ -1,0 +1,108 @@
+"""The set-up of a training run, shared by the executor and the preflight CLI.
+
+From the validated config, the loaded user module and the example schemas,
+`prepare_run` decides once what every later step uses: the label key, the
+`params` the module's functions get, the TPU model_fn, the serving input of
+the export, and (through `PreparedRun.input_fn`) the input functions.
+"""
+
+import dataclasses
+from typing import Any, Dict, List, Mapping, Optional
+
+from tensorflow_metadata.proto.v0 import schema_pb2
+from tfx.components.trainer import fn_args_utils
+
+from tfx_tpu_trainer import config as config_lib
+from tfx_tpu_trainer import input_fns
+from tfx_tpu_trainer import params as params_lib
+from tfx_tpu_trainer import schemas as schemas_lib
+from tfx_tpu_trainer import serving
+from tfx_tpu_trainer import user_module as user_module_lib
+from tfx_tpu_trainer.model_fn import dispatch
+
+
+@dataclasses.dataclass(frozen=True)
+class PreparedRun:
+  """What the steps of a training run share, decided once."""
+  module: user_module_lib.UserModule
+  schemas: Optional[schemas_lib.ExampleSchemas]
+  label_key: Optional[str]
+  params: Dict[str, Any]
+  model_fn: dispatch.ModelFn
+  # None when there is neither a schema nor a module serving function.
+  serving_input_receiver_fn: Optional[serving.ServingInputReceiverFn]
+
+  def input_fn(self,
+               file_pattern: List[str],
+               data_accessor: Optional[fn_args_utils.DataAccessor],
+               training: bool,
+               repeat: bool,
+               cache: str,
+               schema: Optional[schema_pb2.Schema] = None) -> input_fns.InputFn:
+    """The `input_fn(params)` of one split: the module's, else the default.
+
+    Args:
+      file_pattern: the split's file patterns.
+      data_accessor: handed to a module's input_fn.
+      training: shuffle when true.
+      repeat: repeat the split forever.
+      cache: the default chain's cache mode (config.input_cache).
+      schema: parses the examples (default: the run's example schema).
+
+    Returns:
+      The input function.
+
+    Raises:
+      config_lib.ConfigError: when the default input needs a label key and
+        none was given.
+    """
+    if self.module.input_fn is None and self.label_key is None:
+      raise config_lib.ConfigError(
+          f'No label key: set {user_module_lib.LABEL_KEY_ATTRIBUTE} in '
+          f"{self.module.module_file} or custom_config['label_key'] to the "
+          'label feature.')
+    if schema is None and self.schemas is not None:
+      schema = self.schemas.examples
+    return input_fns.make_input_fn(
+        file_pattern, data_accessor, schema, self.label_key,
+        training=training, repeat=repeat,
+        module_input_fn=self.module.input_fn, cache=cache)
+
+
+def prepare_run(config: config_lib.TrainerConfig,
+                module: user_module_lib.UserModule,
+                schemas: Optional[schemas_lib.ExampleSchemas],
+                hyperparameters: Optional[Mapping[str, Any]] = None
+                ) -> PreparedRun:
+  """Decides the label key, params, model_fn and serving input of a run.
+
+  Args:
+    config: the validated trainer config.
+    module: the loaded user module.
+    schemas: the example schemas (None: the preflight CLI without a schema).
+    hyperparameters: fn_args.hyperparameters (tuned values), if any.
+
+  Returns:
+    The prepared run.
+
+  Raises:
+    TPUTrainerError: a label key missing from the schema, a hyperparameter
+      with a reserved name.
+  """
+  label_key = config.label_key or module.label_key
+  if schemas is not None and label_key is not None:
+    schemas_lib.check_label_key(
+        schemas.examples, label_key,
+        'transformed' if schemas.tf_transform_output else 'examples')
+  params = params_lib.build_params(config, hyperparameters)
+  serving_input_receiver_fn = None
+  if schemas is not None or module.serving_input_receiver_fn is not None:
+    serving_input_receiver_fn = serving.make_serving_input_receiver_fn(
+        schemas, label_key, params, module.serving_input_receiver_fn)
+  return PreparedRun(
+      module=module,
+      schemas=schemas,
+      label_key=label_key,
+      params=params,
+      model_fn=dispatch.model_fn_for_module(module),
+      serving_input_receiver_fn=serving_input_receiver_fn)

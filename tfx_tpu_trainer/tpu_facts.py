@@ -1,0 +1,22 @@
+"""What a TPU computation rejects: the facts the adapters and the preflight share.
+
+Read from TensorFlow 2.15 (tensorflow/python/tpu/tpu_replication.py lists the
+ops as unsupported: XLA cannot read intermediate tensors) and from the TPU
+infeed's dtype rules.
+"""
+
+import tensorflow as tf
+
+# v1 summary ops (`tf.compat.v1.summary.*`): rejected inside a TPU computation.
+V1_SUMMARY_OPS = frozenset([
+    'AudioSummary', 'AudioSummaryV2', 'HistogramSummary', 'ImageSummary',
+    'MergeSummary', 'ScalarSummary', 'TensorSummary', 'TensorSummaryV2'
+])
+# Every op a TPU computation rejects: the summaries and `tf.compat.v1.Print`.
+TPU_REJECTED_OPS = V1_SUMMARY_OPS | {'Print'}
+# The op `CrossShardOptimizer` (cross_replica_sum) adds to average gradients.
+CROSS_REPLICA_SUM_OP = 'CrossReplicaSum'
+# Dtypes XLA on CPU compiles and a TPU does not.
+TPU_UNSUPPORTED_DTYPES = {tf.float64: 'float64', tf.complex128: 'complex128'}
+# What the TPU infeed cannot carry: strings, and the dtypes above.
+INFEED_REJECTED_DTYPES = {tf.string: 'a string', **TPU_UNSUPPORTED_DTYPES}
