@@ -143,10 +143,9 @@ def _explain_training_errors(fn_args: fn_args_utils.FnArgs,
       yield
   except tf.compat.v1.train.NanLossDuringTrainingError as e:
     raise errors.TPUTrainerError(
-        f'Training stopped: the loss of the model in '
-        f'{run.module.module_file} became NaN, so no model was exported. '
-        'Lower the learning rate, clip gradients, or check the inputs for '
-        'NaN/inf values.') from e
+        f'Training stopped: the loss of model_fn in {run.module.module_file} '
+        'became NaN, so no model was exported. Lower the learning rate, clip '
+        'gradients, or check the inputs for NaN/inf values.') from e
 
 
 def _build_estimator(fn_args: fn_args_utils.FnArgs,
