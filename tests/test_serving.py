@@ -267,7 +267,7 @@ def test_two_argument_serving_input_receiver_fn_gets_the_transform_output(
   _, path = _train(penguin_artifacts, tmp_path,
                    'penguin_two_arg_serving_module.py')
   loaded = tf.saved_model.load(path, tags=['serve'])
-  measurements = {name: tf.constant([40.0, 47.0])
+  measurements = {name: tf.constant([[40.0], [47.0]])
                   for name in ('culmen_length_mm', 'culmen_depth_mm',
                                'flipper_length_mm', 'body_mass_g')}
   outputs = loaded.signatures['serving_default'](**measurements)
