@@ -19,6 +19,11 @@ Keys (all optional; defaults in brackets):
     turns, one cycle per `save_checkpoints_steps`).
   save_checkpoints_steps [None: estimator default], keep_checkpoint_max [None].
   label_key [module's LABEL_KEY]: the label feature.
+  raw_label_key [found from the transform graph]: the raw feature the served
+    model must not require (Transform's raw label, e.g. `tips` for the
+    transformed label `tips_xf`); by default the raw features that only the
+    transformed label is computed from. Must be a raw schema feature that no
+    served feature is computed from (checked in prepare.prepare_run).
   checkpoint_dir [<pipeline root>/_checkpoints]: base directory of the
     checkpoints a retry resumes from (see checkpoints.py); e.g. a gs:// path.
   input_cache ["auto"]: how the default input chain caches a split: "parsed"
@@ -88,6 +93,7 @@ class TrainerConfig:
   save_checkpoints_steps: Optional[int] = None
   keep_checkpoint_max: Optional[int] = None
   label_key: Optional[str] = None
+  raw_label_key: Optional[str] = None
   checkpoint_dir: Optional[str] = None
   input_cache: str = 'auto'
   params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -158,6 +164,8 @@ class TrainerConfig:
         keep_checkpoint_max=_optional_positive_int(
             'keep_checkpoint_max', raw.get('keep_checkpoint_max')),
         label_key=_optional_str('label_key', raw.get('label_key')),
+        raw_label_key=_optional_str('raw_label_key',
+                                    raw.get('raw_label_key')),
         checkpoint_dir=_optional_str('checkpoint_dir',
                                      raw.get('checkpoint_dir')),
         input_cache=_choice('input_cache', raw.get('input_cache', 'auto'),

@@ -22,7 +22,9 @@ def export_serving_model(estimator: tf.compat.v1.estimator.tpu.TPUEstimator,
 
   The estimator writes `{serve}` (and `{serve, tpu}` when `export_to_tpu`)
   into a timestamped directory under a temporary parent beside
-  `serving_model_dir`; the finished model is then renamed into place, so
+  `serving_model_dir`, with a transform graph `{serve}` also gets the
+  `transform_features` signature (serving.py); the finished model is then
+  renamed into place, so
   `serving_model_dir` exists only complete
   (`path_utils.serving_model_path(model.uri)` returns it).
 
@@ -49,6 +51,7 @@ def export_serving_model(estimator: tf.compat.v1.estimator.tpu.TPUEstimator,
         export_dir_base=staging_dir,
         serving_input_receiver_fn=serving_input_receiver_fn)
     exported = exported.decode() if isinstance(exported, bytes) else exported
+    serving.add_transform_features_signature(exported)
     fileio.rename(exported, serving_model_dir)
   finally:
     fileio.rmtree(staging_dir)

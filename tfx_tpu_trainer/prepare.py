@@ -15,6 +15,7 @@ from tfx.components.trainer import fn_args_utils
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import input_fns
 from tfx_tpu_trainer import params as params_lib
+from tfx_tpu_trainer import raw_label
 from tfx_tpu_trainer import schemas as schemas_lib
 from tfx_tpu_trainer import serving
 from tfx_tpu_trainer import user_module as user_module_lib
@@ -31,6 +32,9 @@ class PreparedRun:
   model_fn: dispatch.ModelFn
   # None when there is neither a schema nor a module serving function.
   serving_input_receiver_fn: Optional[serving.ServingInputReceiverFn]
+  # The raw features the default serving input parses (None: the module's
+  # serving input, or no schema).
+  serving_features: Optional[raw_label.ServingFeatures] = None
 
   def input_fn(self,
                file_pattern: List[str],
@@ -87,7 +91,8 @@ def prepare_run(config: config_lib.TrainerConfig,
 
   Raises:
     TPUTrainerError: a label key missing from the schema, a hyperparameter
-      with a reserved name.
+      with a reserved name, a raw_label_key missing from the raw schema or
+      needed by a served feature.
   """
   label_key = config.label_key or module.label_key
   if schemas is not None and label_key is not None:
@@ -95,14 +100,24 @@ def prepare_run(config: config_lib.TrainerConfig,
         schemas.examples, label_key,
         'transformed' if schemas.tf_transform_output else 'examples')
   params = params_lib.build_params(config, hyperparameters)
+  serving_features = None
+  if schemas is not None and module.serving_input_receiver_fn is None:
+    serving_features = raw_label.find_serving_features(
+        schemas, label_key, config.raw_label_key)
+  elif schemas is not None and config.raw_label_key is not None:
+    # The module's serving input decides what it parses; the key is checked.
+    raw_label.serving_features(schemas.raw_feature_spec(), None, None,
+                               config.raw_label_key)
   serving_input_receiver_fn = None
   if schemas is not None or module.serving_input_receiver_fn is not None:
     serving_input_receiver_fn = serving.make_serving_input_receiver_fn(
-        schemas, label_key, params, module.serving_input_receiver_fn)
+        schemas, label_key, params, module.serving_input_receiver_fn,
+        serving_features)
   return PreparedRun(
       module=module,
       schemas=schemas,
       label_key=label_key,
       params=params,
       model_fn=dispatch.model_fn_for_module(module),
-      serving_input_receiver_fn=serving_input_receiver_fn)
+      serving_input_receiver_fn=serving_input_receiver_fn,
+      serving_features=serving_features)

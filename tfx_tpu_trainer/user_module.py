@@ -39,7 +39,8 @@ _REQUIRED_ARGS = {
     BUILD_KERAS_MODEL: ('params',),
 }
 # Arguments the estimator passes when the function names them.
-_OPTIONAL_ARGS = {MODEL_FN: ('config',)}
+_OPTIONAL_ARGS = {MODEL_FN: ('config',),
+                  SERVING_INPUT_RECEIVER_FN: ('tf_transform_output',)}
 
 
 class UserModuleError(errors.TPUTrainerError):
