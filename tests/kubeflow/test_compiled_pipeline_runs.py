@@ -166,13 +166,27 @@ def test_cpu_pipeline_runs_every_step_and_a_retried_trainer_exits_0(
 
 def test_tpu_pipeline_fails_only_at_the_trainer_with_no_tpu(
     work, data_root, mlmd_server):
+  # Beam in memory here (through --beam-arg, which must reach every step):
+  # the CPU test already proves the multi-processing default, and this
+  # keeps the test short.
   workflow = _compile(work, data_root, 'tpu', '--trainer-image',
-                      'gcr.io/test/tfx-tpu-trainer-tpu:1')
+                      'gcr.io/test/tfx-tpu-trainer-tpu:1',
+                      '--beam-arg=--direct_running_mode=in_memory')
   trainer_template = [t for t in workflow['spec']['templates']
                       if t['name'] == 'tputrainer'][0]
   assert trainer_template['container']['resources']['limits'] == {
       'google.com/tpu': '8'}
   run = _run(work, workflow, mlmd_server, 'tpu')
+  beam_steps = []
+  for task in run.dag_tasks():
+    argv, _ = run.invocation(task, 'pod')
+    ir = argv[argv.index('--tfx_ir') + 1]
+    if '--direct_running_mode=' in ir:
+      assert '--direct_running_mode=in_memory' in ir, task['name']
+      assert 'multi_processing' not in ir, task['name']
+      beam_steps.append(task['name'])
+  assert {'csvexamplegen', 'statisticsgen', 'transform',
+          'evaluator'} <= set(beam_steps)
   results = argo_pod.run_all(run)
   assert argo_pod.names(results) == DATA_STEPS + ['tputrainer']
   for result in results[:-1]:

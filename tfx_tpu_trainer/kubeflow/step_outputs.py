@@ -180,7 +180,8 @@ def finalize_step_outputs(paths: KfpOutputPaths) -> None:
     paths: the step's KFP UI files.
   """
   try:
-    if not os.path.exists(paths.metrics_path):
+    if not _is_metrics_document(paths.metrics_path):
+      # Missing, or the empty placeholder the image creates for its user.
       _write_json_atomically(paths.metrics_path, {'metrics': []})
     if os.path.exists(paths.ui_metadata_path):
       outputs = read_ui_outputs(paths.ui_metadata_path)
@@ -335,6 +336,16 @@ def _metadata_handle(argv: Sequence[str]):
       container_entrypoint._get_metadata_connection_config(config))  # pylint: disable=protected-access
 
 
+def _is_metrics_document(path: str) -> bool:
+  try:
+    with open(path) as f:
+      document = json.load(f)
+  except (OSError, ValueError):
+    return False
+  return isinstance(document, dict) and isinstance(document.get('metrics'),
+                                                   list)
+
+
 def _main_module_name() -> Optional[str]:
   spec = getattr(sys.modules.get('__main__'), '__spec__', None)
   return getattr(spec, 'name', None)
@@ -369,9 +380,22 @@ def _dedupe(outputs: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
 
 
 def _write_json_atomically(path: str, document: Any) -> None:
+  """Replaces `path` atomically; in place where its directory is read-only.
+
+  A step that runs as a non-root user cannot create files in `/`; the images
+  create `/mlpipeline-*.json` for that user (see the Dockerfile), so the file
+  itself is writable even where a temporary file beside it is not.
+  """
   directory = os.path.dirname(os.path.abspath(path))
-  descriptor, temporary = tempfile.mkstemp(
-      dir=directory, prefix='.' + os.path.basename(path) + '.')
+  try:
+    descriptor, temporary = tempfile.mkstemp(
+        dir=directory, prefix='.' + os.path.basename(path) + '.')
+  except PermissionError:
+    if not os.path.isfile(path):
+      raise
+    with open(path, 'w') as f:
+      json.dump(document, f)
+    return
   try:
     with os.fdopen(descriptor, 'w') as f:
       json.dump(document, f)
