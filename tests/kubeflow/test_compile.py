@@ -625,3 +625,53 @@ def test_console_script_compiles_offline(tmp_path):
     trainer = _steps(yaml.safe_load(f))[TRAINER_STEP]
   assert trainer['container']['resources'] == {
       'limits': {'google.com/tpu': '8'}}
+
+
+# --- Retired TPU-node style; Beam arguments for Dataflow ---------------------
+
+
+def test_tpu_node_style_warns_that_gke_retired_it(tmp_path, capsys):
+  assert cli.main(['compile', '--pipeline-root', PIPELINE_ROOT, '--data-root',
+                   DATA_ROOT, '--output-dir', str(tmp_path), '--tpu-style',
+                   'tpu-node', '--tf-version', '2.15.0']) == 0
+  captured = capsys.readouterr()
+  assert (
+      '\ntfx-tpu-trainer compile: warning: the TPU-node style (Cloud TPU '
+      'nodes: tf-version.cloud-tpus.google.com, '
+      'cloud-tpus.google.com/<version>) is retired on GKE (end of life '
+      '2025-04-25); use --tpu-style tpu-vm (the default)') in (
+          '\n' + captured.err)
+  assert 'limits cloud-tpus.google.com/v3: 8; annotations ' \
+      'tf-version.cloud-tpus.google.com: 2.15.0' in captured.out
+
+
+def test_beam_args_run_the_data_components_on_dataflow(tmp_path_factory):
+  dataflow = ('--beam-arg=--runner=DataflowRunner',
+              '--beam-arg=--project=test-project',
+              '--beam-arg=--region=us-central1',
+              '--beam-arg=--temp_location=gs://test-bucket/tmp',
+              f'--beam-arg=--sdk_container_image={IMAGE}',
+              '--beam-arg=--experiments=use_runner_v2')
+  steps = _steps(_argo_workflow(_compile(tmp_path_factory, 'dataflow',
+                                         '--no-use-tpu', *dataflow)))
+  for name in ('csvexamplegen', 'statisticsgen', 'transform', 'evaluator'):
+    deployment = _tfx_ir(steps[name])['deploymentConfig']
+    (executor,) = deployment['executorSpecs'].values()
+    assert executor['beamPipelineArgs'] == [
+        arg[len('--beam-arg='):] for arg in dataflow], name  # No direct_*.
+
+
+def test_beam_args_defaults_and_overrides():
+  from pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
+  assert kubeflow_compile.beam_pipeline_args([]) == [
+      '--direct_running_mode=multi_processing', '--direct_num_workers=0']
+  assert kubeflow_compile.beam_pipeline_args(
+      ['--direct_running_mode=in_memory']) == [
+          '--direct_num_workers=0', '--direct_running_mode=in_memory']
+  assert kubeflow_compile.beam_pipeline_args(
+      ['--runner=DirectRunner', '--direct_num_workers=2']) == [
+          '--direct_running_mode=multi_processing', '--runner=DirectRunner',
+          '--direct_num_workers=2']
+  assert kubeflow_compile.beam_pipeline_args(
+      ['--runner=FlinkRunner', '--flink_master=host:8081']) == [
+          '--runner=FlinkRunner', '--flink_master=host:8081']
