@@ -14,7 +14,10 @@
 #   docker build --target image -t IMAGE .        (make image)
 #   docker build --target tpu -t TPU_IMAGE .      (make tpu-image)
 #
-# Both run as the non-root user tfx (uid 1000).
+# Both run as the non-root user tfx (uid 1000). The base is Python itself,
+# not tensorflow/tfx:1.15.1, whose package set differs from the lock (TFX's
+# own build script notes its TensorFlow is 2.15.0): the lock is what the
+# tests ran.
 
 # Beam's SDK worker boot binary, of the Beam version in requirements.lock.
 FROM apache/beam_python3.10_sdk:2.59.0 AS beam-sdk

@@ -356,8 +356,10 @@ def _compile_v2(options: CompileOptions, pod: kubeflow.TrainerPod,
   if options.trainer_image:
     default_image = {pipeline_builder.DEFAULT_IMAGE_PATH_KEY: options.image,
                      trainer.id: options.trainer_image}
+  # Schema 2.1.0: the only one a KFP v2 backend accepts on upload (its API
+  # server refuses 2.0.0, TFX's default); Vertex AI takes it too.
   config = kubeflow_v2_dag_runner.KubeflowV2DagRunnerConfig(
-      default_image=default_image)
+      default_image=default_image, use_pipeline_spec_2_1=True)
   runner_output = 'runner-pipeline-job.json'
   kubeflow_v2_dag_runner.KubeflowV2DagRunner(
       config=config, output_dir=staging,

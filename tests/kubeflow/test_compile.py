@@ -256,6 +256,9 @@ def test_v2_writes_a_kfp_v2_spec_and_a_vertex_job_named_apart(v2_outputs):
   assert len(documents) == 2  # PipelineSpec, then PlatformSpec.
   assert 'pipelineSpec' not in documents[0]  # Bare spec, not a PipelineJob.
   assert documents[0]['pipelineInfo']['name'] == 'taxi-tpu'
+  # A KFP v2 API server accepts schema 2.1.0 only (v2_template.go).
+  assert documents[0]['schemaVersion'] == '2.1.0'
+  assert job['pipelineSpec']['schemaVersion'] == '2.1.0'
   assert documents[0]['defaultPipelineRoot'] == PIPELINE_ROOT
   assert {'displayName', 'pipelineSpec', 'runtimeConfig'} <= set(job)
   assert job['runtimeConfig']['gcsOutputDirectory'] == PIPELINE_ROOT
@@ -293,12 +296,11 @@ def test_v2_kfp_spec_tpu_scheduling_on_the_trainer_only(v2_outputs):
   assert [kfp_v2_protos.to_dict(t) for t in config.tolerations] == [
       TPU_TOLERATION] + EXTRA_TOLERATIONS
   task = spec['root']['dag']['tasks']['TPUTrainer']['inputs']['parameters']
-  custom_config = json.loads(
-      task['custom_config']['runtimeValue']['constantValue']['stringValue'])
+  custom_config = json.loads(task['custom_config']['runtimeValue']['constant'])
   assert custom_config == {'use_tpu': True, 'tpu': {'name': 'local'},
                            'train_batch_size': 64, 'eval_batch_size': 64}
-  assert task['module_file']['runtimeValue']['constantValue'][
-      'stringValue'] == '/tfx-tpu-trainer/components/taxi_tpu_module.py'
+  assert task['module_file']['runtimeValue']['constant'] == (
+      '/tfx-tpu-trainer/components/taxi_tpu_module.py')
 
 
 def test_v2_vertex_job_machine_fields_on_the_trainer_only(v2_outputs):
@@ -614,7 +616,8 @@ def test_console_script_compiles_offline(tmp_path):
       capture_output=True, text=True, timeout=600,
       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'))
   assert result.returncode == 0, result.stderr[-3000:]
-  assert f'Wrote {tmp_path / "taxi.yaml"} (kubeflow).' in result.stdout
+  assert (f'Wrote {tmp_path / "taxi.yaml"} (Argo workflow for KFP v1).'
+          in result.stdout)
   # The summary is read back from the file written.
   assert ('    taxi.yaml: image gcr.io/YOUR_PROJECT/tfx-tpu-trainer:latest; '
           'limits google.com/tpu: 8; node selector '
