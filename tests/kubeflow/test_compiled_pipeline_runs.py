@@ -25,7 +25,6 @@ import sys
 import time
 
 import pytest
-import yaml
 
 from pipelines import paths as repo_paths
 from tests.fixtures import argo_pod
