@@ -1,19 +1,74 @@
-# Image for Kubeflow steps: TFX 1.15.1 plus this package, so the TPUTrainer
-# executor class (ExecutorClassSpec) imports inside the cluster, and the
-# bundled module files exist at the path the compiled pipeline names when
-# UNSUPPORTED_DO_NOT_PACKAGE_USER_MODULES=1 is used at compile time.
-FROM tensorflow/tfx:1.15.1
+# Images of the Kubeflow steps, built from this repository (see README,
+# "Kubeflow"). Two targets:
+#
+#   image (default)  every step: Python 3.10, exactly requirements.lock (TFX
+#                    1.15.1, TF 2.15.1 CPU, Beam 2.59.0, kfp 1.8.22 ...), this
+#                    package, the repository at /tfx-tpu-trainer; Beam's SDK
+#                    worker boot as entrypoint, so Dataflow can run it as the
+#                    SDK container (--beam-arg=--sdk_container_image=...).
+#   tpu              the trainer on GKE TPU VMs: the same plus TensorFlow 2.15's
+#                    TPU VM build and its libtpu, from Google's Cloud TPU
+#                    release storage (PyPI's tensorflow-tpu starts at 2.16,
+#                    which has no Estimator).
+#
+#   docker build --target image -t IMAGE .        (make image)
+#   docker build --target tpu -t TPU_IMAGE .      (make tpu-image)
+#
+# Both run as the non-root user tfx (uid 1000). The base is Python itself,
+# not tensorflow/tfx:1.15.1, whose package set differs from the lock (TFX's
+# own build script notes its TensorFlow is 2.15.0): the lock is what the
+# tests ran.
 
+# Beam's SDK worker boot binary, of the Beam version in requirements.lock.
+FROM apache/beam_python3.10_sdk:2.59.0 AS beam-sdk
+
+FROM python:3.10.13-slim-bookworm AS image
+ARG USER_UID=1000
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+COPY --from=beam-sdk /opt/apache/beam /opt/apache/beam
 WORKDIR /tfx-tpu-trainer
+# The locked set, as tested; --no-deps installs exactly these versions.
+COPY requirements.lock ./
+RUN python -m pip install --no-cache-dir --no-deps -r requirements.lock
 COPY setup.py README.md ./
 COPY tfx_tpu_trainer ./tfx_tpu_trainer
-COPY components ./components
-COPY pipelines ./pipelines
 COPY tfx_tpu_trainer_cli ./tfx_tpu_trainer_cli
-# The base image already holds TFX, TF and Beam at the pinned versions;
-# --no-deps keeps them exactly as they are. Editable, so the bundled
-# pipelines find components/ beside them.
+COPY pipelines ./pipelines
+COPY components ./components
+# Editable, so the bundled pipelines find components/ beside them.
 RUN python -m pip install --no-cache-dir --no-deps -e . \
     && python -c "import tfx_tpu_trainer.executor"
-# Module files import their siblings (taxi_features) when loaded by path.
+# The steps run as tfx. KFP v1 reads a step's UI outputs at /, where tfx may
+# not create files: they exist, writable by tfx (TFX's entrypoint and the
+# trainer's wrapper write them in place).
+RUN useradd --uid "${USER_UID}" --create-home --home-dir /home/tfx tfx \
+    && touch /mlpipeline-ui-metadata.json /mlpipeline-metrics.json \
+    && chown tfx /mlpipeline-ui-metadata.json /mlpipeline-metrics.json
+# Module files import their siblings (taxi_features), and Transform names
+# its preprocessing_fn by import path (taxi_preprocessing.preprocessing_fn).
+# The compiled pipelines set the same PYTHONPATH on every step.
 ENV PYTHONPATH=/tfx-tpu-trainer/components
+USER ${USER_UID}
+ENTRYPOINT ["/opt/apache/beam/boot"]
+
+FROM image AS tpu
+ARG USER_UID=1000
+# TensorFlow 2.15's TPU VM build: Google publishes 2.15.0 (there is no
+# 2.15.1 TPU build), with libtpu 1.9.0 for it. It replaces the CPU
+# tensorflow 2.15.1 of the lock; tensorflow-estimator 2.15.0 stays.
+ARG TF_TPU_VERSION=2.15.0
+ARG LIBTPU_VERSION=1.9.0
+ARG TF_TPU_WHEEL=https://storage.googleapis.com/cloud-tpu-tpuvm-artifacts/tensorflow/tf-${TF_TPU_VERSION}/tensorflow-${TF_TPU_VERSION}-cp310-cp310-manylinux_2_17_x86_64.manylinux2014_x86_64.whl
+ARG LIBTPU_URL=https://storage.googleapis.com/cloud-tpu-tpuvm-artifacts/libtpu/${LIBTPU_VERSION}/libtpu.so
+USER 0
+# The wheel is pinned by its URL (version in the file name).
+# hadolint ignore=DL3013
+RUN python -m pip install --no-cache-dir --no-deps --force-reinstall \
+      "${TF_TPU_WHEEL}" \
+    && python -c "import urllib.request, sys; urllib.request.urlretrieve(sys.argv[1], '/lib/libtpu.so')" "${LIBTPU_URL}" \
+    && python -c "import tensorflow as tf, tensorflow_estimator; assert tf.__version__ == '${TF_TPU_VERSION}', tf.__version__"
+# TPU v5e runs TensorFlow through the PJRT runtime, with libtpu as a
+# pluggable device (Google's instructions for TF 2.15 on TPU VMs).
+ENV NEXT_PLUGGABLE_DEVICE_USE_C_API=true \
+    TF_PLUGGABLE_DEVICE_LIBRARY_PATH=/lib/libtpu.so
+USER ${USER_UID}

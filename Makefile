@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 RUN_ARGS ?=
 UV ?= $(shell command -v uv || echo .tools/uv/bin/uv)
 
-.PHONY: env run test test-fast lock bench clean
+.PHONY: env run test test-fast lock bench clean image tpu-image
 
 env:
 	@bash scripts/setup_env.sh
@@ -28,6 +28,16 @@ bench: env
 lock:
 	$(UV) pip compile setup.py --extra test --python-version 3.10 \
 	  --python-platform x86_64-manylinux_2_28 -o requirements.lock
+
+# The Kubeflow images (Dockerfile targets; README "Kubeflow"). Needs Docker.
+IMAGE ?= tfx-tpu-trainer:latest
+TPU_IMAGE ?= tfx-tpu-trainer-tpu:latest
+
+image:
+	docker build --target image -t $(IMAGE) .
+
+tpu-image:
+	docker build --target tpu -t $(TPU_IMAGE) .
 
 clean:
 	rm -rf $(VENV) .tools .pytest_cache

@@ -25,6 +25,10 @@ class TaxiPipelineOptions:
   data_root: str
   serving_model_dir: str
   preprocessing_module_file: str = PREPROCESSING_MODULE_FILE
+  # Transform's `preprocessing_fn` as an import path (`module.function`),
+  # instead of the module file: Beam workers in other processes import it by
+  # name (a file loaded by path is `user_module_N`, which they cannot).
+  preprocessing_fn: Optional[str] = None
   trainer_module_file: str = TRAINER_MODULE_FILE
   train_steps: int = 1000
   eval_steps: int = 100
@@ -47,10 +51,14 @@ def create_data_components(options: TaxiPipelineOptions) -> Dict[str, Any]:
   example_validator = tfx.components.ExampleValidator(
       statistics=statistics_gen.outputs['statistics'],
       schema=schema_gen.outputs['schema'])
+  if options.preprocessing_fn:
+    preprocessing = {'preprocessing_fn': options.preprocessing_fn}
+  else:
+    preprocessing = {'module_file': options.preprocessing_module_file}
   transform = tfx.components.Transform(
       examples=example_gen.outputs['examples'],
       schema=schema_gen.outputs['schema'],
-      module_file=options.preprocessing_module_file)
+      **preprocessing)
   return {
       'example_gen': example_gen,
       'statistics_gen': statistics_gen,

@@ -51,6 +51,11 @@ def build_run_config(
           project=config.tpu.project)
       master = resolver.master()
       cluster_spec = resolver.cluster_spec()
+      if config.tpu.name == 'local' and not resolver.num_accelerators().get(
+          'TPU'):
+        raise RuntimeError(
+            'no TPU on this host (a TPU VM: a pod on a GKE TPU node, with '
+            'TensorFlow\'s TPU runtime, libtpu, in its image)')
     except Exception as e:  # pylint: disable=broad-except
       raise errors.TPUTrainerError(
           f'Could not resolve TPU {config.tpu.name!r} (zone '

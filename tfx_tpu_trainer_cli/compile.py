@@ -2,13 +2,16 @@
 
 Compiles offline (no cluster, no network, nothing written under the pipeline
 root) with `KubeflowDagRunner` (Argo workflow, the default) or
-`KubeflowV2DagRunner` (pipeline-spec JSON). TPU scheduling goes on the
-trainer step only. Every option is checked before anything is written.
+`KubeflowV2DagRunner` (a KFP v2 pipeline spec and a Vertex AI PipelineJob).
+TPU scheduling goes on the trainer step only. Every option is checked before
+anything is written, and the summary printed is read back from the files.
 """
 
+import argparse
 import os
 import re
-from typing import Optional
+import sys
+from typing import List, Optional, Sequence
 
 from tfx_tpu_trainer.kubeflow import options as compile_options
 from tfx_tpu_trainer_cli import common
@@ -32,16 +35,19 @@ def add_parser(subparsers) -> None:
           '(/tfx-tpu-trainer/components, see the Dockerfile).'))
   parser.add_argument(
       '--runner', choices=compile_options.RUNNERS, default='kubeflow',
-      help='kubeflow: KubeflowDagRunner (kfp 1.8), an Argo workflow package; '
-      'kubeflow_v2: KubeflowV2DagRunner, pipeline-spec JSON '
-      '(default: kubeflow).')
+      help='kubeflow: KubeflowDagRunner (kfp 1.8), an Argo workflow package '
+      'for KFP v1; kubeflow_v2: KubeflowV2DagRunner, two files: '
+      '<name>.kfp-v2-pipeline.yaml (pipeline spec + Kubernetes platform spec, '
+      'to upload to a KFP v2 backend) and <name>.vertex-pipeline-job.json '
+      '(a PipelineJob for Vertex AI Pipelines) (default: kubeflow).')
   parser.add_argument('--output-dir', default='.',
                       help='Where the file goes (default: .).')
   parser.add_argument(
       '--output-file', default=None,
-      help='File name: .tar.gz, .tgz, .zip, .yaml or .yml for kubeflow; .json, '
-      '.yaml or .yml for kubeflow_v2 (default: <pipeline name>.tar.gz or '
-      '<pipeline name>.json).')
+      help='File name: .tar.gz, .tgz, .zip, .yaml or .yml for kubeflow; for '
+      'kubeflow_v2 the KFP v2 pipeline spec, .yaml or .yml, beside which the '
+      'Vertex job goes as <stem>.vertex-pipeline-job.json (default: '
+      '<pipeline name>.tar.gz, <pipeline name>.kfp-v2-pipeline.yaml).')
   parser.add_argument(
       '--image', default=compile_options.DEFAULT_IMAGE,
       help='Image of every step: the Dockerfile\'s, pushed to a registry '
@@ -71,8 +77,9 @@ def add_parser(subparsers) -> None:
   parser.add_argument(
       '--tpu-style', choices=compile_options.TPU_STYLES, default='tpu-vm',
       help='tpu-vm: google.com/tpu limit and gke-tpu-accelerator/topology '
-      'node selectors; tpu-node: the older Cloud TPU node annotation and '
-      'cloud-tpus.google.com/<version> limit (default: tpu-vm).')
+      'node selectors; tpu-node: RETIRED on GKE (end of life 2025-04-25), '
+      'the Cloud TPU node annotation and cloud-tpus.google.com/<version> '
+      'limit, kubeflow runner only, with a warning (default: tpu-vm).')
   parser.add_argument('--accelerator', default=None,
                       help='tpu-vm: GKE TPU accelerator (default: '
                       'tpu-v5-lite-podslice).')
@@ -97,10 +104,34 @@ def add_parser(subparsers) -> None:
                       'tpu-vm; for tpu-node, the TPU_NAME of the pod).')
   parser.add_argument('--tpu-zone', default=None)
   parser.add_argument('--tpu-project', default=None)
-  parser.add_argument('--v2-accelerator-type', default=None,
-                      help='kubeflow_v2: accelerator type of the trainer '
-                      '(default: the TPU resource name, google.com/tpu or '
-                      'cloud-tpus.google.com/<version>).')
+  parser.add_argument(
+      '--vertex-accelerator-type', default=None,
+      help='kubeflow_v2: the trainer\'s accelerator in the Vertex AI job, a '
+      'Vertex AI AcceleratorType name (default: from --accelerator: '
+      'TPU_V5_LITEPOD for v5e, TPU_V4_POD for v4; v5p and v6e have none).')
+  parser.add_argument(
+      '--trainer-node-selector', action='append', default=[],
+      metavar='KEY=VALUE',
+      help='A node label the trainer pod selects, besides the TPU\'s (e.g. '
+      'cloud.google.com/gke-spot=true, cloud.google.com/reservation-name=R); '
+      'repeatable.')
+  parser.add_argument(
+      '--trainer-toleration', action='append', default=[],
+      metavar='KEY[=VALUE]:EFFECT',
+      help='A taint the trainer pod tolerates, besides google.com/tpu (e.g. '
+      'cloud.google.com/gke-spot=true:NoSchedule); KEY:EFFECT tolerates any '
+      'value; repeatable.')
+  parser.add_argument('--trainer-cpu', default=None,
+                      help='CPU request of the trainer pod (e.g. 8, 7500m).')
+  parser.add_argument('--trainer-memory', default=None,
+                      help='Memory request of the trainer pod (e.g. 32Gi).')
+  parser.add_argument(
+      '--beam-arg', action='append', default=[], metavar='--NAME=VALUE',
+      help='A Beam pipeline argument for the data components (ExampleGen, '
+      'StatisticsGen, SchemaGen, ExampleValidator, Transform, Evaluator), '
+      'e.g. --beam-arg=--runner=DataflowRunner; repeatable. Replaces the '
+      'default of the same name (--direct_running_mode=multi_processing, '
+      '--direct_num_workers=0); another --runner drops both.')
   parser.add_argument('--use-gcp-secret', action='store_true',
                       help='kubeflow: mount the user-gcp-sa secret on every '
                       'step (TFX\'s option).')
@@ -178,9 +209,86 @@ def _output_path(args, runner: str, pipeline_name: str) -> str:
   directory = os.path.dirname(path)
   if os.path.exists(directory) and not os.path.isdir(directory):
     raise common.UsageError(f'--output-dir {directory!r} is not a directory.')
-  if os.path.isdir(path):
-    raise common.UsageError(f'--output-file {path!r} is a directory.')
+  for output in kubeflow_compile.output_paths(runner, path):
+    if os.path.isdir(output):
+      raise common.UsageError(f'--output-file: {output!r} is a directory.')
   return path
+
+
+def _beam_option_parser() -> argparse.ArgumentParser:
+  """Every option Beam's PipelineOptions classes define, with their checks."""
+  from apache_beam.options import pipeline_options  # pylint: disable=g-import-not-at-top
+
+  class _Parser(argparse.ArgumentParser):
+
+    def error(self, message):
+      raise common.UsageError(f'--beam-arg: {message}')
+
+  parser = _Parser(add_help=False, allow_abbrev=False)
+  classes, seen = [pipeline_options.PipelineOptions], set()
+  while classes:
+    cls = classes.pop()
+    if cls in seen:
+      continue
+    seen.add(cls)
+    classes.extend(cls.__subclasses__())
+    try:
+      cls._add_argparse_args(parser)  # pylint: disable=protected-access
+    except argparse.ArgumentError:
+      pass  # An option two classes define; the first is enough.
+  return parser
+
+
+_BEAM_ARG = re.compile(r'^--[A-Za-z][A-Za-z0-9_-]*(=.*)?$', re.S)
+_DATAFLOW_REQUIRED = ('project', 'region', 'temp_location')
+
+
+def _beam_args(values: Sequence[str]) -> List[str]:
+  """Each --beam-arg is one `--name=value` (or `--flag`) Beam knows."""
+  from pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
+  if not values:
+    return []
+  parser = _beam_option_parser()
+  known = {action.dest for action in parser._actions}  # pylint: disable=protected-access
+  for value in values:
+    if not _BEAM_ARG.match(value):
+      raise common.UsageError(
+          f'--beam-arg {value!r} is not one Beam argument of the form '
+          '--name=value or --flag (write --beam-arg=--runner=DataflowRunner).')
+    name = kubeflow_compile.beam_arg_name(value)
+    if name not in known:
+      raise common.UsageError(
+          f'--beam-arg {value!r}: {name!r} is not a Beam pipeline option.')
+  parsed, _ = parser.parse_known_args(list(values))
+  if getattr(parsed, 'runner', None) in ('DataflowRunner', 'dataflow'):
+    given = {kubeflow_compile.beam_arg_name(v) for v in values}
+    missing = [n for n in _DATAFLOW_REQUIRED
+               if n not in given and not (n == 'temp_location' and
+                                          'gcp_temp_location' in given)]
+    if missing:
+      raise common.UsageError(
+          '--beam-arg=--runner=DataflowRunner needs ' + ', '.join(
+              f'--beam-arg=--{n}=...' for n in missing) + ' (and usually '
+          '--beam-arg=--sdk_container_image=<the --image>, so the workers '
+          'have TFX and this package).')
+  return list(values)
+
+
+def _trainer_pod_options(args):
+  """The extra node selectors, tolerations and requests, validated."""
+  from tfx_tpu_trainer.kubeflow import scheduling as kubeflow  # pylint: disable=g-import-not-at-top
+  try:
+    node_selector = tuple(kubeflow.parse_node_selector(v)
+                          for v in args.trainer_node_selector)
+    tolerations = tuple(kubeflow.parse_toleration(v)
+                        for v in args.trainer_toleration)
+    cpu = (None if args.trainer_cpu is None else
+           kubeflow.parse_quantity(args.trainer_cpu, 'trainer-cpu'))
+    memory = (None if args.trainer_memory is None else
+              kubeflow.parse_quantity(args.trainer_memory, 'trainer-memory'))
+  except kubeflow.TPUSchedulingError as e:
+    raise common.UsageError(str(e)) from e
+  return node_selector, tolerations, cpu, memory
 
 
 def validate_compile_args(args):
@@ -197,6 +305,7 @@ def validate_compile_args(args):
   """
   from pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer import config as config_lib  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.kubeflow import scheduling as kubeflow  # pylint: disable=g-import-not-at-top
 
   runner = args.runner
   pipeline_name = (args.pipeline_name or
@@ -210,15 +319,22 @@ def validate_compile_args(args):
     raise common.UsageError(
         f'--pipeline-name {pipeline_name!r} must be 1-63 letters, digits, _ '
         'or -, starting with a letter or digit.')
-  if args.v2_accelerator_type is not None and (
+  if args.vertex_accelerator_type is not None and (
       runner != 'kubeflow_v2' or not args.use_tpu):
     raise common.UsageError(
-        '--v2-accelerator-type needs --runner kubeflow_v2 and --use-tpu.')
+        '--vertex-accelerator-type needs --runner kubeflow_v2 and --use-tpu.')
+  if args.vertex_accelerator_type is not None:
+    _vertex_accelerator_type(args.vertex_accelerator_type)
   if args.use_gcp_secret and runner != 'kubeflow':
     raise common.UsageError('--use-gcp-secret needs --runner kubeflow.')
+  if args.use_tpu and args.tpu_style == 'tpu-node' and runner != 'kubeflow':
+    raise common.UsageError(
+        '--tpu-style tpu-node needs --runner kubeflow: ' +
+        kubeflow.TPU_NODE_RETIRED_WARNING)
   if (args.tpu_zone or args.tpu_project) and not args.tpu_name:
     raise common.UsageError('--tpu-zone and --tpu-project need --tpu-name.')
   tpu = _tpu_request(args)
+  node_selector, tolerations, cpu, memory = _trainer_pod_options(args)
   options = kubeflow_compile.CompileOptions(
       runner=runner,
       pipeline_root=_location(args.pipeline_root, '--pipeline-root'),
@@ -234,12 +350,26 @@ def validate_compile_args(args):
       tpu_name=args.tpu_name,
       tpu_zone=args.tpu_zone,
       tpu_project=args.tpu_project,
-      v2_accelerator_type=args.v2_accelerator_type,
+      vertex_accelerator_type=args.vertex_accelerator_type,
+      trainer_node_selector=node_selector,
+      trainer_tolerations=tolerations,
+      trainer_cpu=cpu,
+      trainer_memory=memory,
       train_steps=args.train_steps,
       eval_steps=args.eval_steps,
       train_batch_size=args.train_batch_size,
       eval_batch_size=args.eval_batch_size,
-      use_gcp_sa=args.use_gcp_secret)
+      use_gcp_sa=args.use_gcp_secret,
+      beam_args=tuple(_beam_args(args.beam_arg)))
+  try:
+    options.trainer_pod  # pylint: disable=pointless-statement
+  except kubeflow.TPUSchedulingError as e:
+    raise common.UsageError(str(e)) from e
+  if runner == 'kubeflow_v2':
+    try:
+      kubeflow_compile.vertex_accelerator_type(options)
+    except ValueError as e:
+      raise common.UsageError(str(e)) from e
   try:
     config = config_lib.TrainerConfig.from_custom_config(
         kubeflow_compile.trainer_custom_config(options), environ={})
@@ -249,26 +379,54 @@ def validate_compile_args(args):
   return options
 
 
+def _vertex_accelerator_type(value: str) -> str:
+  """A name of Vertex AI's AcceleratorType enum (google-cloud-aiplatform)."""
+  from google.cloud.aiplatform_v1.types import AcceleratorType  # pylint: disable=g-import-not-at-top
+  names = [a.name for a in AcceleratorType
+           if a.name != 'ACCELERATOR_TYPE_UNSPECIFIED']
+  if value not in names:
+    raise common.UsageError(
+        f'--vertex-accelerator-type {value!r} is not a Vertex AI accelerator '
+        f'type; accepted values: {", ".join(names)}.')
+  return value
+
+
 def _compile(args) -> int:
-  """Validates the arguments, compiles, prints a summary."""
+  """Validates the arguments, compiles, prints what the files say."""
   options = validate_compile_args(args)
   from pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.kubeflow import scheduling as kubeflow  # pylint: disable=g-import-not-at-top
+  if options.use_tpu and isinstance(options.tpu, kubeflow.TpuNodeScheduling):
+    print('tfx-tpu-trainer compile: warning: ' +
+          kubeflow.TPU_NODE_RETIRED_WARNING, file=sys.stderr)
   result = kubeflow_compile.compile_pipeline(options)
-  print(f'Wrote {result.path} ({result.runner}).')
-  print(f'  Trainer step:   {result.trainer_id}, image {result.trainer_image}')
-  if options.use_tpu:
-    print(f'  TPU:            {options.tpu.describe()}')
-  else:
-    print('  TPU:            none (--no-use-tpu)')
+  for path in result.paths:
+    print(f'Wrote {path} ({_file_kind(result.runner, path)}).')
+  print(f'  Trainer step:   {result.trainer_id}')
+  for summary in result.trainer_summaries:
+    print(f'    {summary}')
   print(f'  custom_config:  {result.custom_config}')
+  print(f'  Beam args:      {" ".join(result.beam_pipeline_args)}')
   print(f'  Module files:   {options.trainer_module_file}, '
-        f'{options.preprocessing_module_file} (inside the image)')
+        f'{options.preprocessing_fn} (inside the image)')
   if options.image == compile_options.DEFAULT_IMAGE:
     print('  Note: --image is the placeholder '
           f'{compile_options.DEFAULT_IMAGE}; build the Dockerfile, push it, '
           'and pass its name.')
+  if options.use_tpu and not options.trainer_image:
+    print('  Note: no --trainer-image: the trainer runs --image; training on '
+          'TPU needs the TPU runtime (libtpu): build `make tpu-image`, push '
+          'it, and pass it as --trainer-image.')
   if options.use_tpu and 'tpu' not in result.custom_config:
     print('  Note: no --tpu-name: the trainer takes the TPU from TPU_NAME, '
           'or else KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS (set by GKE for a TPU '
           'node), in its pod.')
   return 0
+
+
+def _file_kind(runner: str, path: str) -> str:
+  if runner == 'kubeflow':
+    return 'Argo workflow for KFP v1'
+  if path.endswith('.json'):
+    return 'PipelineJob for Vertex AI Pipelines'
+  return 'pipeline spec for a KFP v2 backend'

@@ -1,5 +1,6 @@
 """`tfx-tpu-trainer compile`: real KubeflowDagRunner / KubeflowV2DagRunner
-compiles into tmp_path, parsed back; TPU validation; bad options."""
+compiles into tmp_path, parsed back (KFP v2 outputs with the real
+protobufs); TPU and trainer pod validation; Beam arguments; bad options."""
 
 import json
 import os
@@ -11,6 +12,10 @@ import tarfile
 import pytest
 import yaml
 
+from kfp.pipeline_spec import pipeline_spec_pb2
+from google.protobuf import json_format
+
+from tfx_tpu_trainer.kubeflow import kfp_v2_protos
 from tfx_tpu_trainer_cli import main as cli
 
 PIPELINE_ROOT = 'gs://test-bucket/tfx/taxi_tpu'
@@ -20,17 +25,52 @@ TRAINER_IMAGE = 'gcr.io/test-project/tfx-tpu-trainer-tpu:1'
 TRAINER_STEP = 'tputrainer'
 TPU_KEYS = ('google.com/tpu', 'cloud-tpus.google.com/v2',
             'cloud-tpus.google.com/v3')
+SPOT = 'cloud.google.com/gke-spot'
+TRAINER_POD_ARGS = ('--trainer-node-selector', f'{SPOT}=true',
+                    '--trainer-node-selector',
+                    'cloud.google.com/reservation-name=res-1',
+                    '--trainer-toleration', f'{SPOT}=true:NoSchedule',
+                    '--trainer-toleration', 'dedicated:NoExecute',
+                    '--trainer-cpu', '4', '--trainer-memory', '16Gi')
+TPU_TOLERATION = {'key': 'google.com/tpu', 'operator': 'Exists',
+                  'effect': 'NoSchedule'}
+EXTRA_TOLERATIONS = [
+    {'key': SPOT, 'operator': 'Equal', 'value': 'true',
+     'effect': 'NoSchedule'},
+    {'key': 'dedicated', 'operator': 'Exists', 'effect': 'NoExecute'}]
+V2_FILES = ('taxi-tpu.kfp-v2-pipeline.yaml',
+            'taxi-tpu.vertex-pipeline-job.json')
 
 
-def _compile(tmp_path_factory, name, *argv):
+def _compile_all(tmp_path_factory, name, *argv):
   output_dir = tmp_path_factory.mktemp(name)
   code = cli.main(['compile', '--pipeline-root', PIPELINE_ROOT, '--data-root',
                    DATA_ROOT, '--image', IMAGE, '--output-dir',
                    str(output_dir)] + list(argv))
   assert code == 0
-  files = os.listdir(output_dir)
+  return {f: os.path.join(output_dir, f) for f in os.listdir(output_dir)}
+
+
+def _compile(tmp_path_factory, name, *argv):
+  files = _compile_all(tmp_path_factory, name, *argv)
   assert len(files) == 1, files  # No staging leftovers.
-  return os.path.join(output_dir, files[0])
+  return list(files.values())[0]
+
+
+def _v2_outputs(tmp_path_factory, name, *argv):
+  """The KFP v2 documents and the Vertex job, each parsed by its protobuf."""
+  files = _compile_all(tmp_path_factory, name, '--runner', 'kubeflow_v2',
+                       *argv)
+  assert sorted(files) == sorted(V2_FILES)  # No staging leftovers.
+  with open(files[V2_FILES[0]]) as f:
+    documents = list(yaml.safe_load_all(f))
+  kfp_v2_protos.parse(documents[0], kfp_v2_protos.PIPELINE_SPEC)
+  if len(documents) > 1:
+    kfp_v2_protos.parse(documents[1], kfp_v2_protos.PLATFORM_SPEC)
+  with open(files[V2_FILES[1]]) as f:
+    job = json.load(f)
+  json_format.ParseDict(job, pipeline_spec_pb2.PipelineJob())
+  return documents, job
 
 
 def _argo_workflow(path):
@@ -61,7 +101,8 @@ def tpu_vm_workflow(tmp_path_factory):
   return _argo_workflow(_compile(
       tmp_path_factory, 'v1', '--trainer-image', TRAINER_IMAGE,
       '--tpu-zone', 'us-west4-a', '--tpu-name', 'local', '--tpu-project',
-      'test-project', '--use-gcp-secret'))
+      'test-project', '--use-gcp-secret', '--beam-arg=--direct_num_workers=4',
+      *TRAINER_POD_ARGS))
 
 
 @pytest.fixture(scope='module')
@@ -75,13 +116,10 @@ def tpu_node_workflow(tmp_path_factory):
 
 
 @pytest.fixture(scope='module')
-def v2_spec(tmp_path_factory):
-  path = _compile(tmp_path_factory, 'v2', '--runner', 'kubeflow_v2',
-                  '--trainer-image', TRAINER_IMAGE, '--accelerator',
-                  'tpu-v6e-slice', '--topology', '2x2', '--chips', '4')
-  assert os.path.basename(path) == 'taxi-tpu.json'
-  with open(path) as f:
-    return json.load(f)
+def v2_outputs(tmp_path_factory):
+  return _v2_outputs(tmp_path_factory, 'v2', '--trainer-image', TRAINER_IMAGE,
+                     '--accelerator', 'tpu-v5-lite-device', '--topology',
+                     '2x2', '--chips', '4', *TRAINER_POD_ARGS)
 
 
 def test_every_step_is_compiled(tpu_vm_workflow):
@@ -95,15 +133,16 @@ def test_only_the_trainer_step_has_tpu_resources(tpu_vm_workflow):
     limits = (step['container'].get('resources') or {}).get('limits', {})
     if name == TRAINER_STEP:
       assert limits == {'google.com/tpu': '8'}
+      assert step['container']['resources']['requests'] == {
+          'cpu': '4', 'memory': '16Gi'}
       assert step['nodeSelector'] == {
           'cloud.google.com/gke-tpu-accelerator': 'tpu-v5-lite-podslice',
-          'cloud.google.com/gke-tpu-topology': '2x4'}
-      assert step['tolerations'] == [{'key': 'google.com/tpu',
-                                      'operator': 'Exists',
-                                      'effect': 'NoSchedule'}]
+          'cloud.google.com/gke-tpu-topology': '2x4',
+          SPOT: 'true', 'cloud.google.com/reservation-name': 'res-1'}
+      assert step['tolerations'] == [TPU_TOLERATION] + EXTRA_TOLERATIONS
       assert step['container']['image'] == TRAINER_IMAGE
     else:
-      assert not any(key in limits for key in TPU_KEYS), name
+      assert 'resources' not in step['container'], name
       assert 'nodeSelector' not in step, name
       assert 'tolerations' not in step, name
       assert step['container']['image'] == IMAGE, name
@@ -140,18 +179,37 @@ def test_trainer_custom_config_and_module_file(tpu_vm_workflow):
       'parameters']
   assert parameters['module_file']['fieldValue']['stringValue'] == (
       '/tfx-tpu-trainer/components/taxi_tpu_module.py')
+
+
+
+def test_transform_imports_its_preprocessing_fn_by_name_on_every_step(
+    tpu_vm_workflow):
+  # Beam's worker processes import the function by this name; a module
+  # file loaded by path would be user_module_0, which they cannot import.
   transform = _tfx_ir(_steps(tpu_vm_workflow)['transform'])['nodes'][0][
       'pipelineNode']['parameters']['parameters']
-  assert transform['module_file']['fieldValue']['stringValue'] == (
-      '/tfx-tpu-trainer/components/taxi_preprocessing.py')
+  assert 'module_file' not in transform
+  assert transform['preprocessing_fn']['fieldValue']['stringValue'] == (
+      'taxi_preprocessing.preprocessing_fn')
+  for name, step in _steps(tpu_vm_workflow).items():
+    assert {'name': 'PYTHONPATH', 'value': '/tfx-tpu-trainer/components'} in (
+        step['container']['env']), name
+
+
+def _beam_args(step):
+  deployment = _tfx_ir(step)['deploymentConfig']
+  return json.dumps(deployment)
 
 
 def test_pipeline_root_and_beam_args(tpu_vm_workflow):
   parameters = {p['name']: p.get('value')
                 for p in tpu_vm_workflow['spec']['arguments']['parameters']}
   assert parameters['pipeline-root'] == PIPELINE_ROOT
-  ir = _tfx_ir(_steps(tpu_vm_workflow)['transform'])
-  assert '--direct_running_mode=multi_processing' in json.dumps(ir)
+  for name in ('csvexamplegen', 'statisticsgen', 'transform', 'evaluator'):
+    args = _beam_args(_steps(tpu_vm_workflow)[name])
+    assert '--direct_running_mode=multi_processing' in args, name
+    assert '--direct_num_workers=4' in args, name  # --beam-arg replaced 0.
+    assert '--direct_num_workers=0' not in args, name
 
 
 def test_trainer_step_reports_kfp_metrics(tpu_vm_workflow):
@@ -171,6 +229,7 @@ def test_trainer_step_reports_kfp_metrics(tpu_vm_workflow):
 
 
 def test_tpu_node_style_on_the_trainer_only(tpu_node_workflow):
+  """Retired on GKE, kept behind an explicit --tpu-style tpu-node (KFP v1)."""
   steps = _steps(tpu_node_workflow)
   trainer = steps[TRAINER_STEP]
   assert trainer['container']['resources']['limits'] == {
@@ -187,30 +246,92 @@ def test_tpu_node_style_on_the_trainer_only(tpu_node_workflow):
   assert trainer['container']['image'] == IMAGE  # No --trainer-image.
 
 
-def test_v2_trainer_accelerator_image_and_custom_config(v2_spec):
-  spec = v2_spec['pipelineSpec']
-  executors = spec['deploymentSpec']['executors']
-  assert sorted(executors) == sorted(
-      f'{c}_executor' for c in ('CsvExampleGen', 'StatisticsGen', 'SchemaGen',
-                                'ExampleValidator', 'Transform', 'TPUTrainer',
-                                'Evaluator', 'Pusher'))
-  for name, executor in executors.items():
+def _executor_label(spec, task):
+  component = spec['root']['dag']['tasks'][task]['componentRef']['name']
+  return spec['components'][component]['executorLabel']
+
+
+def test_v2_writes_a_kfp_v2_spec_and_a_vertex_job_named_apart(v2_outputs):
+  documents, job = v2_outputs
+  assert len(documents) == 2  # PipelineSpec, then PlatformSpec.
+  assert 'pipelineSpec' not in documents[0]  # Bare spec, not a PipelineJob.
+  assert documents[0]['pipelineInfo']['name'] == 'taxi-tpu'
+  # A KFP v2 API server accepts schema 2.1.0 only (v2_template.go).
+  assert documents[0]['schemaVersion'] == '2.1.0'
+  assert job['pipelineSpec']['schemaVersion'] == '2.1.0'
+  assert documents[0]['defaultPipelineRoot'] == PIPELINE_ROOT
+  assert {'displayName', 'pipelineSpec', 'runtimeConfig'} <= set(job)
+  assert job['runtimeConfig']['gcsOutputDirectory'] == PIPELINE_ROOT
+
+
+def test_v2_kfp_spec_tpu_scheduling_on_the_trainer_only(v2_outputs):
+  documents, _ = v2_outputs
+  spec, platform = documents
+  trainer = _executor_label(spec, 'TPUTrainer')
+  assert trainer == 'TPUTrainer_executor'
+  for name, executor in spec['deploymentSpec']['executors'].items():
     container = executor['container']
-    if name == 'TPUTrainer_executor':
+    assert {'name': 'PYTHONPATH', 'value': '/tfx-tpu-trainer/components'} in (
+        container['env']), name
+    if name == trainer:
       assert container['resources'] == {
-          'accelerator': {'type': 'google.com/tpu', 'count': '4'}}
+          'accelerator': {'type': 'google.com/tpu', 'count': '4',
+                          'resourceType': 'google.com/tpu',
+                          'resourceCount': '4'},
+          'cpuRequest': 4.0, 'resourceCpuRequest': '4',
+          'memoryRequest': 16 * 2**30 / 1e9, 'resourceMemoryRequest': '16Gi'}
       assert container['image'] == TRAINER_IMAGE
     else:
       assert 'resources' not in container, name
       assert container['image'] == IMAGE, name
-  trainer = spec['root']['dag']['tasks']['TPUTrainer']['inputs']['parameters']
-  custom_config = json.loads(
-      trainer['custom_config']['runtimeValue']['constantValue']['stringValue'])
+  executors = platform['platforms']['kubernetes']['deploymentSpec'][
+      'executors']
+  assert list(executors) == [trainer]  # The trainer, and only the trainer.
+  config = kfp_v2_protos.parse(executors[trainer],
+                               kfp_v2_protos.KUBERNETES_EXECUTOR_CONFIG)
+  assert dict(config.node_selector.labels) == {
+      'cloud.google.com/gke-tpu-accelerator': 'tpu-v5-lite-device',
+      'cloud.google.com/gke-tpu-topology': '2x2',
+      SPOT: 'true', 'cloud.google.com/reservation-name': 'res-1'}
+  assert [kfp_v2_protos.to_dict(t) for t in config.tolerations] == [
+      TPU_TOLERATION] + EXTRA_TOLERATIONS
+  task = spec['root']['dag']['tasks']['TPUTrainer']['inputs']['parameters']
+  custom_config = json.loads(task['custom_config']['runtimeValue']['constant'])
   assert custom_config == {'use_tpu': True, 'tpu': {'name': 'local'},
                            'train_batch_size': 64, 'eval_batch_size': 64}
-  assert trainer['module_file']['runtimeValue']['constantValue'][
-      'stringValue'] == '/tfx-tpu-trainer/components/taxi_tpu_module.py'
-  assert v2_spec['runtimeConfig']['gcsOutputDirectory'] == PIPELINE_ROOT
+  assert task['module_file']['runtimeValue']['constant'] == (
+      '/tfx-tpu-trainer/components/taxi_tpu_module.py')
+
+
+def test_v2_vertex_job_machine_fields_on_the_trainer_only(v2_outputs):
+  _, job = v2_outputs
+  spec = job['pipelineSpec']
+  trainer = _executor_label(spec, 'TPUTrainer')
+  for name, executor in spec['deploymentSpec']['executors'].items():
+    container = executor['container']
+    if name == trainer:
+      assert container['resources'] == {
+          'accelerator': {'type': 'TPU_V5_LITEPOD', 'count': '4'},
+          'cpuLimit': 4.0, 'memoryLimit': 16 * 2**30 / 1e9}
+      assert container['image'] == TRAINER_IMAGE
+    else:
+      assert 'resources' not in container, name
+
+
+def test_v2_each_accelerator_compiles_to_its_own_scheduling(tmp_path_factory):
+  seen = {}
+  for accelerator, extra in (
+      ('tpu-v5-lite-podslice', ()), ('tpu-v5-lite-device', ()),
+      ('tpu-v6e-slice', ('--vertex-accelerator-type', 'TPU_V5_LITEPOD'))):
+    documents, _ = _v2_outputs(tmp_path_factory, accelerator, '--accelerator',
+                               accelerator, '--topology', '2x4', *extra)
+    executors = documents[1]['platforms']['kubernetes']['deploymentSpec'][
+        'executors']
+    labels = executors['TPUTrainer_executor']['nodeSelector']['labels']
+    assert labels == {'cloud.google.com/gke-tpu-accelerator': accelerator,
+                      'cloud.google.com/gke-tpu-topology': '2x4'}
+    seen[accelerator] = yaml.safe_dump_all(documents)
+  assert len(set(seen.values())) == 3
 
 
 def test_no_use_tpu_puts_no_tpu_anywhere(tmp_path_factory):
@@ -221,11 +342,11 @@ def test_no_use_tpu_puts_no_tpu_anywhere(tmp_path_factory):
     assert 'nodeSelector' not in step and 'tolerations' not in step, name
   assert _v1_custom_config(steps[TRAINER_STEP]) == {
       'use_tpu': False, 'train_batch_size': 64, 'eval_batch_size': 64}
-  path = _compile(tmp_path_factory, 'cpu_v2', '--no-use-tpu', '--runner',
-                  'kubeflow_v2')
-  with open(path) as f:
-    executors = json.load(f)['pipelineSpec']['deploymentSpec']['executors']
-  assert not any('resources' in e['container'] for e in executors.values())
+  documents, job = _v2_outputs(tmp_path_factory, 'cpu_v2', '--no-use-tpu')
+  assert len(documents) == 1  # No platform spec: nothing to schedule.
+  for spec in (documents[0], job['pipelineSpec']):
+    executors = spec['deploymentSpec']['executors']
+    assert not any('resources' in e['container'] for e in executors.values())
 
 
 def test_compile_writes_nothing_under_pipeline_root_and_restores_env(
@@ -234,15 +355,16 @@ def test_compile_writes_nothing_under_pipeline_root_and_restores_env(
   from tfx_tpu_trainer.kubeflow import scheduling as kubeflow  # pylint: disable=g-import-not-at-top
   monkeypatch.delenv(kubeflow_compile.NO_PACKAGING_ENV, raising=False)
   root = tmp_path / 'root'
-  for runner, name in (('kubeflow', 'p.yaml'), ('kubeflow_v2', 'p.json')):
+  for runner, name in (('kubeflow', 'p.yaml'), ('kubeflow_v2', 'p2.yaml')):
     result = kubeflow_compile.compile_pipeline(kubeflow_compile.CompileOptions(
         pipeline_root=str(root), data_root=str(tmp_path / 'data'),
         output_path=str(tmp_path / 'out' / name), runner=runner,
         tpu=kubeflow.tpu_vm()))
-    assert os.path.isfile(result.path)
+    assert all(os.path.isfile(p) for p in result.paths)
     assert kubeflow_compile.NO_PACKAGING_ENV not in os.environ
   assert not root.exists()  # No _wheels: nothing packaged, nothing written.
-  assert sorted(os.listdir(tmp_path / 'out')) == ['p.json', 'p.yaml']
+  assert sorted(os.listdir(tmp_path / 'out')) == [
+      'p.yaml', 'p2.vertex-pipeline-job.json', 'p2.yaml']
 
   monkeypatch.setenv(kubeflow_compile.NO_PACKAGING_ENV, 'previous')
   with kubeflow_compile.user_modules_not_packaged():
@@ -348,17 +470,73 @@ V5E = 'tpu-v5-lite-podslice'
     (['--output-file', 'pipeline.txt'],
      "--output-file 'pipeline.txt' must end with one of .tar.gz, .tgz, .zip, "
      '.yaml, .yml for --runner kubeflow.'),
-    (['--runner', 'kubeflow_v2', '--output-file', 'pipeline.tar.gz'],
-     "--output-file 'pipeline.tar.gz' must end with one of .json, .yaml, .yml"
-     ' for --runner kubeflow_v2.'),
+    (['--runner', 'kubeflow_v2', '--output-file', 'pipeline.json'],
+     "--output-file 'pipeline.json' must end with one of .yaml, .yml for "
+     '--runner kubeflow_v2.'),
     (['--runner', 'kubeflow_v2', '--pipeline-name', 'taxi_tpu'],
      "--pipeline-name 'taxi_tpu' is not accepted by --runner kubeflow_v2: use "
      'lower-case letters, digits and -, e.g. taxi-tpu.'),
     (['--pipeline-name', 'taxi tpu'],
      "--pipeline-name 'taxi tpu' must be 1-63 letters, digits, _ or -, "
      'starting with a letter or digit.'),
-    (['--v2-accelerator-type', 'TPU_V3'],
-     '--v2-accelerator-type needs --runner kubeflow_v2 and --use-tpu.'),
+    (['--vertex-accelerator-type', 'TPU_V3'],
+     '--vertex-accelerator-type needs --runner kubeflow_v2 and --use-tpu.'),
+    (['--runner', 'kubeflow_v2', '--vertex-accelerator-type', 'TPU_V9'],
+     "--vertex-accelerator-type 'TPU_V9' is not a Vertex AI accelerator type;"
+     ' accepted values: NVIDIA_TESLA_K80,'),
+    (['--runner', 'kubeflow_v2', '--accelerator', 'tpu-v6e-slice'],
+     'tpu-v6e-slice has no Vertex AI accelerator type (Vertex AI names: '
+     'TPU_V4_POD, TPU_V5_LITEPOD); pass --vertex-accelerator-type.'),
+    (['--runner', 'kubeflow_v2', '--tpu-style', 'tpu-node'],
+     '--tpu-style tpu-node needs --runner kubeflow: the TPU-node style (Cloud '
+     'TPU nodes: tf-version.cloud-tpus.google.com, '
+     'cloud-tpus.google.com/<version>) is retired on GKE (end of life '
+     '2025-04-25); use --tpu-style tpu-vm (the default) with --accelerator '
+     'and --topology, e.g. tpu-v5-lite-podslice 2x4.'),
+    (['--trainer-node-selector', 'spot'],
+     "trainer-node-selector 'spot' is not KEY=VALUE with a Kubernetes label "
+     'key and value (e.g. cloud.google.com/gke-spot=true).'),
+    (['--trainer-node-selector', 'a b=c'],
+     "trainer-node-selector 'a b=c' is not KEY=VALUE"),
+    (['--trainer-node-selector', 'cloud.google.com/gke-tpu-topology=4x4'],
+     'trainer-node-selector cloud.google.com/gke-tpu-topology=4x4 contradicts '
+     'the TPU request (cloud.google.com/gke-tpu-topology=2x4); set it with '
+     '--accelerator/--topology.'),
+    (['--trainer-node-selector', 'a=1', '--trainer-node-selector', 'a=2'],
+     'trainer-node-selector sets a more than once.'),
+    (['--trainer-toleration', 'cloud.google.com/gke-spot=true'],
+     "trainer-toleration 'cloud.google.com/gke-spot=true' has no effect "
+     'NoSchedule/PreferNoSchedule/NoExecute after the last ":"; accepted '
+     'forms: KEY=VALUE:EFFECT or KEY:EFFECT, EFFECT one of NoSchedule, '
+     'PreferNoSchedule, NoExecute.'),
+    (['--trainer-toleration', 'spot=true:Sometimes'],
+     "trainer-toleration 'spot=true:Sometimes' has no effect"),
+    (['--trainer-toleration', 'bad key:NoSchedule'],
+     "trainer-toleration 'bad key:NoSchedule': 'bad key' is not a Kubernetes "
+     'taint key;'),
+    (['--trainer-toleration', 'spot=:NoSchedule'],
+     "trainer-toleration 'spot=:NoSchedule': '' is not a Kubernetes taint "
+     'value;'),
+    (['--trainer-cpu', 'four'],
+     "trainer-cpu 'four' is not a positive Kubernetes quantity (e.g. 4, 500m, "
+     '16Gi, 32G).'),
+    (['--trainer-cpu', '0'], "trainer-cpu '0' is not a positive Kubernetes "
+     'quantity'),
+    (['--trainer-memory', '16GB'],
+     "trainer-memory '16GB' is not a positive Kubernetes quantity"),
+    (['--beam-arg', 'runner=DataflowRunner'],
+     "--beam-arg 'runner=DataflowRunner' is not one Beam argument of the form"
+     ' --name=value or --flag (write --beam-arg=--runner=DataflowRunner).'),
+    (['--beam-arg=--no_such_option=1'],
+     "--beam-arg '--no_such_option=1': 'no_such_option' is not a Beam "
+     'pipeline option.'),
+    (['--beam-arg=--direct_running_mode=threads'],
+     "--beam-arg: argument --direct_running_mode: invalid choice: 'threads'"),
+    (['--beam-arg=--runner=DataflowRunner', '--beam-arg=--project=p'],
+     '--beam-arg=--runner=DataflowRunner needs --beam-arg=--region=..., '
+     '--beam-arg=--temp_location=... (and usually '
+     '--beam-arg=--sdk_container_image=<the --image>, so the workers have '
+     'TFX and this package).'),
     (['--runner', 'kubeflow_v2', '--use-gcp-secret'],
      '--use-gcp-secret needs --runner kubeflow.'),
     (['--image', ''], "--image '' is not an image name."),
@@ -382,7 +560,9 @@ def test_bad_options_exit_2_and_write_nothing(tmp_path, capsys, argv,
   err = capsys.readouterr().err
   assert message in err
   if not message.startswith('argument '):
-    assert err == f'tfx-tpu-trainer compile: error: {message}\n'
+    # One line, naming the option (some messages are checked by prefix).
+    assert err.startswith(f'tfx-tpu-trainer compile: error: {message}'), err
+    assert err.endswith('\n') and err.count('\n') == 1, err
   assert not output_dir.exists()
   assert os.listdir(tmp_path) == []
 
@@ -436,10 +616,65 @@ def test_console_script_compiles_offline(tmp_path):
       capture_output=True, text=True, timeout=600,
       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3'))
   assert result.returncode == 0, result.stderr[-3000:]
-  assert f'Wrote {tmp_path / "taxi.yaml"} (kubeflow).' in result.stdout
-  assert ('TPU:            google.com/tpu: 8 on tpu-v5-lite-podslice 2x4 '
-          '(TPU VM)') in result.stdout
+  assert (f'Wrote {tmp_path / "taxi.yaml"} (Argo workflow for KFP v1).'
+          in result.stdout)
+  # The summary is read back from the file written.
+  assert ('    taxi.yaml: image gcr.io/YOUR_PROJECT/tfx-tpu-trainer:latest; '
+          'limits google.com/tpu: 8; node selector '
+          'cloud.google.com/gke-tpu-accelerator=tpu-v5-lite-podslice, '
+          'cloud.google.com/gke-tpu-topology=2x4; tolerations '
+          'google.com/tpu:NoSchedule\n') in result.stdout
   with open(tmp_path / 'taxi.yaml') as f:
     trainer = _steps(yaml.safe_load(f))[TRAINER_STEP]
   assert trainer['container']['resources'] == {
       'limits': {'google.com/tpu': '8'}}
+
+
+# --- Retired TPU-node style; Beam arguments for Dataflow ---------------------
+
+
+def test_tpu_node_style_warns_that_gke_retired_it(tmp_path, capsys):
+  assert cli.main(['compile', '--pipeline-root', PIPELINE_ROOT, '--data-root',
+                   DATA_ROOT, '--output-dir', str(tmp_path), '--tpu-style',
+                   'tpu-node', '--tf-version', '2.15.0']) == 0
+  captured = capsys.readouterr()
+  assert (
+      '\ntfx-tpu-trainer compile: warning: the TPU-node style (Cloud TPU '
+      'nodes: tf-version.cloud-tpus.google.com, '
+      'cloud-tpus.google.com/<version>) is retired on GKE (end of life '
+      '2025-04-25); use --tpu-style tpu-vm (the default)') in (
+          '\n' + captured.err)
+  assert 'limits cloud-tpus.google.com/v3: 8; annotations ' \
+      'tf-version.cloud-tpus.google.com: 2.15.0' in captured.out
+
+
+def test_beam_args_run_the_data_components_on_dataflow(tmp_path_factory):
+  dataflow = ('--beam-arg=--runner=DataflowRunner',
+              '--beam-arg=--project=test-project',
+              '--beam-arg=--region=us-central1',
+              '--beam-arg=--temp_location=gs://test-bucket/tmp',
+              f'--beam-arg=--sdk_container_image={IMAGE}',
+              '--beam-arg=--experiments=use_runner_v2')
+  steps = _steps(_argo_workflow(_compile(tmp_path_factory, 'dataflow',
+                                         '--no-use-tpu', *dataflow)))
+  for name in ('csvexamplegen', 'statisticsgen', 'transform', 'evaluator'):
+    deployment = _tfx_ir(steps[name])['deploymentConfig']
+    (executor,) = deployment['executorSpecs'].values()
+    assert executor['beamPipelineArgs'] == [
+        arg[len('--beam-arg='):] for arg in dataflow], name  # No direct_*.
+
+
+def test_beam_args_defaults_and_overrides():
+  from pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
+  assert kubeflow_compile.beam_pipeline_args([]) == [
+      '--direct_running_mode=multi_processing', '--direct_num_workers=0']
+  assert kubeflow_compile.beam_pipeline_args(
+      ['--direct_running_mode=in_memory']) == [
+          '--direct_num_workers=0', '--direct_running_mode=in_memory']
+  assert kubeflow_compile.beam_pipeline_args(
+      ['--runner=DirectRunner', '--direct_num_workers=2']) == [
+          '--direct_running_mode=multi_processing', '--runner=DirectRunner',
+          '--direct_num_workers=2']
+  assert kubeflow_compile.beam_pipeline_args(
+      ['--runner=FlinkRunner', '--flink_master=host:8081']) == [
+          '--runner=FlinkRunner', '--flink_master=host:8081']

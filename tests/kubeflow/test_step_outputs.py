@@ -186,3 +186,89 @@ def test_trainer_step_outputs_declares_metrics_and_wraps_entrypoint():
   assert op.output_artifact_paths == {
       'mlpipeline-ui-metadata': '/mlpipeline-ui-metadata.json',
       'mlpipeline-metrics': '/mlpipeline-metrics.json'}
+
+
+# --- A retried trainer step whose execution already succeeded ----------------
+
+
+def _store_with_trainer_execution(tmp_path, metrics):
+  """A real MLMD store (SQLite) with a trainer execution and its outputs."""
+  from ml_metadata.proto import metadata_store_pb2  # pylint: disable=g-import-not-at-top
+  from tfx.orchestration import metadata  # pylint: disable=g-import-not-at-top
+  model_run = tmp_path / 'model_run'
+  model_run.mkdir()
+  (model_run / 'eval_metrics.json').write_text(json.dumps(metrics))
+  handle = metadata.Metadata(metadata.sqlite_metadata_connection_config(
+      str(tmp_path / 'mlmd.sqlite')))
+  handle.__enter__()
+  store = handle.store
+  artifact_type = store.put_artifact_type(
+      metadata_store_pb2.ArtifactType(name='ModelRun'))
+  execution_type = store.put_execution_type(
+      metadata_store_pb2.ExecutionType(name='TPUTrainer'))
+  artifact_id, = store.put_artifacts([metadata_store_pb2.Artifact(
+      type_id=artifact_type, uri=str(model_run))])
+  execution_id, = store.put_executions([metadata_store_pb2.Execution(
+      type_id=execution_type,
+      last_known_state=metadata_store_pb2.Execution.COMPLETE)])
+  event = metadata_store_pb2.Event(
+      artifact_id=artifact_id, execution_id=execution_id,
+      type=metadata_store_pb2.Event.OUTPUT)
+  event.path.steps.add().key = 'model_run'
+  store.put_events([event])
+  return handle, execution_id, str(model_run)
+
+
+def test_retry_restores_the_succeeded_executions_metrics(paths, tmp_path):
+  handle, execution_id, model_run = _store_with_trainer_execution(
+      tmp_path, {'accuracy': 0.875, 'global_step': 100})
+  try:
+    assert kfp_outputs.restore_previous_outputs(handle, execution_id, paths)
+  finally:
+    handle.__exit__(None, None, None)
+  assert _read(paths.metrics_path) == {'metrics': [
+      {'name': 'accuracy', 'numberValue': 0.875, 'format': 'RAW'},
+      {'name': 'global_step', 'numberValue': 100, 'format': 'RAW'}]}
+  outputs = _read(paths.ui_metadata_path)['outputs']
+  assert {'type': 'tensorboard', 'source': model_run} in outputs
+  assert any(o['type'] == 'markdown' and 'had already succeeded' in
+             o['source'] for o in outputs)
+
+
+def test_retry_without_an_execution_restores_nothing(paths):
+  assert not kfp_outputs.restore_previous_outputs(None, None, paths)
+  kfp_outputs.finalize_step_outputs(paths)
+  assert _read(paths.metrics_path) == {'metrics': []}
+
+
+def test_executor_skipped_is_an_execution_without_outputs():
+  from tfx.orchestration.portable import data_types  # pylint: disable=g-import-not-at-top
+  from tfx.proto.orchestration import pipeline_pb2  # pylint: disable=g-import-not-at-top
+  node = pipeline_pb2.PipelineNode()
+  node.outputs.outputs['model_run'].artifact_spec.type.name = 'ModelRun'
+  assert kfp_outputs.executor_skipped(
+      node, data_types.ExecutionInfo(execution_id=7))
+  assert kfp_outputs.executor_skipped(node, None)
+  assert not kfp_outputs.executor_skipped(
+      node, data_types.ExecutionInfo(execution_id=7,
+                                     output_dict={'model_run': [object()]}))
+
+
+def test_read_only_root_writes_the_images_placeholders_in_place(
+    paths, monkeypatch):
+  # The images run as a non-root user who cannot create files in /, and
+  # create /mlpipeline-*.json for it (empty): they are written in place.
+  for path in (paths.metrics_path, paths.ui_metadata_path):
+    open(path, 'w').close()
+
+  def no_temporary_files(*args, **kwargs):
+    raise PermissionError(13, 'Permission denied')
+
+  monkeypatch.setattr(kfp_outputs.tempfile, 'mkstemp', no_temporary_files)
+  kfp_outputs.finalize_step_outputs(paths)  # Empty placeholder: replaced.
+  assert _read(paths.metrics_path) == {'metrics': []}
+  kfp_outputs.write_kfp_ui_outputs({'auc': 0.5}, '/runs/1', paths)
+  assert _read(paths.metrics_path) == {'metrics': [
+      {'name': 'auc', 'numberValue': 0.5, 'format': 'RAW'}]}
+  assert _read(paths.ui_metadata_path) == {
+      'outputs': [{'type': 'tensorboard', 'source': '/runs/1'}]}

@@ -2,7 +2,11 @@
 
   options       the compile choices (runners, TPU styles, default image);
                 imports nothing heavy, so the command line can use it.
-  scheduling    TPU resources, node selectors and tolerations on the trainer
-                step (KFP v1 operator functions, KFP v2 resource specs).
-  step_outputs  the trainer step's KFP UI outputs and its entrypoint wrapper.
+  scheduling    TPU resources, node selectors, tolerations and requests of
+                the trainer pod (`TrainerPod`: KFP v1 operator functions,
+                KFP v2 resources and platform spec, Vertex AI resources).
+  step_outputs  the trainer step's KFP UI outputs and its entrypoint wrapper
+                (including retries whose execution had already succeeded).
+  kfp_v2_protos today's KFP v2 PipelineSpec/PlatformSpec and kfp-kubernetes
+                protobufs (from `proto/`), beside the pinned kfp's older ones.
 """

@@ -21,6 +21,12 @@ host: `tpu-v5-lite-podslice` with `2x4` requests `google.com/tpu: 8`. A
 larger (multi-host) topology needs one pod per host (a JobSet), which a KFP
 v1 step cannot express; it is rejected.
 
+TPU node style is retired: GKE ended Cloud TPU nodes on 2025-04-25. It is
+kept for KFP v1 only, behind an explicit `--tpu-style tpu-node` that warns.
+
+Beyond the TPU, the trainer pod takes extra node selectors and tolerations
+(Spot VMs, reservations) and CPU/memory requests (`TrainerPod`).
+
 `pipeline_operator_funcs` keeps TFX's defaults (`metadata-grpc-configmap`,
 optionally the `user-gcp-sa` secret) for every step and adds the trainer's
 functions, which act only on the step whose `op.human_name` is the trainer's
@@ -32,12 +38,11 @@ import dataclasses
 import importlib.metadata
 import math
 import re
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from absl import logging
 from kfp import dsl
 from kfp import gcp
-from kfp.pipeline_spec import pipeline_spec_pb2
 from kubernetes import client as k8s_client
 from tfx.orchestration.kubeflow import kubeflow_dag_runner
 
@@ -46,9 +51,6 @@ from tfx_tpu_trainer.kubeflow import options
 from tfx_tpu_trainer.kubeflow import step_outputs
 
 OpFunc = Callable[[dsl.ContainerOp], Optional[dsl.ContainerOp]]
-ResourceSpec = (
-    pipeline_spec_pb2.PipelineDeploymentConfig.PipelineContainerSpec
-    .ResourceSpec)
 
 TPU_STYLES = options.TPU_STYLES
 
@@ -89,6 +91,13 @@ GKE_TPU_ACCELERATORS: Dict[str, GkeTpuAccelerator] = {
     )
 }
 DEFAULT_ACCELERATOR = 'tpu-v5-lite-podslice'
+# Vertex AI's names (google.cloud.aiplatform_v1.types.AcceleratorType, in
+# google-cloud-aiplatform 1.91) of the GKE accelerators; v5p and v6e have none.
+VERTEX_ACCELERATOR_TYPES = {
+    'tpu-v4-podslice': 'TPU_V4_POD',
+    'tpu-v5-lite-device': 'TPU_V5_LITEPOD',
+    'tpu-v5-lite-podslice': 'TPU_V5_LITEPOD',
+}
 
 # TPU node style (`kfp.gcp.use_tpu`): resource `cloud-tpus.google.com/<v>`.
 TPU_NODE_RESOURCE_PREFIX = 'cloud-tpus.google.com/'
@@ -102,6 +111,26 @@ TPU_NODE_VERSIONS = ('v2', 'v3', 'preemptible-v2', 'preemptible-v3')
 DEFAULT_TPU_NODE_VERSION = 'v3'
 DEFAULT_TPU_NODE_CORES = 8
 _TF_VERSION_PATTERN = re.compile(r'^(\d+\.\d+(\.\d+)?|nightly)$')
+
+
+TPU_NODE_RETIRED_WARNING = (
+    'the TPU-node style (Cloud TPU nodes: tf-version.cloud-tpus.google.com, '
+    'cloud-tpus.google.com/<version>) is retired on GKE (end of life '
+    '2025-04-25); use --tpu-style tpu-vm (the default) with --accelerator '
+    'and --topology, e.g. tpu-v5-lite-podslice 2x4.')
+TOLERATION_EFFECTS = ('NoSchedule', 'PreferNoSchedule', 'NoExecute')
+# Kubernetes label keys ([prefix/]name) and values.
+_LABEL_NAME = r'[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?'
+_LABEL_KEY = re.compile(
+    r'^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?'
+    + _LABEL_NAME + '$')
+_LABEL_VALUE = re.compile('^(' + _LABEL_NAME + ')?$')
+# Kubernetes quantities as used for CPU and memory requests.
+_QUANTITY = re.compile(r'^(\d+(\.\d+)?)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$')
+_QUANTITY_FACTORS = {
+    None: 1, 'm': 1e-3, 'k': 1e3, 'M': 1e6, 'G': 1e9, 'T': 1e12, 'P': 1e15,
+    'E': 1e18, 'Ki': 2**10, 'Mi': 2**20, 'Gi': 2**30, 'Ti': 2**40,
+    'Pi': 2**50, 'Ei': 2**60}
 
 
 class TPUSchedulingError(errors.TPUTrainerError):
@@ -156,10 +185,10 @@ class TpuVmScheduling:
       op.add_toleration(toleration)
     return op
 
-  def platform_config(self, accelerator_type: Optional[str] = None
-                     ) -> ResourceSpec:
-    """The v2 `ResourceSpec`: accelerator `google.com/tpu` x chips."""
-    return _resource_spec(accelerator_type or TPU_VM_RESOURCE, self.chips)
+  @property
+  def vertex_accelerator_type(self) -> Optional[str]:
+    """Vertex AI's `AcceleratorType` name for this TPU, None if it has none."""
+    return VERTEX_ACCELERATOR_TYPES.get(self.accelerator)
 
   def describe(self) -> str:
     return (f'{TPU_VM_RESOURCE}: {self.chips} on {self.accelerator} '
@@ -188,11 +217,6 @@ class TpuNodeScheduling:
     return op.apply(gcp.use_tpu(tpu_cores=self.cores,
                                 tpu_resource=self.version,
                                 tf_version=self.tf_version))
-
-  def platform_config(self, accelerator_type: Optional[str] = None
-                     ) -> ResourceSpec:
-    """The v2 `ResourceSpec`: accelerator `cloud-tpus.google.com/<v>`."""
-    return _resource_spec(accelerator_type or self.resource_name, self.cores)
 
   def describe(self) -> str:
     return (f'{self.resource_name}: {self.cores}, {TPU_NODE_ANNOTATION}: '
@@ -297,6 +321,227 @@ def tpu_node(version: str = DEFAULT_TPU_NODE_VERSION,
                            tf_version=tf_version)
 
 
+@dataclasses.dataclass(frozen=True)
+class Toleration:
+  """A pod toleration. Build with `parse_toleration('KEY[=VALUE]:EFFECT')`."""
+  key: str
+  effect: str
+  value: Optional[str] = None
+
+  @property
+  def operator(self) -> str:
+    return 'Exists' if self.value is None else 'Equal'
+
+  def to_dict(self) -> Dict[str, str]:
+    """The Kubernetes toleration (also kfp-kubernetes' `Toleration`)."""
+    toleration = {'key': self.key, 'operator': self.operator}
+    if self.value is not None:
+      toleration['value'] = self.value
+    toleration['effect'] = self.effect
+    return toleration
+
+  def to_k8s(self) -> k8s_client.V1Toleration:
+    return k8s_client.V1Toleration(key=self.key, operator=self.operator,
+                                   value=self.value, effect=self.effect)
+
+
+TPU_TOLERATION = Toleration(key=TPU_VM_RESOURCE, effect='NoSchedule')
+
+
+def parse_toleration(text: str) -> Toleration:
+  """`KEY=VALUE:EFFECT` (operator Equal) or `KEY:EFFECT` (operator Exists).
+
+  The syntax of `kubectl taint`: e.g. `cloud.google.com/gke-spot=true:
+  NoSchedule` tolerates GKE's Spot taint.
+
+  Raises:
+    TPUSchedulingError: naming the bad part and the accepted forms.
+  """
+  accepted = ('accepted forms: KEY=VALUE:EFFECT or KEY:EFFECT, EFFECT one of '
+              f'{", ".join(TOLERATION_EFFECTS)}.')
+  key_value, sep, effect = str(text).rpartition(':')
+  if not sep or effect not in TOLERATION_EFFECTS:
+    raise TPUSchedulingError(
+        f'trainer-toleration {text!r} has no effect {"/".join(TOLERATION_EFFECTS)}'
+        f' after the last ":"; {accepted}')
+  key, eq, value = key_value.partition('=')
+  if not _LABEL_KEY.match(key):
+    raise TPUSchedulingError(
+        f'trainer-toleration {text!r}: {key!r} is not a Kubernetes taint key; '
+        f'{accepted}')
+  if eq and not (value and _LABEL_VALUE.match(value)):
+    raise TPUSchedulingError(
+        f'trainer-toleration {text!r}: {value!r} is not a Kubernetes taint '
+        f'value; {accepted}')
+  return Toleration(key=key, effect=effect, value=value if eq else None)
+
+
+def parse_node_selector(text: str) -> Tuple[str, str]:
+  """`KEY=VALUE`: a node label the trainer pod must select.
+
+  Raises:
+    TPUSchedulingError: naming the bad part.
+  """
+  key, eq, value = str(text).partition('=')
+  if not eq or not _LABEL_KEY.match(key) or not _LABEL_VALUE.match(value):
+    raise TPUSchedulingError(
+        f'trainer-node-selector {text!r} is not KEY=VALUE with a Kubernetes '
+        'label key and value (e.g. cloud.google.com/gke-spot=true).')
+  return key, value
+
+
+def parse_quantity(text: str, what: str) -> str:
+  """A positive Kubernetes quantity (`4`, `500m`, `16Gi`), as given.
+
+  Raises:
+    TPUSchedulingError: naming `what` (e.g. `trainer-cpu`).
+  """
+  match = _QUANTITY.match(str(text))
+  if not match or quantity_value(text) <= 0:
+    raise TPUSchedulingError(
+        f'{what} {text!r} is not a positive Kubernetes quantity (e.g. 4, '
+        '500m, 16Gi, 32G).')
+  return text
+
+
+def quantity_value(text: str) -> float:
+  """The number a quantity stands for (cores, or bytes)."""
+  match = _QUANTITY.match(text)
+  return float(match.group(1)) * _QUANTITY_FACTORS[match.group(3)]
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerPod:
+  """Everything the trainer step's pod gets: TPU, placement, requests.
+
+  `node_selector` and `tolerations` are the extra ones (Spot VMs,
+  reservations); the TPU's come from `tpu`. The same object renders the KFP
+  v1 step (`apply`), the KFP v2 executor (`kfp_v2_resources`,
+  `kubernetes_executor_config`) and the Vertex AI executor
+  (`vertex_resources`).
+  """
+  tpu: Optional[TpuScheduling] = None
+  node_selector: Tuple[Tuple[str, str], ...] = ()
+  tolerations: Tuple[Toleration, ...] = ()
+  cpu_request: Optional[str] = None
+  memory_request: Optional[str] = None
+
+  def __post_init__(self):
+    tpu_labels = self._tpu_node_selector()
+    for key, value in self.node_selector:
+      if key in tpu_labels and tpu_labels[key] != value:
+        raise TPUSchedulingError(
+            f'trainer-node-selector {key}={value} contradicts the TPU request '
+            f'({key}={tpu_labels[key]}); set it with --accelerator/--topology.')
+    keys = [key for key, _ in self.node_selector]
+    duplicates = sorted({key for key in keys if keys.count(key) > 1})
+    if duplicates:
+      raise TPUSchedulingError(
+          f'trainer-node-selector sets {", ".join(duplicates)} more than once.')
+
+  def _tpu_node_selector(self) -> Dict[str, str]:
+    if isinstance(self.tpu, TpuVmScheduling):
+      return self.tpu.node_selector
+    return {}
+
+  @property
+  def all_node_selector(self) -> Dict[str, str]:
+    labels = self._tpu_node_selector()
+    labels.update(self.node_selector)
+    return labels
+
+  @property
+  def all_tolerations(self) -> List[Toleration]:
+    tolerations = ([TPU_TOLERATION] if isinstance(self.tpu, TpuVmScheduling)
+                   else [])
+    return tolerations + [t for t in self.tolerations if t not in tolerations]
+
+  @property
+  def resource_limits(self) -> Dict[str, str]:
+    return dict(self.tpu.resource_limits) if self.tpu is not None else {}
+
+  @property
+  def resource_requests(self) -> Dict[str, str]:
+    requests = {}
+    if self.cpu_request:
+      requests['cpu'] = self.cpu_request
+    if self.memory_request:
+      requests['memory'] = self.memory_request
+    return requests
+
+  def apply(self, op: dsl.ContainerOp) -> dsl.ContainerOp:
+    """KFP v1: limits, requests, node selectors, tolerations (annotation)."""
+    if isinstance(self.tpu, TpuNodeScheduling):
+      self.tpu.apply(op)
+    else:
+      for name, value in self.resource_limits.items():
+        op.container.add_resource_limit(name, value)
+    for name, value in self.resource_requests.items():
+      op.container.add_resource_request(name, value)
+    for label, value in self.all_node_selector.items():
+      op.add_node_selector_constraint(label, value)
+    for toleration in self.all_tolerations:
+      op.add_toleration(toleration.to_k8s())
+    return op
+
+  def kfp_v2_resources(self) -> Dict[str, Any]:
+    """The executor's `resources` in today's KFP v2 pipeline spec (JSON).
+
+    Both the current fields (`resourceCpuRequest`, `accelerator.resourceType`
+    ...) and the deprecated ones older backends read (`cpuRequest` in cores,
+    `memoryRequest` in GB, `accelerator.type/count`).
+    """
+    resources: Dict[str, Any] = {}
+    if self.cpu_request:
+      resources['cpuRequest'] = quantity_value(self.cpu_request)
+      resources['resourceCpuRequest'] = self.cpu_request
+    if self.memory_request:
+      resources['memoryRequest'] = quantity_value(self.memory_request) / 1e9
+      resources['resourceMemoryRequest'] = self.memory_request
+    if self.tpu is not None:
+      (name, count), = self.tpu.resource_limits.items()
+      resources['accelerator'] = {'type': name, 'count': count,
+                                  'resourceType': name, 'resourceCount': count}
+    return resources
+
+  def kubernetes_executor_config(self) -> Dict[str, Any]:
+    """kfp-kubernetes' `KubernetesExecutorConfig` (JSON) for the trainer."""
+    config: Dict[str, Any] = {}
+    if self.all_node_selector:
+      config['nodeSelector'] = {'labels': self.all_node_selector}
+    if self.all_tolerations:
+      config['tolerations'] = [t.to_dict() for t in self.all_tolerations]
+    return config
+
+  def vertex_resources(self, accelerator_type: Optional[str]
+                      ) -> Dict[str, Any]:
+    """The executor's `resources` as Vertex AI Pipelines reads them.
+
+    Vertex picks the machine from the accelerator (its `AcceleratorType`
+    name) and the CPU/memory limits (cores, GB); the requests are given as
+    those limits. Node selectors and tolerations do not exist there.
+    """
+    resources: Dict[str, Any] = {}
+    if self.cpu_request:
+      resources['cpuLimit'] = quantity_value(self.cpu_request)
+    if self.memory_request:
+      resources['memoryLimit'] = quantity_value(self.memory_request) / 1e9
+    if self.tpu is not None:
+      (_, count), = self.tpu.resource_limits.items()
+      resources['accelerator'] = {'type': accelerator_type, 'count': count}
+    return resources
+
+
+def set_env(name: str, value: str) -> OpFunc:
+  """An operator function that sets an environment variable on a step."""
+
+  def _set_env(op: dsl.ContainerOp) -> dsl.ContainerOp:
+    op.container.add_env_variable(k8s_client.V1EnvVar(name=name, value=value))
+    return op
+
+  return _set_env
+
+
 class StepOpFunc:
   """An operator function that acts only on the step of one component.
 
@@ -332,13 +577,13 @@ def set_image(image: str) -> OpFunc:
 
 
 def trainer_step_op(trainer_id: str,
-                    tpu: Optional[TpuScheduling] = None,
+                    pod: Optional[TrainerPod] = None,
                     image: Optional[str] = None) -> StepOpFunc:
-  """The trainer's operator function: image, TPU, KFP metrics output.
+  """The trainer's operator function: image, pod spec, KFP metrics output.
 
   Args:
     trainer_id: the trainer component's id (its step's `op.human_name`).
-    tpu: the TPU request, or None for no TPU.
+    pod: TPU, node selectors, tolerations and requests, or None for none.
     image: a trainer-only image (e.g. one with the TPU runtime), or None to
       keep the pipeline's image.
 
@@ -348,15 +593,17 @@ def trainer_step_op(trainer_id: str,
   funcs = []
   if image:
     funcs.append(set_image(image))
-  if tpu is not None:
-    funcs.append(tpu.apply)
+  if pod is not None:
+    funcs.append(pod.apply)
   funcs.append(step_outputs.trainer_step_outputs)
   return StepOpFunc(trainer_id, funcs)
 
 
 def pipeline_operator_funcs(trainer_op: StepOpFunc,
-                            use_gcp_sa: bool = False) -> List[OpFunc]:
-  """TFX's default operator functions plus the trainer-only one.
+                            use_gcp_sa: bool = False,
+                            env: Optional[Dict[str, str]] = None
+                           ) -> List[OpFunc]:
+  """TFX's default operator functions, `env` on every step, the trainer's.
 
   Passing `pipeline_operator_funcs` to `KubeflowDagRunnerConfig` replaces its
   defaults, so they are listed here again.
@@ -364,19 +611,15 @@ def pipeline_operator_funcs(trainer_op: StepOpFunc,
   Args:
     trainer_op: from `trainer_step_op`.
     use_gcp_sa: mount the `user-gcp-sa` secret on every step (TFX's option).
+    env: environment variables for every step.
 
   Returns:
     The functions, defaults first.
   """
-  return list(kubeflow_dag_runner.get_default_pipeline_operator_funcs(
-      use_gcp_sa=use_gcp_sa)) + [trainer_op]
-
-
-def _resource_spec(accelerator_type: str, count: int) -> ResourceSpec:
-  spec = ResourceSpec()
-  spec.accelerator.type = accelerator_type
-  spec.accelerator.count = count
-  return spec
+  return (list(kubeflow_dag_runner.get_default_pipeline_operator_funcs(
+      use_gcp_sa=use_gcp_sa)) +
+          [set_env(name, value) for name, value in (env or {}).items()] +
+          [trainer_op])
 
 
 def _dims(topology: str) -> Tuple[int, ...]:

@@ -21,6 +21,15 @@ repeats ours. So the trainer step runs this module as its entrypoint
 container entrypoint unchanged, then `finalize_step_outputs` writes an empty
 metrics list if none was written and drops duplicate UI entries.
 
+A retried step whose execution already succeeded (the pod died after TFX
+published it, or Argo retried the step) does not run the executor: TFX's
+launcher finds the successful execution and returns it without outputs, and
+TFX 1.15's `_dump_ui_metadata` then raises `KeyError: 'model_run'`. The
+wrapper replaces that function for the step: when the executor was skipped
+it restores the outputs of the execution that succeeded (its `model_run`
+from MLMD, the metrics from its `eval_metrics.json`) instead, so the retry
+exits 0 and shows the same metrics.
+
 "Inside a Kubeflow v1 step" means: the process's `__main__` is TFX's v1
 container entrypoint or this module (both run the executor in-process).
 """
@@ -171,7 +180,8 @@ def finalize_step_outputs(paths: KfpOutputPaths) -> None:
     paths: the step's KFP UI files.
   """
   try:
-    if not os.path.exists(paths.metrics_path):
+    if not _is_metrics_document(paths.metrics_path):
+      # Missing, or the empty placeholder the image creates for its user.
       _write_json_atomically(paths.metrics_path, {'metrics': []})
     if os.path.exists(paths.ui_metadata_path):
       outputs = read_ui_outputs(paths.ui_metadata_path)
@@ -204,12 +214,84 @@ def trainer_step_outputs(op):
   return op
 
 
+def executor_skipped(node, execution_info) -> bool:
+  """Whether TFX's launcher returned without running the executor.
+
+  It returns no output artifacts then (an execution that already succeeded,
+  or inputs that could not be resolved), while the node declares outputs.
+  """
+  return bool(node.outputs.outputs) and not (
+      execution_info is not None and execution_info.output_dict)
+
+
+def previous_outputs(metadata_handle, execution_id: int
+                    ) -> Dict[str, List[Any]]:
+  """The output artifacts (MLMD protos) of an execution, by output key."""
+  from ml_metadata.proto import metadata_store_pb2  # pylint: disable=g-import-not-at-top
+  store = metadata_handle.store
+  keys: Dict[int, str] = {}
+  for event in store.get_events_by_execution_ids([execution_id]):
+    if event.type in (metadata_store_pb2.Event.OUTPUT,
+                      metadata_store_pb2.Event.DECLARED_OUTPUT):
+      keys[event.artifact_id] = (event.path.steps[0].key
+                                 if event.path.steps else '')
+  outputs: Dict[str, List[Any]] = {}
+  for artifact in store.get_artifacts_by_id(sorted(keys)):
+    outputs.setdefault(keys[artifact.id], []).append(artifact)
+  return outputs
+
+
+def restore_previous_outputs(metadata_handle, execution_id: Optional[int],
+                             paths: KfpOutputPaths,
+                             model_run_key: str = 'model_run') -> bool:
+  """Writes the KFP UI outputs of the execution that already succeeded.
+
+  Args:
+    metadata_handle: an open `tfx.orchestration.metadata.Metadata`.
+    execution_id: the execution TFX's launcher returned (None: no execution).
+    paths: the step's KFP UI files.
+    model_run_key: the output key of the trainer's `ModelRun`.
+
+  Returns:
+    Whether the previous metrics were found and written.
+  """
+  from tfx_tpu_trainer import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
+  from tfx.dsl.io import fileio  # pylint: disable=g-import-not-at-top
+  if execution_id is None:
+    return False
+  model_runs = previous_outputs(metadata_handle, execution_id).get(
+      model_run_key, [])
+  if not model_runs:
+    logging.warning('Execution %d has no %s output; no metrics to restore.',
+                    execution_id, model_run_key)
+    return False
+  model_run_uri = model_runs[0].uri
+  metrics_file = os.path.join(model_run_uri, metrics_lib.METRICS_FILE_NAME)
+  try:
+    with fileio.open(metrics_file) as f:
+      metrics = json.loads(f.read())
+  except (OSError, ValueError) as e:  # fileio raises NotFoundError(OSError).
+    logging.warning('Could not read %s: %s', metrics_file, e)
+    return False
+  logging.info('Execution %d had already succeeded; its metrics (%s) and '
+               'TensorBoard view (%s) are shown again.', execution_id,
+               metrics_file, model_run_uri)
+  write_kfp_ui_outputs(metrics, model_run_uri, paths)
+  merge_ui_metadata(paths.ui_metadata_path, [{
+      'storage': 'inline', 'type': 'markdown',
+      'source': (f'Execution {execution_id} had already succeeded; this retry '
+                 'did not run the executor. Its outputs are shown.')}])
+  return True
+
+
 def main(argv: Optional[Sequence[str]] = None,
          paths: Optional[KfpOutputPaths] = None) -> None:
   """The trainer step's entrypoint: TFX's, then `finalize_step_outputs`.
 
   Runs `tfx.orchestration.kubeflow.container_entrypoint.main` in this
-  process with the same arguments, so the executor runs here too.
+  process with the same arguments, so the executor runs here too. When the
+  launcher skips the executor, TFX's UI dump (which would raise) is replaced
+  by `restore_previous_outputs`.
 
   Args:
     argv: TFX's container entrypoint arguments (default `sys.argv[1:]`).
@@ -220,10 +302,48 @@ def main(argv: Optional[Sequence[str]] = None,
   from tfx.orchestration.kubeflow import container_entrypoint  # pylint: disable=g-import-not-at-top
   argv = list(sys.argv[1:] if argv is None else argv)
   paths = paths or _paths_from_argv(argv)
+  tfx_dump_ui_metadata = container_entrypoint._dump_ui_metadata  # pylint: disable=protected-access
+
+  def dump_ui_metadata(node, execution_info, ui_metadata_path=UI_METADATA_PATH):
+    if not executor_skipped(node, execution_info):
+      return tfx_dump_ui_metadata(node, execution_info, ui_metadata_path)
+    execution_id = getattr(execution_info, 'execution_id', None)
+    logging.warning('The executor of %s did not run (execution %s); TFX\'s '
+                    'UI metadata is skipped.', node.node_info.id, execution_id)
+    with _metadata_handle(argv) as handle:
+      restore_previous_outputs(handle, execution_id, paths)
+
+  container_entrypoint._dump_ui_metadata = dump_ui_metadata  # pylint: disable=protected-access
   try:
     container_entrypoint.main(argv)
   finally:
+    container_entrypoint._dump_ui_metadata = tfx_dump_ui_metadata  # pylint: disable=protected-access
     finalize_step_outputs(paths)
+
+
+def _metadata_handle(argv: Sequence[str]):
+  """MLMD as TFX's entrypoint reaches it (`--kubeflow_metadata_config`)."""
+  from google.protobuf import json_format  # pylint: disable=g-import-not-at-top
+  from tfx.orchestration import metadata  # pylint: disable=g-import-not-at-top
+  from tfx.orchestration.kubeflow import container_entrypoint  # pylint: disable=g-import-not-at-top
+  from tfx.orchestration.kubeflow.proto import kubeflow_pb2  # pylint: disable=g-import-not-at-top
+  parser = argparse.ArgumentParser(add_help=False)
+  parser.add_argument('--kubeflow_metadata_config', required=True)
+  known, _ = parser.parse_known_args(list(argv))
+  config = kubeflow_pb2.KubeflowMetadataConfig()
+  json_format.Parse(known.kubeflow_metadata_config, config)
+  return metadata.Metadata(
+      container_entrypoint._get_metadata_connection_config(config))  # pylint: disable=protected-access
+
+
+def _is_metrics_document(path: str) -> bool:
+  try:
+    with open(path) as f:
+      document = json.load(f)
+  except (OSError, ValueError):
+    return False
+  return isinstance(document, dict) and isinstance(document.get('metrics'),
+                                                   list)
 
 
 def _main_module_name() -> Optional[str]:
@@ -260,9 +380,22 @@ def _dedupe(outputs: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
 
 
 def _write_json_atomically(path: str, document: Any) -> None:
+  """Replaces `path` atomically; in place where its directory is read-only.
+
+  A step that runs as a non-root user cannot create files in `/`; the images
+  create `/mlpipeline-*.json` for that user (see the Dockerfile), so the file
+  itself is writable even where a temporary file beside it is not.
+  """
   directory = os.path.dirname(os.path.abspath(path))
-  descriptor, temporary = tempfile.mkstemp(
-      dir=directory, prefix='.' + os.path.basename(path) + '.')
+  try:
+    descriptor, temporary = tempfile.mkstemp(
+        dir=directory, prefix='.' + os.path.basename(path) + '.')
+  except PermissionError:
+    if not os.path.isfile(path):
+      raise
+    with open(path, 'w') as f:
+      json.dump(document, f)
+    return
   try:
     with os.fdopen(descriptor, 'w') as f:
       json.dump(document, f)
