@@ -72,7 +72,7 @@ class Executor(trainer_executor.GenericExecutor):
                                        fn_args.transform_graph_path)
     # Prepare: label key, params, model_fn, input and serving functions.
     run = prepare.prepare_run(config, module, schemas,
-                              fn_args.hyperparameters)
+                              fn_args.hyperparameters, fn_args)
     train_input_fn, eval_input_fn = _build_input_fns(fn_args, config, run)
     data_checks.check_first_batch(fn_args.train_files, 'train',
                                   config.train_batch_size, 'train_batch_size')
