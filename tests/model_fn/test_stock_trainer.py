@@ -116,7 +116,9 @@ def test_taxi_utils_trains_and_exports_on_cpu(taxi_artifacts, tmp_path):
   loaded = tf.saved_model.load(path, tags=['serve'])
   raw = pipeline_outputs.read_serialized_examples(
       taxi_artifacts.raw_examples, 'eval', 3)
-  outputs = loaded.signatures['serving_default'](examples=tf.constant(raw))
+  signature = loaded.signatures['serving_default']
+  (input_name,) = signature.structured_input_signature[1]
+  outputs = signature(**{input_name: tf.constant(raw)})
   assert outputs['scores'].shape == (3, 2)
 
 
