@@ -78,10 +78,16 @@ class Executor(trainer_executor.GenericExecutor):
                                   config.train_batch_size, 'train_batch_size')
     data_checks.check_first_batch(fn_args.eval_files, 'eval',
                                   config.eval_batch_size, 'eval_batch_size')
-    # Preflight: what a TPU would reject, found on CPU in seconds.
+    # Preflight: what a TPU would reject, found on CPU in seconds; on CPU,
+    # the train, eval and export graphs built before the first step.
+    sample_train_fn, sample_eval_fn = _build_input_fns(fn_args, config, run,
+                                                       cache='none')
     if config.use_tpu:
-      sample_input_fn, _ = _build_input_fns(fn_args, config, run, cache='none')
-      preflight_checks.check_before_training(run, config, sample_input_fn)
+      preflight_checks.check_before_training(run, config, sample_train_fn)
+    else:
+      preflight_checks.check_graphs_before_training(run, config,
+                                                    sample_train_fn,
+                                                    sample_eval_fn)
     # Train.
     model = artifact_utils.get_single_instance(
         output_dict[standard_component_specs.MODEL_KEY])
