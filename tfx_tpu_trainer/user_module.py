@@ -36,6 +36,10 @@ SERVING_INPUT_RECEIVER_FN = 'serving_input_receiver_fn'
 BUILD_KERAS_MODEL = 'build_keras_model'
 LABEL_KEY_ATTRIBUTE = 'LABEL_KEY'
 TRAINER_FN = 'trainer_fn'
+# The custom_config entry in which TPUTrainer keeps the user's module_file
+# when TFX packages the module as a wheel (and passes only `name@wheel`), so
+# errors name the file the user wrote; the executor takes it out first.
+MODULE_FILE_NAME_KEY = '_module_file'
 RUN_FN = 'run_fn'
 
 _REQUIRED_ARGS = {
@@ -289,14 +293,14 @@ def _import_module_path(module_path: str, source: str) -> types.ModuleType:
   """Imports `name` or `name@wheel` (TFX's packaged user module)."""
   module_name, wheels = udf_utils.decode_user_module_key(module_path)
   wheels = [io_utils.ensure_local(wheel) for wheel in wheels]
-  with udf_utils.TempPipInstallContext(wheels):
-    if module_name in sys.modules:
-      del sys.modules[module_name]
-    try:
+  try:
+    with udf_utils.TempPipInstallContext(wheels):
+      if module_name in sys.modules:
+        del sys.modules[module_name]
       module = importlib.import_module(module_name)
-    except Exception as e:  # pylint: disable=broad-except
-      raise UserModuleError(
-          f'module_file {source!r} failed to import: '
-          f'{type(e).__name__}: {e}') from e
+  except Exception as e:  # pylint: disable=broad-except
+    raise UserModuleError(
+        f'module_file {source!r} failed to import: '
+        f'{type(e).__name__}: {e}') from e
   logging.info('Loaded user module %s (%s).', module_path, source)
   return module

@@ -35,6 +35,7 @@ from tensorflow.python.feature_column import feature_column_v2_types as fc_types
 from tfx.components.trainer import fn_args_utils
 
 from tfx_tpu_trainer import user_module as user_module_lib
+from tfx_tpu_trainer.model_fn import checked
 from tfx_tpu_trainer.model_fn import estimator_adapter
 from tfx_tpu_trainer.model_fn import keras_adapter
 
@@ -194,7 +195,8 @@ def _named_errors(model_fn: Callable[..., Any], source: str):
       raise
     except Exception as e:  # pylint: disable=broad-except
       raise StockTrainerError(
-          f'{source} raised {type(e).__name__} in mode {mode!r}: {e}') from e
+          f'{source} raised {type(e).__name__} in mode {mode!r}: {e}'
+          f'{checked.label_shape_hint(labels, e)}') from e
 
   tpu_model_fn.__doc__ = model_fn.__doc__
   return tpu_model_fn

@@ -343,7 +343,7 @@ class _Preflight:
     run, run_findings = self._run(
         step, phase, host_fn=host_fn,
         checkpoint_prefix=os.path.join(self.workdir, 'preflight', 'model.ckpt'))
-    findings.extend(run_findings)
+    findings[:] = preflight_graph.fold_knock_on(step, findings + run_findings)
     if run is not None:
       self.checkpoint = run.checkpoint
       findings.append(Finding(
@@ -397,7 +397,7 @@ class _Preflight:
       return updates, values
 
     run, run_findings = self._run(step, phase, host_fn=host_fn)
-    findings.extend(run_findings)
+    findings[:] = preflight_graph.fold_knock_on(step, findings + run_findings)
     if run is not None:
       computed = ', '.join(f'{name}={float(value):.4g}' for name, value in
                            zip(names, run.host_values or []))
@@ -427,7 +427,7 @@ class _Preflight:
                        outputs, phase)
     findings = preflight_graph.check_ops(step, phase)
     run, run_findings = self._run(step, phase)
-    findings.extend(run_findings)
+    findings = preflight_graph.fold_knock_on(step, findings + run_findings)
     if run is not None:
       findings.append(Finding(
           'predict-step', INFO,
