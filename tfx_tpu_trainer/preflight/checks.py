@@ -603,11 +603,12 @@ def _cpu_step_findings(model_fn, mode: str, features: Any, labels: Any,
   try:
     spec = estimator_adapter.call_model_fn(model_fn, features, labels, mode,
                                            params, run_config)
+  except errors.TPUTrainerError:
+    raise  # The module's own error (it names the module): as it is.
   except Exception as e:  # pylint: disable=broad-except
-    detail = (str(e) if isinstance(e, errors.TPUTrainerError) else
-              f'the model_fn failed in mode {mode!r}: '
-              f'{type(e).__name__}: {e}')
-    return [Finding('model-fn-error', ERROR, detail, phase)]
+    return [Finding('model-fn-error', ERROR,
+                    f'the model_fn failed in mode {mode!r}: '
+                    f'{type(e).__name__}: {e}', phase)]
   fields = {ModeKeys.TRAIN: ('loss', 'train_op'), ModeKeys.EVAL: ('loss',),
             ModeKeys.PREDICT: ('predictions',)}[mode]
   try:
@@ -637,7 +638,9 @@ def check_graphs_before_training(
   train step on the training input, the eval step (with its metric_fn) on
   the eval input, and the export's PREDICT step on the serving input. No
   XLA compile and no TPU checks: what fails here would fail the CPU run,
-  after training for the eval and export graphs.
+  after training for the eval and export graphs. An error of the module's
+  own (a TPUTrainerError naming it) is raised as it is; other failures are
+  findings, raised together as a PreflightError.
 
   Args:
     run: the prepared run.
@@ -648,12 +651,12 @@ def check_graphs_before_training(
     The report (logged).
 
   Raises:
-    PreflightError: listing the errors.
+    TPUTrainerError: the module's error, e.g. a UserModuleError.
+    PreflightError: listing the other errors.
   """
   report = PreflightReport(source=run.module.module_file, num_shards=1,
                            sample_origin='the graphs of the training and '
                            'eval input (not read)')
-  phases = _Phases(report)
   cpu_config = dataclasses.replace(config, use_tpu=False, tpu=None)
 
   def step(mode, input_fn, batch_size, phase):
@@ -678,7 +681,9 @@ def check_graphs_before_training(
           return _cpu_step_findings(run.model_fn, mode, features, labels,
                                     params, run_config, phase)
 
-    phases.run(phase, build)
+    start = time.time()
+    report.findings.extend(build())
+    report.seconds[phase] = round(time.time() - start, 2)
 
   step(ModeKeys.TRAIN, train_input_fn, config.train_batch_size, 'train')
   step(ModeKeys.EVAL, eval_input_fn, config.eval_batch_size, 'eval')
