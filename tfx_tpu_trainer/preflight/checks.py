@@ -618,7 +618,8 @@ def _cpu_step_findings(model_fn, mode: str, features: Any, labels: Any,
   try:
     spec.as_estimator_spec()
   except Exception as e:  # pylint: disable=broad-except
-    what = 'metric_fn' if mode == ModeKeys.EVAL else 'host_call'
+    what = ('metric_fn' if mode == ModeKeys.EVAL else
+            'host_call (or eval_metrics)')
     return [Finding(
         'eval-metric-fn' if mode == ModeKeys.EVAL else 'host-call', ERROR,
         f'the {what} of the {mode!r} TPUEstimatorSpec failed: '
