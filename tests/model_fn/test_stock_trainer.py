@@ -8,7 +8,6 @@ import tensorflow as tf
 from tensorflow import estimator as tf_estimator
 from tfx.utils import path_utils
 
-from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import executor
 from tfx_tpu_trainer import export
 from tfx_tpu_trainer import metrics as metrics_lib
@@ -18,8 +17,6 @@ from tfx_tpu_trainer.model_fn import stock_trainer
 from tests.fixtures import pipeline_outputs
 from tests.conftest import TEST_MODULES_DIR
 
-TFX_EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(
-    tf_estimator.__file__)), 'tfx', 'examples')
 TAXI_UTILS = os.path.join(os.path.dirname(tf.__file__), os.pardir, 'tfx',
                           'examples', 'chicago_taxi_pipeline', 'taxi_utils.py')
 PENGUIN_KERAS = os.path.join(os.path.dirname(tf.__file__), os.pardir, 'tfx',
