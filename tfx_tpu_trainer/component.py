@@ -1,9 +1,13 @@
 """TPUTrainer: the TFX Trainer component with the TPUEstimator executor."""
 
+import os
+
 from tfx.components.trainer import component as trainer_component
+from tfx.components.util import udf_utils
 from tfx.dsl.components.base import executor_spec
 
 from tfx_tpu_trainer import executor
+from tfx_tpu_trainer import user_module
 
 
 class TPUTrainer(trainer_component.Trainer):
@@ -18,3 +22,15 @@ class TPUTrainer(trainer_component.Trainer):
   """
 
   EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.Executor)
+
+  def __init__(self, *args, module_file=None, custom_config=None, **kwargs):
+    # TFX packages a module_file as a wheel and passes the executor only
+    # `name@wheel`; keep the user's path so that errors name it.
+    if (isinstance(module_file, str) and
+        udf_utils.should_package_user_modules() and
+        (custom_config is None or isinstance(custom_config, dict))):
+      custom_config = dict(custom_config or {})
+      custom_config[user_module.MODULE_FILE_NAME_KEY] = os.path.abspath(
+          module_file)
+    super().__init__(*args, module_file=module_file,
+                     custom_config=custom_config, **kwargs)

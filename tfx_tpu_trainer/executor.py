@@ -65,23 +65,31 @@ class Executor(trainer_executor.GenericExecutor):
     # Check: every input, before anything is built.
     _check_splits(input_dict, exec_properties)
     fn_args = self._GetFnArgs(input_dict, output_dict, exec_properties)
+    module_file_name = _take_module_file_name(fn_args)
     config = config_lib.TrainerConfig.from_custom_config(fn_args.custom_config)
     config.check_steps(fn_args.train_steps, fn_args.eval_steps)
-    module = user_module_lib.load_user_module(exec_properties)
+    module = user_module_lib.load_user_module(exec_properties,
+                                              module_file_name)
     schemas = schemas_lib.load_schemas(fn_args.schema_path,
                                        fn_args.transform_graph_path)
     # Prepare: label key, params, model_fn, input and serving functions.
     run = prepare.prepare_run(config, module, schemas,
-                              fn_args.hyperparameters)
+                              fn_args.hyperparameters, fn_args)
     train_input_fn, eval_input_fn = _build_input_fns(fn_args, config, run)
     data_checks.check_first_batch(fn_args.train_files, 'train',
                                   config.train_batch_size, 'train_batch_size')
     data_checks.check_first_batch(fn_args.eval_files, 'eval',
                                   config.eval_batch_size, 'eval_batch_size')
-    # Preflight: what a TPU would reject, found on CPU in seconds.
+    # Preflight: what a TPU would reject, found on CPU in seconds; on CPU,
+    # the train, eval and export graphs built before the first step.
+    sample_train_fn, sample_eval_fn = _build_input_fns(fn_args, config, run,
+                                                       cache='none')
     if config.use_tpu:
-      sample_input_fn, _ = _build_input_fns(fn_args, config, run, cache='none')
-      preflight_checks.check_before_training(run, config, sample_input_fn)
+      preflight_checks.check_before_training(run, config, sample_train_fn)
+    else:
+      preflight_checks.check_graphs_before_training(run, config,
+                                                    sample_train_fn,
+                                                    sample_eval_fn)
     # Train.
     model = artifact_utils.get_single_instance(
         output_dict[standard_component_specs.MODEL_KEY])
@@ -119,6 +127,13 @@ def _publish(estimator, serving_input_receiver_fn, final_metrics, model,
   logging.info('Final evaluation: %s (written to %s).', metrics, metrics_path)
   if resumable_dir:
     checkpoints.remove(resumable_dir)
+
+
+def _take_module_file_name(fn_args: fn_args_utils.FnArgs) -> Optional[str]:
+  """The user's module_file that TPUTrainer kept in custom_config, removed."""
+  if not isinstance(fn_args.custom_config, dict):
+    return None
+  return fn_args.custom_config.pop(user_module_lib.MODULE_FILE_NAME_KEY, None)
 
 
 def _check_splits(input_dict, exec_properties) -> None:

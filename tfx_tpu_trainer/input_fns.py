@@ -34,6 +34,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from absl import logging
 import tensorflow as tf
+from tensorflow import estimator as tf_estimator
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx.components.trainer import fn_args_utils
 
@@ -358,11 +359,13 @@ def make_input_fn(file_pattern: List[str],
       return default_dataset(file_pattern, schema, label_key,
                              params['batch_size'], training, repeat, index,
                              count, cache)
+    # params['mode']: which step the input feeds (ModeKeys.TRAIN or EVAL).
     dataset = module_input_fn(
         file_pattern=file_pattern,
         data_accessor=data_accessor,
         schema=schema,
-        params=params)
+        params=dict(params, mode=(tf_estimator.ModeKeys.TRAIN if training
+                                  else tf_estimator.ModeKeys.EVAL)))
     if not isinstance(dataset, tf.data.Dataset):
       raise module_input_fn.error(
           'must return a tf.data.Dataset of (features, label), got '

@@ -20,6 +20,7 @@ from tfx_tpu_trainer import schemas as schemas_lib
 from tfx_tpu_trainer import serving
 from tfx_tpu_trainer import user_module as user_module_lib
 from tfx_tpu_trainer.model_fn import dispatch
+from tfx_tpu_trainer.model_fn import stock_trainer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +77,8 @@ class PreparedRun:
 def prepare_run(config: config_lib.TrainerConfig,
                 module: user_module_lib.UserModule,
                 schemas: Optional[schemas_lib.ExampleSchemas],
-                hyperparameters: Optional[Mapping[str, Any]] = None
+                hyperparameters: Optional[Mapping[str, Any]] = None,
+                fn_args: Optional[fn_args_utils.FnArgs] = None
                 ) -> PreparedRun:
   """Decides the label key, params, model_fn and serving input of a run.
 
@@ -85,6 +87,8 @@ def prepare_run(config: config_lib.TrainerConfig,
     module: the loaded user module.
     schemas: the example schemas (None: the preflight CLI without a schema).
     hyperparameters: fn_args.hyperparameters (tuned values), if any.
+    fn_args: the run's FnArgs, handed to a stock module's trainer_fn
+      (default: FnArgs naming only the transform graph).
 
   Returns:
     The prepared run.
@@ -92,14 +96,26 @@ def prepare_run(config: config_lib.TrainerConfig,
   Raises:
     TPUTrainerError: a label key missing from the schema, a hyperparameter
       with a reserved name, a raw_label_key missing from the raw schema or
-      needed by a served feature.
+      needed by a served feature, a stock-Trainer estimator that cannot be
+      taken over.
   """
-  label_key = config.label_key or module.label_key
+  params = params_lib.build_params(config, hyperparameters)
+  if module.trainer_fn is not None:
+    stock = stock_trainer.stock_model(
+        module.trainer_fn, fn_args or _minimal_fn_args(schemas),
+        schemas.raw if schemas is not None else None)
+    if config.use_tpu:
+      stock_trainer.check_for_tpu(stock)
+    params = dict(stock.params, **params)
+    model_fn = stock.model_fn
+  else:
+    model_fn = dispatch.model_fn_for_module(module)
+  label_key = config.label_key or module.label_key or _stock_label_key(
+      module, schemas)
   if schemas is not None and label_key is not None:
     schemas_lib.check_label_key(
         schemas.examples, label_key,
         'transformed' if schemas.tf_transform_output else 'examples')
-  params = params_lib.build_params(config, hyperparameters)
   serving_features = None
   if schemas is not None and module.serving_input_receiver_fn is None:
     serving_features = raw_label.find_serving_features(
@@ -118,6 +134,38 @@ def prepare_run(config: config_lib.TrainerConfig,
       schemas=schemas,
       label_key=label_key,
       params=params,
-      model_fn=dispatch.model_fn_for_module(module),
+      model_fn=model_fn,
       serving_input_receiver_fn=serving_input_receiver_fn,
       serving_features=serving_features)
+
+
+def _stock_label_key(module: user_module_lib.UserModule,
+                     schemas: Optional[schemas_lib.ExampleSchemas]
+                     ) -> Optional[str]:
+  """The first label key a stock module names that the examples hold."""
+  candidates = module.label_key_candidates
+  if not candidates or schemas is None:
+    return None
+  features = schemas_lib.feature_spec(schemas.examples)
+  for key in candidates:
+    if key in features:
+      return key
+  raise config_lib.ConfigError(
+      f'No label key: {module.module_file} (a stock Trainer module) names '
+      f'the label {list(candidates)}, but none is a feature of the '
+      f"{'transformed' if schemas.tf_transform_output else 'examples'} "
+      f'schema (features: {sorted(features)}). Set '
+      f"custom_config['label_key'] (or {user_module_lib.LABEL_KEY_ATTRIBUTE} "
+      'in the module) to the label feature.')
+
+
+def _minimal_fn_args(schemas: Optional[schemas_lib.ExampleSchemas]
+                     ) -> fn_args_utils.FnArgs:
+  """FnArgs for a trainer_fn outside a pipeline run (the preflight CLI)."""
+  transform_dir = None
+  if schemas is not None and schemas.tf_transform_output is not None:
+    transform_dir = schemas.tf_transform_output._transform_output_dir  # pylint: disable=protected-access
+  return fn_args_utils.FnArgs(
+      train_files=[], eval_files=[], train_steps=1, eval_steps=1,
+      transform_output=transform_dir, transform_graph_path=transform_dir,
+      custom_config={})

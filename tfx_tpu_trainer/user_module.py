@@ -8,6 +8,10 @@ The contract (DESIGN.md, "User module contract"):
     of (features, label); optional.
   serving_input_receiver_fn(params) -> ServingInputReceiver; optional.
   LABEL_KEY: optional module attribute naming the label feature.
+  trainer_fn(fn_args, schema): the stock TFX Trainer's estimator contract,
+    accepted instead of model_fn (see model_fn/stock_trainer.py).
+A module with only the stock Trainer's Keras `run_fn(fn_args)` is refused
+with what to change (`build_keras_model(params)`).
 """
 
 import contextlib
@@ -18,7 +22,7 @@ import inspect
 import os
 import sys
 import types
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple
 
 from absl import logging
 from tfx.components.util import udf_utils
@@ -31,6 +35,12 @@ INPUT_FN = 'input_fn'
 SERVING_INPUT_RECEIVER_FN = 'serving_input_receiver_fn'
 BUILD_KERAS_MODEL = 'build_keras_model'
 LABEL_KEY_ATTRIBUTE = 'LABEL_KEY'
+TRAINER_FN = 'trainer_fn'
+# The custom_config entry in which TPUTrainer keeps the user's module_file
+# when TFX packages the module as a wheel (and passes only `name@wheel`), so
+# errors name the file the user wrote; the executor takes it out first.
+MODULE_FILE_NAME_KEY = '_module_file'
+RUN_FN = 'run_fn'
 
 _REQUIRED_ARGS = {
     MODEL_FN: ('features', 'labels', 'mode', 'params'),
@@ -112,13 +122,21 @@ class UserModule:
   input_fn: Optional[ModuleFunction]
   serving_input_receiver_fn: Optional[ModuleFunction]
   label_key: Optional[str]
+  # A stock-Trainer module: its trainer_fn(fn_args, schema), and the label
+  # keys it names (LABEL_KEY, _LABEL_KEY transformed and raw), best first.
+  trainer_fn: Optional[ModuleFunction] = None
+  label_key_candidates: Tuple[str, ...] = ()
 
 
-def load_user_module(exec_properties: Dict[str, Any]) -> UserModule:
+def load_user_module(exec_properties: Dict[str, Any],
+                     module_file_name: Optional[str] = None) -> UserModule:
   """Imports the module named by `module_file` or `module_path`.
 
   Args:
     exec_properties: the Trainer's execution properties.
+    module_file_name: how errors name the module (the user's module_file,
+      when TFX packaged it as a wheel and passes `name@wheel` as
+      module_path); default: module_file or module_path.
 
   Returns:
     The checked user module.
@@ -130,9 +148,10 @@ def load_user_module(exec_properties: Dict[str, Any]) -> UserModule:
   module_file = exec_properties.get(standard_component_specs.MODULE_FILE_KEY)
   module_path = exec_properties.get(standard_component_specs.MODULE_PATH_KEY)
   if module_path:
-    module, source = _import_module_path(module_path), module_path
+    source = module_file_name or module_path
+    module = _import_module_path(module_path, source)
   elif module_file:
-    module, source = _import_module_file(module_file), module_file
+    module, source = _import_module_file(module_file), module_file_name or module_file
   else:
     raise UserModuleError(
         'TPUTrainer needs a module_file that defines model_fn (or '
@@ -149,10 +168,9 @@ def check_module(module: types.ModuleType, source: str) -> UserModule:
       _check_signature(fn, name, source)
       fn = ModuleFunction(name=name, module_file=source, fn=fn)
     functions[name] = fn
+  trainer_fn = None
   if functions[MODEL_FN] is None and functions[BUILD_KERAS_MODEL] is None:
-    raise UserModuleError(
-        f'Module {source} defines neither model_fn(features, labels, mode, '
-        'params) nor build_keras_model(params). Define one of them.')
+    trainer_fn = _stock_trainer_fn(module, source)
   label_key = getattr(module, LABEL_KEY_ATTRIBUTE, None)
   if label_key is not None and (not isinstance(label_key, str) or
                                 not label_key):
@@ -165,7 +183,42 @@ def check_module(module: types.ModuleType, source: str) -> UserModule:
       build_keras_model=functions[BUILD_KERAS_MODEL],
       input_fn=functions[INPUT_FN],
       serving_input_receiver_fn=functions[SERVING_INPUT_RECEIVER_FN],
-      label_key=label_key)
+      label_key=label_key,
+      trainer_fn=trainer_fn,
+      label_key_candidates=(
+          _stock_label_keys(module) if trainer_fn is not None else ()))
+
+
+def _stock_label_keys(module: types.ModuleType) -> Tuple[str, ...]:
+  from tfx_tpu_trainer.model_fn import stock_trainer  # pylint: disable=g-import-not-at-top
+  return stock_trainer.label_key_candidates(module)
+
+
+def _stock_trainer_fn(module: types.ModuleType, source: str) -> ModuleFunction:
+  """The trainer_fn of a module written for the stock TFX Trainer.
+
+  Raises:
+    UserModuleError: the module defines no trainer_fn: run_fn (what to
+      change), or nothing TPUTrainer runs.
+  """
+  trainer_fn = getattr(module, TRAINER_FN, None)
+  if callable(trainer_fn):
+    try:
+      inspect.signature(trainer_fn).bind(None, None)
+    except (TypeError, ValueError) as e:
+      raise UserModuleError(
+          f'{TRAINER_FN} in {source} must take (fn_args, schema) as the '
+          f"stock TFX Trainer calls it: {e}.") from e
+    return ModuleFunction(name=TRAINER_FN, module_file=source, fn=trainer_fn)
+  if callable(getattr(module, RUN_FN, None)):
+    from tfx_tpu_trainer.model_fn import stock_trainer  # pylint: disable=g-import-not-at-top
+    raise UserModuleError(stock_trainer.run_fn_message(
+        source, stock_trainer.label_key_candidates(module),
+        stock_trainer.keras_model_builders(module)))
+  raise UserModuleError(
+      f'Module {source} defines neither model_fn(features, labels, mode, '
+      'params) nor build_keras_model(params) (nor the stock Trainer\'s '
+      'trainer_fn(fn_args, schema)). Define one of them.')
 
 
 def _check_signature(fn: Any, name: str, source: str) -> None:
@@ -237,18 +290,18 @@ def _import_module_file(module_file: str) -> types.ModuleType:
   return module
 
 
-def _import_module_path(module_path: str) -> types.ModuleType:
+def _import_module_path(module_path: str, source: str) -> types.ModuleType:
   """Imports `name` or `name@wheel` (TFX's packaged user module)."""
   module_name, wheels = udf_utils.decode_user_module_key(module_path)
   wheels = [io_utils.ensure_local(wheel) for wheel in wheels]
-  with udf_utils.TempPipInstallContext(wheels):
-    if module_name in sys.modules:
-      del sys.modules[module_name]
-    try:
+  try:
+    with udf_utils.TempPipInstallContext(wheels):
+      if module_name in sys.modules:
+        del sys.modules[module_name]
       module = importlib.import_module(module_name)
-    except Exception as e:  # pylint: disable=broad-except
-      raise UserModuleError(
-          f'User module {module_path!r} failed to import: '
-          f'{type(e).__name__}: {e}') from e
-  logging.info('Loaded user module %s.', module_path)
+  except Exception as e:  # pylint: disable=broad-except
+    raise UserModuleError(
+        f'module_file {source!r} failed to import: '
+        f'{type(e).__name__}: {e}') from e
+  logging.info('Loaded user module %s (%s).', module_path, source)
   return module

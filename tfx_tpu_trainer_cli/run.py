@@ -115,7 +115,24 @@ def _validate_run_args(args) -> dict:
       min_accuracy=args.min_accuracy)
   if args.pipeline_name:
     options['pipeline_name'] = args.pipeline_name
+  _check_trainer_module(options['trainer_module_file'])
   return options
+
+
+def _check_trainer_module(module_file: str) -> None:
+  """Loads the trainer module and checks it against the contract.
+
+  What the TPUTrainer executor checks first, done before any component
+  runs, so a module that breaks the contract fails in seconds, not after
+  Transform. (Checks that need the data, such as the label key, stay in the
+  executor.)
+  """
+  # TFX and TensorFlow load here, after the other arguments are checked.
+  from tfx_tpu_trainer import user_module  # pylint: disable=g-import-not-at-top
+  try:
+    user_module.load_user_module({'module_file': module_file})
+  except user_module.UserModuleError as e:
+    raise common.UsageError(f'--module-file: {e}') from e
 
 
 def _run(args) -> int:

@@ -1,6 +1,10 @@
 """`tfx-tpu-trainer run` argument errors: non-zero exit, clear message, no files."""
 
+import os
+
 import pytest
+
+from tests.conftest import TEST_MODULES_DIR
 
 from tfx_tpu_trainer_cli import main as cli
 
@@ -48,3 +52,21 @@ def test_output_root_that_is_a_file(tmp_path, capsys):
   assert _exit_code(['run', '--output-root', str(not_a_dir)]) == 2
   assert 'is not a directory' in capsys.readouterr().err
   assert not_a_dir.read_text() == 'x'
+
+
+@pytest.mark.parametrize('module_name,message', [
+    ('no_model_fn.py', 'defines neither model_fn'),
+    ('wrong_signature.py', "missing argument(s) ['mode', 'params']"),
+    ('fails_to_import.py', 'failed to import'),
+    ('stock_run_fn_module.py', 'Define build_keras_model(params) instead'),
+])
+def test_module_that_breaks_the_contract_fails_before_any_component(
+    tmp_path, capsys, module_name, message):
+  path = os.path.join(TEST_MODULES_DIR, module_name)
+  output_root = tmp_path / 'out'
+  assert _exit_code(['run', '--output-root', str(output_root),
+                     '--module-file', path]) == 2
+  err = capsys.readouterr().err
+  assert 'tfx-tpu-trainer run: error: --module-file: ' in err
+  assert message in err and path in err
+  assert not output_root.exists()

@@ -58,6 +58,9 @@ def _model_fn(optimizer='sgd', summary=False, print_op=False,
       variables = [weight, bias]
       train_op = tf.keras.optimizers.legacy.SGD(0.1).apply_gradients(
           zip(tf.gradients(loss, variables), variables))
+    elif optimizer == 'by_hand':
+      gradient = tf.gradients(loss, [weight])[0]
+      train_op = tf.compat.v1.assign_sub(weight, 0.1 * gradient)
     else:
       sgd = tf.compat.v1.train.GradientDescentOptimizer(0.1)
       if optimizer == 'cross_shard':
@@ -129,6 +132,48 @@ def test_train_on_tpu_sums_gradients_across_shards():
     assert not tf.compat.v1.local_variables()
 
 
+def test_legacy_keras_optimizer_is_summed_across_shards():
+  adapted = estimator_adapter.to_tpu_model_fn(_model_fn(optimizer='keras'),
+                                              name=NAME)
+  graph, _ = _call(adapted, ModeKeys.TRAIN, use_tpu=True, num_shards=8)
+  assert [op.type for op in graph.get_operations()].count(
+      'CrossReplicaSum') == 2  # weight and bias
+
+
+def _canned_model_fn():
+  columns = [tf.feature_column.numeric_column('x')]
+  return tf.estimator.DNNLinearCombinedClassifier(
+      linear_feature_columns=columns, dnn_feature_columns=columns,
+      dnn_hidden_units=[2])._model_fn
+
+
+def test_canned_head_metrics_move_to_the_metric_fn():
+  # Finding 5: the head's Keras metrics (average_loss, ...) were an error.
+  adapted = estimator_adapter.to_tpu_model_fn(_canned_model_fn(), name=NAME)
+  graph = tf.Graph()
+  with graph.as_default():
+    tf.compat.v1.train.create_global_step()
+    spec = adapted({'x': tf.constant(X)}, tf.constant(LABELS[:, None]),
+                   ModeKeys.EVAL, {'batch_size': 8, 'use_tpu': False})
+    metric_fn, tensors = spec.eval_metrics
+    metric_ops = metric_fn(**tensors)
+  assert sorted(tensors) == ['label_0', 'logits']
+  assert {'accuracy', 'auc', 'average_loss', 'precision',
+          'recall'} <= set(metric_ops)
+  values = _run_metrics(graph, metric_ops)
+  assert 0.0 <= values['accuracy'] <= 1.0 and values['average_loss'] > 0
+
+
+def test_canned_v1_summaries_are_dropped_on_tpu_with_a_warning(caplog):
+  adapted = estimator_adapter.to_tpu_model_fn(_canned_model_fn(), name=NAME,
+                                              drop_v1_summaries=True)
+  graph, _ = _call(adapted, ModeKeys.TRAIN, use_tpu=True, num_shards=8)
+  assert not [op for op in graph.get_operations()
+              if op.type in ('ScalarSummary', 'HistogramSummary')]
+  assert 'Dropped' in caplog.text and 'a TPU computation cannot run them' in (
+      caplog.text)
+
+
 def test_own_cross_shard_optimizer_is_not_summed_twice():
   adapted = estimator_adapter.to_tpu_model_fn(
       _model_fn(optimizer='cross_shard'), name=NAME)
@@ -198,12 +243,13 @@ def _keras_mean(labels, probabilities, loss):
 
 
 @pytest.mark.parametrize('model_fn,mode,use_tpu,message', [
-    (_model_fn(optimizer='keras'), ModeKeys.TRAIN, True,
+    (_model_fn(optimizer='by_hand'), ModeKeys.TRAIN, True,
      'my_model_fn trains without averaging gradients across the 8 TPU '
-     'shards: its optimizer does not apply gradients through '
-     'tf.compat.v1.train.Optimizer.apply_gradients (a Keras optimizer, or an '
-     'optimizer that overrides apply_gradients). Use a tf.compat.v1.train '
-     'optimizer, or wrap yours in tf.compat.v1.tpu.CrossShardOptimizer when '
+     'shards: its optimizer does not apply gradients through the '
+     'apply_gradients of a tf.compat.v1.train or tf.keras.optimizers.legacy '
+     'optimizer (a new-style Keras optimizer, an optimizer that overrides '
+     'apply_gradients, or variables assigned by hand). Use one of those '
+     'optimizers, or wrap yours in tf.compat.v1.tpu.CrossShardOptimizer when '
      "params['use_tpu']."),
     (_model_fn(summary=True), ModeKeys.TRAIN, True,
      "my_model_fn creates the v1 summary 'train_loss' (ScalarSummary) in mode "

@@ -81,11 +81,13 @@ ALSO = ' (Also in the eval and export steps.)'
      'the train step; a TPU program cannot hold strings. Do string work in '
      'the input_fn or the preprocessing_fn (e.g. turn strings into ids).' +
      ALSO),
-    ('preflight_float64_module.py', 4,
+    # The float64 'mul' of the cast is folded under it (a knock-on).
+    ('preflight_float64_module.py', 3,
      "ERROR   [train/float64] op 'Cast' (Cast) computes float64 in the train "
      'step; TPUs have no float64 (XLA on CPU accepts it). Use float32 or '
      'bfloat16: cast the inputs, and pass dtype=tf.float32 where a constant '
-     'or variable is made.' + ALSO),
+     "or variable is made. (Knock-on findings of this cause, folded here: "
+     "float64 at 'mul'.)" + ALSO),
     ('preflight_unique_module.py', 1,
      "ERROR   [train/dynamic-shape] op 'Unique' (Unique) makes tensor "
      "'Unique:0' of shape (None,) from inputs of static shape: its size "

@@ -1,6 +1,6 @@
 """Wraps the module's `model_fn` so that its failures name the module."""
 
-from typing import Callable
+from typing import Any, Callable
 
 import tensorflow as tf
 from tensorflow import estimator as tf_estimator
@@ -8,6 +8,24 @@ from tensorflow import estimator as tf_estimator
 from tfx_tpu_trainer import user_module as user_module_lib
 
 ModelFn = Callable[..., tf.compat.v1.estimator.tpu.TPUEstimatorSpec]
+_SHAPE_ERROR_WORDS = ('shape', 'rank', 'dimension', 'incompatible')
+
+
+def label_shape_hint(labels: Any, error: BaseException) -> str:
+  """A note for shape errors when the label comes as [batch, 1].
+
+  TFX's schemas give a scalar feature the shape [1], so its labels reach the
+  model_fn as [batch, 1]; code written after the Estimator guides often
+  expects [batch].
+  """
+  shape = getattr(labels, 'shape', None)
+  if (shape is None or shape.rank != 2 or shape[-1] != 1 or
+      not any(word in str(error).lower() for word in _SHAPE_ERROR_WORDS)):
+    return ''
+  return (f' (Note: the labels reach the model_fn with shape {shape}, '
+          '[batch, 1], as TFX schemas give a scalar feature the shape [1]; '
+          'a model_fn written for [batch] labels can use '
+          'tf.reshape(labels, [-1]).)')
 
 
 def checked_model_fn(model_fn: user_module_lib.ModuleFunction) -> ModelFn:
@@ -30,7 +48,9 @@ def checked_model_fn(model_fn: user_module_lib.ModuleFunction) -> ModelFn:
     except user_module_lib.UserModuleError:
       raise
     except Exception as e:  # pylint: disable=broad-except
-      raise model_fn.raised(e, f' in mode {mode!r}') from e
+      raise model_fn.error(
+          f'raised {type(e).__name__} in mode {mode!r}: {e}'
+          f'{label_shape_hint(labels, e)}') from e
     if isinstance(spec, tf.compat.v1.estimator.tpu.TPUEstimatorSpec):
       return spec
     if isinstance(spec, tf_estimator.EstimatorSpec):

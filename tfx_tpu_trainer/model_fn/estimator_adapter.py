@@ -52,14 +52,24 @@ import functools
 import inspect
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
+from absl import logging
 import tensorflow as tf
 from tensorflow import estimator as tf_estimator
 from tensorflow.python.tpu import tpu_function  # pylint: disable=g-direct-tensorflow-import
+from tensorflow_estimator.python.estimator import model_fn as estimator_model_fn_lib
+from tensorflow_estimator.python.estimator.head import base_head
 
 from tfx_tpu_trainer import tpu_facts
 from tfx_tpu_trainer import user_module as user_module_lib
 
 _V1_METRICS = tf.compat.v1.metrics
+_V1_SUMMARY = tf.compat.v1.summary
+_V1_SUMMARY_FUNCTIONS = ('scalar', 'histogram', 'image', 'audio', 'text',
+                         'tensor_summary')
+# The optimizer classes whose apply_gradients the adapter reaches: v1 and the
+# legacy Keras optimizers that canned Estimators (v2) use.
+_OPTIMIZER_CLASSES = (tf.compat.v1.train.Optimizer,
+                      tf.keras.optimizers.legacy.Optimizer)
 _METRIC_FUNCTION_NAMES = tuple(
     name for name in dir(_V1_METRICS)
     if not name.startswith('_') and callable(getattr(_V1_METRICS, name)))
@@ -187,31 +197,140 @@ class _MetricRecorder:
     return getattr(tf.compat.v1.metrics, call.name)(**arguments)
 
 
+def _summed_across_shards(grads_and_vars, num_shards: int):
+  """Averages each gradient across shards, unless already summed."""
+  grads_and_vars = list(grads_and_vars)
+  already_summed = all(
+      grad is None or getattr(grad, 'op', None) is not None and
+      grad.op.type == tpu_facts.CROSS_REPLICA_SUM_OP
+      for grad, _ in grads_and_vars)
+  if already_summed:
+    return grads_and_vars
+  with tf.name_scope('cross_shard_gradients'):
+    return [(None if grad is None else
+             tf.compat.v1.tpu.cross_replica_sum(tf.convert_to_tensor(grad)) /
+             num_shards, var) for grad, var in grads_and_vars]
+
+
 @contextlib.contextmanager
 def _cross_shard_gradients(num_shards: int):
-  """Makes v1 optimizers average gradients across `num_shards` shards."""
-  optimizer_class = tf.compat.v1.train.Optimizer
-  original = optimizer_class.apply_gradients
+  """Makes v1 and legacy Keras optimizers average gradients across shards."""
+  originals = {cls: cls.apply_gradients for cls in _OPTIMIZER_CLASSES}
 
-  def apply_gradients(self, grads_and_vars, global_step=None, name=None):
-    grads_and_vars = list(grads_and_vars)
-    already_summed = all(
-        grad is None or getattr(grad, 'op', None) is not None and
-        grad.op.type == tpu_facts.CROSS_REPLICA_SUM_OP for grad, _ in grads_and_vars)
-    if not already_summed:
-      with tf.name_scope('cross_shard_gradients'):
-        grads_and_vars = [
-            (None if grad is None else
-             tf.compat.v1.tpu.cross_replica_sum(tf.convert_to_tensor(grad)) /
-             num_shards, var) for grad, var in grads_and_vars
-        ]
-    return original(self, grads_and_vars, global_step=global_step, name=name)
+  def patched(original):
 
-  optimizer_class.apply_gradients = apply_gradients
+    def apply_gradients(self, grads_and_vars, *args, **kwargs):
+      return original(self, _summed_across_shards(grads_and_vars, num_shards),
+                      *args, **kwargs)
+
+    return apply_gradients
+
+  for cls, original in originals.items():
+    cls.apply_gradients = patched(original)
   try:
     yield
   finally:
-    optimizer_class.apply_gradients = original
+    for cls, original in originals.items():
+      cls.apply_gradients = original
+
+
+class _HeadMetrics:
+  """The eval metrics of a canned Estimator head (tf.estimator heads, v2).
+
+  A v2 head builds its metrics as Keras `Metric` objects in
+  `update_metrics`, through `base_head.create_eval_metrics_tuple`. While the
+  model_fn runs, that call is recorded and answered with no metrics; the
+  host `metric_fn` then makes the head's metrics anew from the logits,
+  labels (and weights) sent through the outfeed, and turns each `Metric`
+  into `(value, update_op)` as an EstimatorSpec does.
+  """
+
+  def __init__(self):
+    self.calls = []
+
+  @contextlib.contextmanager
+  def recording(self):
+    original = base_head.create_eval_metrics_tuple
+
+    def record(fn, kwargs):
+      self.calls.append((fn, dict(kwargs)))
+      return (lambda **_: {}), {}
+
+    base_head.create_eval_metrics_tuple = record
+    try:
+      yield self
+    finally:
+      base_head.create_eval_metrics_tuple = original
+
+  def eval_metrics(self, source: str):
+    """`(metric_fn, tensors)` computing the recorded head's metrics."""
+    if len(self.calls) != 1:
+      raise AdapterError(
+          f'{source} builds the eval metrics of {len(self.calls)} Estimator '
+          'heads; the adapter moves the metrics of one head to the TPU host.')
+    update_metrics, kwargs = self.calls[0]
+    head = getattr(update_metrics, '__self__', None)
+    if head is None or not hasattr(head, 'metrics'):
+      raise AdapterError(
+          f'{source} builds eval metrics with a function that is not the '
+          'update_metrics of an Estimator head; return tf.compat.v1.metrics '
+          'results in eval_metric_ops instead.')
+    tensors = {'logits': kwargs['logits']}
+    labels = kwargs.get('labels')
+    for index, label in enumerate(tf.nest.flatten(labels)):
+      tensors[f'label_{index}'] = label
+    weight_column = getattr(head, '_weight_column', None)
+    weight_key = getattr(weight_column, 'key', weight_column)
+    if weight_key is not None:
+      tensors['weights'] = kwargs['features'][weight_key]
+    regularization = kwargs.get('regularization_losses')
+    if regularization is not None:
+      # One value per shard on the outfeed; the host takes their mean.
+      tensors['regularization_loss'] = tf.reshape(
+          tf.math.add_n(list(regularization)), [1])
+
+    def metric_fn(**host):
+      host_labels = tf.nest.pack_sequence_as(
+          labels, [host[f'label_{i}'] for i in
+                   range(len(tf.nest.flatten(labels)))])
+      features = {}
+      if weight_key is not None:
+        features[weight_key] = host['weights']
+      host_regularization = None
+      if 'regularization_loss' in host:
+        host_regularization = [tf.reduce_mean(host['regularization_loss'])]
+      metrics = head.metrics(regularization_losses=host_regularization)
+      metrics = head.update_metrics(
+          metrics, features=features, logits=host['logits'],
+          labels=host_labels, regularization_losses=host_regularization)
+      # As an EstimatorSpec does: Metric -> (result, update), variables local.
+      return estimator_model_fn_lib._validate_eval_metric_ops(dict(metrics))  # pylint: disable=protected-access
+
+    return metric_fn, tensors
+
+
+@contextlib.contextmanager
+def _v1_summaries_dropped(dropped: List[str]):
+  """Makes tf.compat.v1.summary functions no-ops; records their names."""
+  originals = {name: getattr(_V1_SUMMARY, name)
+               for name in _V1_SUMMARY_FUNCTIONS}
+
+  def dropper(kind):
+
+    def drop(name, *args, **kwargs):
+      del args, kwargs
+      dropped.append(f'{name} ({kind})')
+      return tf.constant('', name='dropped_summary')
+
+    return drop
+
+  for name in originals:
+    setattr(_V1_SUMMARY, name, dropper(name))
+  try:
+    yield
+  finally:
+    for name, fn in originals.items():
+      setattr(_V1_SUMMARY, name, fn)
 
 
 def _num_shards() -> Optional[int]:
@@ -234,10 +353,31 @@ def _check_tpu_graph(new_ops: List[tf.Operation], mode: str,
     raise AdapterError(
         f'{source} trains without averaging gradients across the '
         f'{num_shards} TPU shards: its optimizer does not apply gradients '
-        'through tf.compat.v1.train.Optimizer.apply_gradients (a Keras '
-        'optimizer, or an optimizer that overrides apply_gradients). Use a '
-        'tf.compat.v1.train optimizer, or wrap yours in '
+        'through the apply_gradients of a tf.compat.v1.train or '
+        'tf.keras.optimizers.legacy optimizer (a new-style Keras optimizer, '
+        'an optimizer that overrides apply_gradients, or variables assigned '
+        'by hand). Use one of those optimizers, or wrap yours in '
         "tf.compat.v1.tpu.CrossShardOptimizer when params['use_tpu'].")
+
+
+def _combined(first, second):
+  """One `(metric_fn, tensors)` from two (either may be None)."""
+  if first is None or second is None:
+    return first or second
+  parts = (first, second)
+  tensors = {}
+  for index, (_, part_tensors) in enumerate(parts):
+    tensors.update({f'{index}/{key}': value
+                    for key, value in part_tensors.items()})
+
+  def metric_fn(**host):
+    metrics = {}
+    for index, (fn, part_tensors) in enumerate(parts):
+      metrics.update(fn(**{key: host[f'{index}/{key}']
+                           for key in part_tensors}))
+    return metrics
+
+  return metric_fn, tensors
 
 
 def call_model_fn(model_fn: Callable[..., Any], features: Any, labels: Any,
@@ -264,7 +404,8 @@ def call_model_fn(model_fn: Callable[..., Any], features: Any, labels: Any,
 
 
 def to_tpu_model_fn(model_fn: Callable[..., Any],
-                    name: Optional[str] = None) -> Callable[..., Any]:
+                    name: Optional[str] = None,
+                    drop_v1_summaries: bool = False) -> Callable[..., Any]:
   """Adapts an Estimator model_fn (returning EstimatorSpec) for TPUEstimator.
 
   See the module docstring for what is adapted and what is an error.
@@ -273,6 +414,9 @@ def to_tpu_model_fn(model_fn: Callable[..., Any],
     model_fn: `model_fn(features[, labels][, mode][, params][, config])`
       returning `tf.estimator.EstimatorSpec` (or `TPUEstimatorSpec`).
     name: how messages name the model_fn (default `module.qualname`).
+    drop_v1_summaries: on TPU, make `tf.compat.v1.summary.*` calls no-ops
+      (logged as a warning) instead of an error: for model_fns one cannot
+      edit (canned Estimators, whose summaries TensorBoard alone reads).
 
   Returns:
     `model_fn(features, labels, mode, params, config=None)` returning
@@ -287,13 +431,23 @@ def to_tpu_model_fn(model_fn: Callable[..., Any],
     graph = tf.compat.v1.get_default_graph()
     ops_before = set(graph.get_operations())
     recorder = _MetricRecorder(source)
+    head_metrics = _HeadMetrics()
+    dropped = []
     with contextlib.ExitStack() as stack:
       # In every mode: model_fns often build their metrics unconditionally.
       stack.enter_context(recorder.recording())
+      stack.enter_context(head_metrics.recording())
+      if use_tpu and drop_v1_summaries:
+        stack.enter_context(_v1_summaries_dropped(dropped))
       if mode == tf_estimator.ModeKeys.TRAIN and num_shards and num_shards > 1:
         stack.enter_context(_cross_shard_gradients(num_shards))
       spec = call_model_fn(model_fn, features, labels, mode, params, config,
                            accepted)
+    if dropped:
+      logging.warning(
+          'Dropped %d v1 summaries of %s in mode %r: a TPU computation '
+          'cannot run them (TensorBoard will not show them): %s',
+          len(dropped), source, mode, ', '.join(dropped))
     if isinstance(spec, tf.compat.v1.estimator.tpu.TPUEstimatorSpec):
       return spec
     if not isinstance(spec, tf_estimator.EstimatorSpec):
@@ -308,8 +462,11 @@ def to_tpu_model_fn(model_fn: Callable[..., Any],
           f'{source} returns training_chief_hooks, which TPUEstimator does '
           'not run. Pass them as training_hooks.')
     eval_metrics = None
-    if mode == tf_estimator.ModeKeys.EVAL and spec.eval_metric_ops:
-      eval_metrics = recorder.eval_metrics(spec.eval_metric_ops)
+    if mode == tf_estimator.ModeKeys.EVAL:
+      eval_metrics = _combined(
+          recorder.eval_metrics(spec.eval_metric_ops)
+          if spec.eval_metric_ops else None,
+          head_metrics.eval_metrics(source) if head_metrics.calls else None)
     scaffold = spec.scaffold
     return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
         mode=spec.mode,

@@ -110,6 +110,11 @@ class WithheldFeatures(dict):
     raise KeyError(key)
 
 
+# Errors about the features (`unsupported operand type(s) ...: 'dict'`)
+# read as they would for the dict the model_fn gets on TPU.
+WithheldFeatures.__name__ = WithheldFeatures.__qualname__ = 'dict'
+
+
 def build_step(model_fn: Callable[..., Any], mode: str,
                params: Dict[str, Any], run_config: Any, features: Any,
                labels: Any, num_shards: int,
@@ -450,4 +455,96 @@ def run_step(step: StepGraph,
         result.host_values = session.run(after_step)
       if saver is not None:
         result.checkpoint = saver.save(session, checkpoint_prefix)
+  return result
+
+
+_SUBJECT_OP = re.compile(r"^op '([^']+)'")
+_SUBJECT_TENSOR = re.compile(r"^\S+ tensor '[^']*' \(([^)]+)\)")
+_SUBJECT_XLA_OP = re.compile(r"^the \w+ step failed to compile or run with XLA at op '([^']+)'")
+# Findings that name a cause (an op a TPU cannot run), most certain first.
+_ROOT_CODES = ('xla-unsupported-op', 'string-op', 'float64',
+               'unsupported-dtype', 'dynamic-shape')
+
+
+def _subject_op(step: StepGraph, finding: Finding) -> Optional[tf.Operation]:
+  """The op a finding is about, when its message names one of the step."""
+  match = _SUBJECT_OP.match(finding.message)
+  name = match.group(1) if match else None
+  if name is None:
+    match = _SUBJECT_TENSOR.match(finding.message)
+    name = match.group(1).split(':')[0] if match else None
+  if name is None:
+    match = _SUBJECT_XLA_OP.match(finding.message)
+    name = match.group(1) if match else None
+  if name is None:
+    return None
+  try:
+    return step.graph.get_operation_by_name(name)
+  except (KeyError, ValueError):
+    return None
+
+
+def _upstream(op: tf.Operation) -> set:
+  """The ops `op` depends on through its data inputs (itself included)."""
+  seen, stack = set(), [op]
+  while stack:
+    current = stack.pop()
+    if current in seen:
+      continue
+    seen.add(current)
+    stack.extend(t.op for t in current.inputs)
+  return seen
+
+
+def fold_knock_on(step: Optional[StepGraph],
+                  findings: List[Finding]) -> List[Finding]:
+  """One finding per root cause: knock-on findings folded under their cause.
+
+  A finding about an op (or tensor) downstream of an op that another finding
+  names as a cause (XLA has no kernel for it, a dtype a TPU lacks, a
+  data-dependent size) is a consequence of it: e.g. a tf.py_function's
+  output of unknown shape makes later shapes unknown too. Such findings
+  are dropped and named in the cause's message. A cause found both as an
+  op XLA cannot compile and as a dynamic shape is reported as the former.
+  """
+  if step is None:
+    return findings
+  subjects = [_subject_op(step, finding) for finding in findings]
+  order = {code: index for index, code in enumerate(_ROOT_CODES)}
+  causes = sorted(
+      (index for index, finding in enumerate(findings)
+       if finding.code in order and subjects[index] is not None and
+       finding.severity == ERROR),
+      key=lambda index: order[findings[index].code])
+  folded_into: Dict[int, int] = {}
+  for index, finding in enumerate(findings):
+    op = subjects[index]
+    if op is None or finding.severity != ERROR:
+      continue
+    upstream = _upstream(op)
+    for cause in causes:
+      if cause == index or cause in folded_into:
+        continue
+      cause_op = subjects[cause]
+      same_op_lesser = (cause_op is op and order.get(finding.code, len(order))
+                        > order[findings[cause].code])
+      if same_op_lesser or (cause_op is not op and cause_op in upstream):
+        folded_into[index] = cause
+        break
+  notes: Dict[int, List[str]] = {}
+  for index, cause in folded_into.items():
+    while cause in folded_into:
+      cause = folded_into[cause]
+    notes.setdefault(cause, []).append(
+        f"{findings[index].code} at '{subjects[index].name}'")
+  result = []
+  for index, finding in enumerate(findings):
+    if index in folded_into:
+      continue
+    if index in notes:
+      finding = dataclasses.replace(
+          finding, message=finding.message +
+          f' (Knock-on findings of this cause, folded here: '
+          f'{", ".join(notes[index])}.)')
+    result.append(finding)
   return result

@@ -2,7 +2,7 @@
 
 import dataclasses
 import json
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from tfx_tpu_trainer import errors
 
@@ -91,11 +91,17 @@ class PreflightReport:
         },
         indent=2)
 
-  def raise_if_not_ready(self) -> None:
-    """Raises PreflightError listing the errors, if any."""
+  def raise_if_not_ready(self, headline: Optional[str] = None) -> None:
+    """Raises PreflightError listing the errors, if any.
+
+    Args:
+      headline: what precedes the errors (default: the TPU preflight's).
+    """
     if self.ok:
       return
-    raise PreflightError(
+    headline = headline or (
         f'{self.source} is not TPU-ready ({len(self.errors)} error(s) found '
-        'by the TPU preflight):\n' +
+        'by the TPU preflight):')
+    raise PreflightError(
+        headline + '\n' +
         '\n'.join('  ' + finding.line() for finding in self.errors))

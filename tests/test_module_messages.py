@@ -1,0 +1,126 @@
+"""Smaller module findings: labels [batch, 1], params['mode'], one finding per
+cause, no internal class names, the user's module_file in errors."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfx_tpu_trainer import config as config_lib
+from tfx_tpu_trainer import input_fns
+from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.model_fn import dispatch
+from tfx_tpu_trainer.preflight import checks as preflight
+from tfx_tpu_trainer.preflight import sample as preflight_sample
+
+from tests.conftest import TEST_MODULES_DIR
+
+FLOAT_FEATURES = ('fare_xf', 'trip_miles_xf', 'trip_seconds_xf')
+
+
+def _load(name):
+  return user_module.load_user_module(
+      {'module_file': os.path.join(TEST_MODULES_DIR, name)})
+
+
+def _sample(extra=None):
+  spec = {name: tf.io.FixedLenFeature([], tf.float32)
+          for name in FLOAT_FEATURES}
+  spec['big_tipper'] = tf.io.FixedLenFeature([], tf.int64)
+  spec.update(extra or {})
+  return preflight_sample.from_feature_spec(spec, 'big_tipper', 8, 'synthetic')
+
+
+def test_label_of_shape_batch_1_is_explained():
+  module = _load('flat_label_module.py')
+  model_fn = dispatch.model_fn_for_module(module)
+  with tf.Graph().as_default():
+    tf.compat.v1.train.create_global_step()
+    with pytest.raises(user_module.UserModuleError) as error:
+      model_fn({'fare_xf': tf.zeros([8])}, tf.zeros([8, 1], tf.int64),
+               tf.estimator.ModeKeys.TRAIN, {'batch_size': 8}, None)
+  message = str(error.value)
+  assert message.startswith(
+      f"model_fn in {module.module_file} raised ValueError in mode 'train'")
+  assert ('the labels reach the model_fn with shape (8, 1), [batch, 1], as '
+          'TFX schemas give a scalar feature the shape [1]; a model_fn '
+          'written for [batch] labels can use tf.reshape(labels, [-1])'
+          in message)
+
+
+def test_module_input_fn_is_told_train_or_eval():
+  seen = []
+
+  def input_fn(file_pattern, data_accessor, schema, params):
+    del file_pattern, data_accessor, schema
+    seen.append(params['mode'])
+    return tf.data.Dataset.from_tensors(({'x': [1.0]}, [0]))
+
+  function = user_module.ModuleFunction('input_fn', 'm.py', input_fn)
+  for training in (True, False):
+    input_fns.make_input_fn([], None, None, None, training=training,
+                            repeat=False, module_input_fn=function)(
+                                {'batch_size': 1})
+  assert seen == ['train', 'eval']
+
+
+def _preflight(module_name, sample=None):
+  module = _load(module_name)
+  return preflight.run_preflight(
+      dispatch.model_fn_for_module(module), config_lib.TrainerConfig(), {},
+      sample or _sample(), module.module_file)
+
+
+def test_py_function_is_one_finding_with_its_knock_on_findings_folded():
+  report = _preflight('preflight_py_function_module.py')
+  assert [f.code for f in report.errors] == ['xla-unsupported-op']
+  message = report.errors[0].message
+  assert message.startswith("op 'EagerPyFunc' (EagerPyFunc) in the train step "
+                            'cannot be compiled by XLA')
+  assert 'Knock-on findings of this cause, folded here: dynamic-shape' in message
+  assert 'depends on the data' not in message
+
+
+def test_boolean_mask_is_one_finding():
+  report = _preflight('preflight_boolean_mask_module.py')
+  assert [f.code for f in report.errors] == ['dynamic-shape']
+  assert report.errors[0].message.startswith("op 'boolean_mask/Where' (Where)")
+
+
+def test_no_internal_class_name_in_a_model_fn_error():
+
+  def model_fn(features, labels, mode, params):
+    del labels, mode, params
+    return features / 2.0  # Written for a single feature tensor.
+
+  report = preflight.run_preflight(
+      model_fn, config_lib.TrainerConfig(), {},
+      _sample({'company': tf.io.FixedLenFeature([], tf.string)}), 'm.py')
+  messages = ' '.join(f.message for f in report.findings)
+  assert "unsupported operand type(s) for /: 'dict' and 'float'" in messages
+  assert 'WithheldFeatures' not in messages
+
+
+def test_component_keeps_the_module_file_for_packaged_runs(monkeypatch):
+  from tfx_tpu_trainer import component  # pylint: disable=g-import-not-at-top
+  from tfx.types import standard_artifacts  # pylint: disable=g-import-not-at-top
+  from tfx.types import channel_utils  # pylint: disable=g-import-not-at-top
+  import json  # pylint: disable=g-import-not-at-top
+  monkeypatch.delenv('UNSUPPORTED_DO_NOT_PACKAGE_USER_MODULES', raising=False)
+  examples = channel_utils.as_channel([standard_artifacts.Examples()])
+  trainer = component.TPUTrainer(module_file='my_module.py', examples=examples,
+                                 custom_config={'train_batch_size': 8})
+  assert json.loads(trainer.exec_properties['custom_config']) == {
+      'train_batch_size': 8,
+      user_module.MODULE_FILE_NAME_KEY: os.path.abspath('my_module.py')}
+
+
+def test_packaged_module_is_named_by_its_module_file(tmp_path):
+  # As in a pipeline run: TFX passes 'name@wheel' and no module_file.
+  with pytest.raises(user_module.UserModuleError) as error:
+    user_module.load_user_module(
+        {'module_path': 'no_such_module_xyz@' + str(tmp_path / 'x.whl')},
+        module_file_name='/home/me/my_module.py')
+  assert str(error.value).startswith(
+      "module_file '/home/me/my_module.py' failed to import")

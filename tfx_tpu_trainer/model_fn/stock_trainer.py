@@ -1,0 +1,331 @@
+"""Modules written for the stock TFX Trainer (`trainer_fn`) under TPUTrainer.
+
+The stock estimator Trainer calls `trainer_fn(fn_args, schema)` and trains
+the `estimator` of the dict it returns. TPUTrainer calls it the same way, to
+obtain the estimator only (it never trains it, nor uses its RunConfig,
+model_dir or input functions), and takes the estimator's `model_fn` and
+`params`:
+
+- an Estimator built from a `model_fn` (`tf.estimator.Estimator(model_fn=...,
+  params=...)`, canned Estimators included) is adapted with
+  `estimator_adapter.to_tpu_model_fn`: v1 metrics and the Keras metrics of
+  canned heads move to a host `metric_fn`, gradients of v1 and legacy Keras
+  optimizers are summed across TPU shards, and on TPU the v1 summaries of
+  the model_fn are dropped with a warning (a TPU computation rejects them);
+- an Estimator from `tf.keras.estimator.model_to_estimator` is trained as
+  its compiled Keras model (`keras_adapter`, as `build_keras_model`).
+
+Categorical (sparse) feature columns cannot run inside a TPU computation:
+with `use_tpu`, a canned Estimator that has them is one error naming them.
+The input is TPUTrainer's (the default input, over the label found by
+`label_key_candidates`); the serving input is TPUTrainer's too.
+"""
+
+import dataclasses
+import shutil
+import tempfile
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import attr
+from absl import logging
+import tensorflow as tf
+from tensorflow import estimator as tf_estimator
+from tensorflow.python.feature_column import feature_column_v2 as fc_v2  # pylint: disable=g-direct-tensorflow-import
+from tensorflow.python.feature_column import feature_column_v2_types as fc_types  # pylint: disable=g-direct-tensorflow-import
+from tfx.components.trainer import fn_args_utils
+
+from tfx_tpu_trainer import user_module as user_module_lib
+from tfx_tpu_trainer.model_fn import checked
+from tfx_tpu_trainer.model_fn import estimator_adapter
+from tfx_tpu_trainer.model_fn import keras_adapter
+
+# trainer_fn's result key TFX reads the estimator from.
+ESTIMATOR_KEY = 'estimator'
+# Params TPUEstimator reserves (it sets them itself).
+_RESERVED_PARAMS = ('batch_size', 'context')
+
+
+class StockTrainerError(user_module_lib.UserModuleError):
+  """A stock-Trainer module whose estimator TPUTrainer cannot take over."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StockModel:
+  """What TPUTrainer takes from a `trainer_fn` module's estimator.
+
+  Attributes:
+    model_fn: the TPU model_fn.
+    params: the estimator's params (TPUTrainer's params go over them).
+    kind: 'model_fn' or 'keras', for the log.
+    source: how messages name the estimator ('the DNNLinearCombinedClassifier
+      of trainer_fn in M').
+    sparse_columns: (column name, what it is, where) of the categorical
+      feature columns a TPU cannot run.
+  """
+  model_fn: Callable[..., Any]
+  params: Dict[str, Any]
+  kind: str
+  source: str
+  sparse_columns: Tuple[Tuple[str, str, str], ...] = ()
+
+
+def label_key_candidates(module: Any) -> Tuple[str, ...]:
+  """Label keys a stock module names: LABEL_KEY, else its transformed _LABEL_KEY.
+
+  The TFX examples keep the raw label in `_LABEL_KEY` and name transformed
+  features with `_transformed_name` (`tips` -> `tips_xf`).
+  """
+  candidates = []
+  for attribute in ('LABEL_KEY', '_LABEL_KEY'):
+    key = getattr(module, attribute, None)
+    if not isinstance(key, str) or not key:
+      continue
+    transformed_name = getattr(module, '_transformed_name', None)
+    if callable(transformed_name):
+      try:
+        transformed = transformed_name(key)
+      except Exception:  # pylint: disable=broad-except
+        transformed = None
+      if isinstance(transformed, str) and transformed not in candidates:
+        candidates.append(transformed)
+    if key not in candidates:
+      candidates.append(key)
+  return tuple(candidates)
+
+
+def _closure(fn: Callable[..., Any]) -> Dict[str, Any]:
+  """The variables a function closes over, by name."""
+  cells = getattr(fn, '__closure__', None) or ()
+  names = getattr(getattr(fn, '__code__', None), 'co_freevars', ())
+  values = {}
+  for name, cell in zip(names, cells):
+    try:
+      values[name] = cell.cell_contents
+    except ValueError:  # An empty cell.
+      continue
+  return values
+
+
+_COLUMN_FUNCTIONS = {
+    'IdentityCategoricalColumn': 'categorical_column_with_identity',
+    'VocabularyListCategoricalColumn': 'categorical_column_with_vocabulary_list',
+    'VocabularyFileCategoricalColumn': 'categorical_column_with_vocabulary_file',
+    'HashedCategoricalColumn': 'categorical_column_with_hash_bucket',
+    'BucketizedColumn': 'bucketized_column',
+    'CrossedColumn': 'crossed_column',
+    'IndicatorColumn': 'indicator_column',
+    'EmbeddingColumn': 'embedding_column',
+    'SharedEmbeddingColumn': 'shared_embedding_column',
+    'WeightedCategoricalColumn': 'weighted_categorical_column',
+    'SequenceCategoricalColumn': 'sequence_categorical_column',
+}
+
+
+def _column_kind(column: Any) -> str:
+  """The tf.feature_column function that makes such a column."""
+  name = type(column).__name__
+  return _COLUMN_FUNCTIONS.get(name, name)
+
+
+def _needs_sparse(column: Any) -> bool:
+  """True for columns that build sparse tensors (a TPU cannot run them)."""
+  if isinstance(column, fc_v2.CategoricalColumn):
+    return True
+  return any(_needs_sparse(parent) for parent in getattr(column, 'parents',
+                                                           ()) or ()
+             if isinstance(parent, fc_types.FeatureColumn))
+
+
+def sparse_feature_columns(model_fn: Callable[..., Any]
+                           ) -> Tuple[Tuple[str, str, str], ...]:
+  """The categorical columns of a canned Estimator's model_fn.
+
+  Read from the feature column lists its model_fn closes over
+  (`linear_feature_columns`, `dnn_feature_columns`, `feature_columns`).
+  """
+  found = []
+  for where, value in sorted(_closure(model_fn).items()):
+    if not isinstance(value, (list, tuple)):
+      continue
+    for column in value:
+      if isinstance(column, fc_types.FeatureColumn) and _needs_sparse(column):
+        found.append((column.name, _column_kind(column), where))
+  return tuple(found)
+
+
+def sparse_columns_message(source: str,
+                           columns: Sequence[Tuple[str, str, str]]) -> str:
+  """The one error for categorical columns on TPU."""
+  named = ', '.join(f'{name!r} ({kind} in {where})'
+                    for name, kind, where in columns)
+  return (
+      f'{source} uses categorical feature column(s) {named}: they turn the '
+      'ids into sparse tensors, whose data-dependent shapes a TPU '
+      'computation cannot hold, so this Estimator cannot train on TPU. '
+      'Replace the column(s) with dense features the model reads as ids: '
+      'define build_keras_model(params) with a tf.keras.Input per id feature '
+      'and a one-hot (tf.one_hot) or Embedding layer (as '
+      'components/taxi_keras_module.py does), or a model_fn that one-hots '
+      'the ids; or train this Estimator on CPU with '
+      "custom_config['use_tpu']=False.")
+
+
+def _with_sparse_check(model_fn: Callable[..., Any], source: str,
+                       columns: Sequence[Tuple[str, str, str]]):
+  """Raises the categorical-column error when built for TPU."""
+  if not columns:
+    return model_fn
+
+  def tpu_model_fn(features, labels, mode, params, config=None):
+    if params.get('use_tpu'):
+      raise StockTrainerError(sparse_columns_message(source, columns))
+    return model_fn(features, labels, mode, params, config)
+
+  tpu_model_fn.__doc__ = model_fn.__doc__
+  return tpu_model_fn
+
+
+def _named_errors(model_fn: Callable[..., Any], source: str):
+  """Errors of the estimator's model_fn name it (and the mode)."""
+
+  def tpu_model_fn(features, labels, mode, params, config=None):
+    try:
+      return model_fn(features, labels, mode, params, config)
+    except user_module_lib.UserModuleError:
+      raise
+    except Exception as e:  # pylint: disable=broad-except
+      raise StockTrainerError(
+          f'{source} raised {type(e).__name__} in mode {mode!r}: {e}'
+          f'{checked.label_shape_hint(labels, e)}') from e
+
+  tpu_model_fn.__doc__ = model_fn.__doc__
+  return tpu_model_fn
+
+
+def _keras_model_of(estimator: tf_estimator.Estimator) -> Optional[tf.keras.Model]:
+  """The compiled Keras model of a `model_to_estimator` Estimator, if it is one."""
+  model = _closure(estimator._model_fn).get('keras_model')  # pylint: disable=protected-access
+  return model if isinstance(model, tf.keras.Model) else None
+
+
+def _isolated_fn_args(fn_args: fn_args_utils.FnArgs,
+                      scratch: str) -> fn_args_utils.FnArgs:
+  """FnArgs whose output directories point to a scratch directory.
+
+  The estimator trainer_fn builds may write there (model_to_estimator saves
+  the Keras weights in its model_dir); TPUTrainer's outputs stay untouched.
+  """
+  return attr.evolve(fn_args, serving_model_dir=scratch, model_run_dir=scratch,
+                     working_dir=scratch)
+
+
+def _estimator_params(estimator: tf_estimator.Estimator,
+                      where: str) -> Dict[str, Any]:
+  params = dict(estimator.params or {})
+  reserved = sorted(set(params) & set(_RESERVED_PARAMS))
+  if reserved:
+    raise StockTrainerError(
+        f'{where}: the estimator\'s params hold {reserved}, which '
+        'TPUEstimator sets itself (the batch size is custom_config '
+        "train_batch_size/eval_batch_size). Remove them from params.")
+  return params
+
+
+def stock_model(trainer_fn: user_module_lib.ModuleFunction,
+                fn_args: fn_args_utils.FnArgs, schema: Any) -> StockModel:
+  """Calls `trainer_fn(fn_args, schema)` and adapts its estimator for TPU.
+
+  Args:
+    trainer_fn: the module's `trainer_fn`.
+    fn_args: the run's FnArgs (output directories are replaced by a scratch
+      directory for the call).
+    schema: the raw schema proto, as the stock Trainer passes it.
+
+  Returns:
+    The TPU model_fn and the estimator's params.
+
+  Raises:
+    UserModuleError: trainer_fn raised, or returned no Estimator.
+    StockTrainerError: the estimator cannot be taken over.
+  """
+  scratch = tempfile.mkdtemp(prefix='tpu-trainer-stock-')
+  try:
+    try:
+      result = trainer_fn.fn(_isolated_fn_args(fn_args, scratch), schema)
+    except user_module_lib.UserModuleError:
+      raise
+    except Exception as e:  # pylint: disable=broad-except
+      raise trainer_fn.raised(e) from e
+    estimator = (result.get(ESTIMATOR_KEY)
+                 if isinstance(result, Mapping) else None)
+    if not isinstance(estimator, tf_estimator.Estimator):
+      raise trainer_fn.error(
+          f'must return a dict whose {ESTIMATOR_KEY!r} is a '
+          'tf.estimator.Estimator (the stock Trainer contract), got '
+          + (f'{type(estimator).__name__} under {ESTIMATOR_KEY!r}.'
+             if isinstance(result, Mapping) else
+             f'{type(result).__name__}.'))
+    return _adapt(trainer_fn, estimator)
+  finally:
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _adapt(trainer_fn: user_module_lib.ModuleFunction,
+           estimator: tf_estimator.Estimator) -> StockModel:
+  source = f'the {type(estimator).__name__} of {trainer_fn.where}'
+  params = _estimator_params(estimator, trainer_fn.where)
+  logging.info(
+      'Taking the model_fn and params of %s; TPUTrainer uses its own '
+      'RunConfig, model_dir, input and serving functions.', source)
+  if isinstance(estimator, tf.compat.v1.estimator.tpu.TPUEstimator):
+    return StockModel(model_fn=estimator._model_fn, params=params,  # pylint: disable=protected-access
+                      kind='model_fn', source=source)
+  keras_model = _keras_model_of(estimator)
+  if keras_model is not None:
+    build = user_module_lib.ModuleFunction(
+        name=trainer_fn.name, module_file=trainer_fn.module_file,
+        fn=lambda params: keras_model)
+    return StockModel(model_fn=keras_adapter.make_keras_model_fn(build),
+                      params=params, kind='keras', source=source)
+  model_fn = estimator._model_fn  # pylint: disable=protected-access
+  columns = sparse_feature_columns(model_fn)
+  adapted = estimator_adapter.to_tpu_model_fn(
+      model_fn, name=source, drop_v1_summaries=True)
+  return StockModel(model_fn=_with_sparse_check(
+      _named_errors(adapted, source), source, columns),
+                    params=params, kind='model_fn', source=source,
+                    sparse_columns=columns)
+
+
+def check_for_tpu(model: StockModel) -> None:
+  """Raises the categorical-column error before anything is built on TPU."""
+  if model.sparse_columns:
+    raise StockTrainerError(sparse_columns_message(model.source,
+                                                   model.sparse_columns))
+
+
+def keras_model_builders(module: Any) -> List[str]:
+  """Functions of a module whose names say they build a Keras model."""
+  return sorted(
+      name for name, value in vars(module).items()
+      if callable(value) and 'keras_model' in name and
+      getattr(value, '__module__', None) == module.__name__)
+
+
+def run_fn_message(module_file: str, label_keys: Sequence[str],
+                   builders: Sequence[str] = ()) -> str:
+  """What a module with the stock Trainer's `run_fn` must change."""
+  label = (f' (its label: LABEL_KEY = {label_keys[0]!r}, or '
+           "custom_config['label_key'])" if label_keys else
+           " (name the label with LABEL_KEY or custom_config['label_key'])")
+  model = (f'the model that run_fn builds with {", ".join(builders)}'
+           if builders else 'the model that run_fn builds')
+  return (
+      f'Module {module_file} defines run_fn(fn_args), the stock TFX '
+      "Trainer's contract for Keras: run_fn trains and saves the model "
+      'itself, so TPUTrainer cannot run it on TPU. Define '
+      f'build_keras_model(params) instead, returning {model}, compiled '
+      '(params holds custom_config[\'params\'] and the tuned '
+      f'hyperparameters); TPUTrainer feeds it from its own input '
+      f'functions{label}, trains it and exports it. The input_fn, fit and '
+      'save code of run_fn are not needed; keep run_fn for the stock Trainer.')
