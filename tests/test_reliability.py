@@ -144,7 +144,9 @@ def test_killed_trainer_resumes_from_its_checkpoint(taxi_artifacts, tmp_path):
   assert metrics['global_step'] == 300
   assert tf.train.latest_checkpoint(retry.model_run.uri).endswith(
       'model.ckpt-300')
-  assert not os.path.exists(model_dir)  # Copied into model_run, removed.
+  # Copied into model_run; kept (marked exported) until a later run, in case
+  # the orchestrator's publish fails and this run is retried.
+  assert os.path.exists(os.path.join(model_dir, checkpoints.EXPORTED_MARKER))
   exported = glob.glob(str(tmp_path / 'attempt*' / 'model' / 'Format-Serving'))
   assert exported == [path_utils.serving_model_dir(retry.model.uri)]
 
