@@ -59,6 +59,9 @@ def test_concurrent_runs_report_their_own_model_and_leave_no_temp_files(
     model = re.search(r'Trained model: +(\S+)', output).group(1)
     models.add(model)
   assert len(models) == 2
+  logs = {re.search(r'full log: (\S+)', output).group(1)
+          for output in outputs.values()}
+  assert len(logs) == 2  # Runs started in the same second log apart.
 
   assert _count_files(temp_dir) == 0, sorted(os.listdir(temp_dir))
   layout = local_runner.OutputLayout(output_root)

@@ -135,8 +135,10 @@ def _run(args) -> int:
   """Validates the arguments, runs the pipeline, prints the summary."""
   options = _validate_run_args(args)
   output_root = os.path.abspath(args.output_root)
+  # The process id keeps concurrent runs started in one second apart.
   log_path = os.path.join(output_root, 'logs',
-                          time.strftime('run-%Y%m%d-%H%M%S.log'))
+                          time.strftime('run-%Y%m%d-%H%M%S') +
+                          f'-{os.getpid()}.log')
   os.makedirs(os.path.dirname(log_path), exist_ok=True)
   print(f'Running the taxi pipeline on {options["data_root"]}\n'
         f'  outputs under {output_root}\n'
