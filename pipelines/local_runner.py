@@ -1,21 +1,38 @@
 """Runs the taxi pipeline locally: LocalDagRunner, Beam DirectRunner, SQLite."""
 
+import contextlib
 import dataclasses
+import datetime
 import os
+import shutil
+import tempfile
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from absl import logging as absl_logging
 from tfx import v1 as tfx
+from ml_metadata.proto import metadata_store_pb2
+from tfx.dsl.compiler import constants
 from tfx.orchestration import metadata
+from tfx.orchestration.portable import runtime_parameter_utils
+from tfx.orchestration.portable import tfx_runner
 from tfx.types import artifact_utils
 
 from pipelines import taxi_pipeline
 from tfx_tpu_trainer import export
 from tfx_tpu_trainer import metrics as metrics_lib
 
-BEAM_PIPELINE_ARGS = ['--direct_running_mode=in_memory',
-                      '--direct_num_workers=1']
+# No Beam arguments: the DirectRunner's defaults are in-memory, one worker.
+# Any Beam argument makes TFX package itself as a `tfx_ephemeral` sdist per
+# Beam component (dependency_utils.make_beam_dependency_flags; ~5,800 files
+# under the temp directory each), which only remote runners use.
+BEAM_PIPELINE_ARGS = []
+# The run's temporary files (TFX's module wheels and pip targets) go in a
+# folder of this name under the pipeline root, removed when the run ends.
+TMP_DIR_NAME = '_tmp'
+
+
+_PIPELINE_RUN_CONTEXT = 'pipeline_run'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,13 +118,47 @@ def run(options: taxi_pipeline.TaxiPipelineOptions,
   absl_logging.set_verbosity(absl_logging.INFO)
   absl_logger = absl_logging.get_absl_logger()
   absl_logger.addFilter(progress)
-  first_new_id = _next_artifact_id(options.metadata_connection_config)
+  run_id = datetime.datetime.now().isoformat()
   try:
-    tfx.orchestration.LocalDagRunner().run(pipeline)
+    with _private_temp_dir(os.path.join(options.pipeline_root,
+                                        TMP_DIR_NAME)):
+      # LocalDagRunner().run(pipeline) with a pipeline run id we know, so the
+      # summary reads this run's executions even when another run shares
+      # the metadata store.
+      pipeline_ir = tfx_runner._make_pipeline_proto(pipeline)  # pylint: disable=protected-access
+      runtime_parameter_utils.substitute_runtime_parameter(
+          pipeline_ir, {constants.PIPELINE_RUN_ID_PARAMETER_NAME: run_id})
+      tfx.orchestration.LocalDagRunner().run_with_ir(pipeline_ir)
   finally:
     absl_logger.removeFilter(progress)
-  return _summarize(options.metadata_connection_config, first_new_id,
+  return _summarize(options.metadata_connection_config, run_id,
                     time.time() - start)
+
+
+@contextlib.contextmanager
+def _private_temp_dir(parent: str):
+  """Points tempfile and TMPDIR (for subprocesses) at a fresh directory.
+
+  TFX builds module wheels and pip-installs them into temporary directories
+  it never removes; they go under `parent` and are deleted afterwards.
+  """
+  parent = os.path.abspath(parent)
+  os.makedirs(parent, exist_ok=True)
+  directory = tempfile.mkdtemp(prefix='run-', dir=parent)
+  saved_tempdir, saved_env = tempfile.tempdir, os.environ.get('TMPDIR')
+  tempfile.tempdir = directory
+  os.environ['TMPDIR'] = directory
+  try:
+    yield directory
+  finally:
+    tempfile.tempdir = saved_tempdir
+    if saved_env is None:
+      os.environ.pop('TMPDIR', None)
+    else:
+      os.environ['TMPDIR'] = saved_env
+    shutil.rmtree(directory, ignore_errors=True)
+    with contextlib.suppress(OSError):
+      os.rmdir(parent)  # Only when no other run is using it.
 
 
 def local_options(output_root: str, **kwargs) -> taxi_pipeline.TaxiPipelineOptions:
@@ -124,31 +175,41 @@ def local_options(output_root: str, **kwargs) -> taxi_pipeline.TaxiPipelineOptio
       **kwargs)
 
 
-def _next_artifact_id(connection_config) -> int:
+def run_outputs(store, run_id: str) -> Dict[str, Any]:
+  """Type name -> the newest output artifact of the pipeline run `run_id`.
+
+  Only the executions of this pipeline run count (MLMD context of type
+  `pipeline_run` named by the run id), so a concurrent run on the same
+  metadata store cannot leak into the summary.
+  """
+  context = store.store.get_context_by_type_and_name(_PIPELINE_RUN_CONTEXT,
+                                                     run_id)
+  if context is None:
+    return {}
+  executions = store.store.get_executions_by_context(context.id)
+  events = store.store.get_events_by_execution_ids([e.id for e in executions])
+  output_ids = sorted({
+      event.artifact_id for event in events
+      if event.type in (metadata_store_pb2.Event.OUTPUT,
+                        metadata_store_pb2.Event.DECLARED_OUTPUT)})
+  outputs = {}
+  for proto in store.store.get_artifacts_by_id(output_ids):
+    artifact_type = store.store.get_artifact_types_by_id([proto.type_id])[0]
+    if (artifact_type.name not in outputs or
+        proto.id > outputs[artifact_type.name].id):
+      outputs[artifact_type.name] = artifact_utils.deserialize_artifact(
+          artifact_type, proto)
+  return outputs
+
+
+def _summarize(connection_config, run_id: str, seconds: float) -> RunSummary:
   with metadata.Metadata(connection_config) as store:
-    artifacts = store.store.get_artifacts()
-  return max((a.id for a in artifacts), default=0) + 1
-
-
-def _new_artifact(store, type_name: str, first_new_id: int):
-  """The newest artifact of a type created by this run, as a TFX Artifact."""
-  protos = [a for a in store.store.get_artifacts_by_type(type_name)
-            if a.id >= first_new_id]
-  if not protos:
-    return None
-  proto = max(protos, key=lambda a: a.id)
-  artifact_type = store.store.get_artifact_types_by_id([proto.type_id])[0]
-  return artifact_utils.deserialize_artifact(artifact_type, proto)
-
-
-def _summarize(connection_config, first_new_id: int,
-               seconds: float) -> RunSummary:
-  with metadata.Metadata(connection_config) as store:
-    model = _new_artifact(store, 'Model', first_new_id)
-    model_run = _new_artifact(store, 'ModelRun', first_new_id)
-    blessing = _new_artifact(store, 'ModelBlessing', first_new_id)
-    evaluation = _new_artifact(store, 'ModelEvaluation', first_new_id)
-    pushed_model = _new_artifact(store, 'PushedModel', first_new_id)
+    outputs = run_outputs(store, run_id)
+    model = outputs.get('Model')
+    model_run = outputs.get('ModelRun')
+    blessing = outputs.get('ModelBlessing')
+    evaluation = outputs.get('ModelEvaluation')
+    pushed_model = outputs.get('PushedModel')
   trainer_metrics = {
       name[len(metrics_lib.CUSTOM_PROPERTY_PREFIX):]: model.get_custom_property(name)
       for name in model.mlmd_artifact.custom_properties

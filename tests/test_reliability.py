@@ -42,19 +42,19 @@ def _context(run_id, node_id='TPUTrainer', pipeline_name='taxi'):
 
 def test_resumable_dir_depends_on_pipeline_run_and_component():
   model_uri = '/root/pipelines/taxi/TPUTrainer/model/7'
-  default = checkpoints.resumable_model_dir(_context('run-1'), model_uri, None)
+  default = checkpoints.resumable_dir_path(_context('run-1'), model_uri, None)
   assert default == '/root/pipelines/taxi/_checkpoints/taxi/run-1/TPUTrainer'
   # A retry (new execution, new URIs) of the same run finds the same place.
-  assert checkpoints.resumable_model_dir(
+  assert checkpoints.resumable_dir_path(
       _context('run-1'), '/root/pipelines/taxi/TPUTrainer/model/9',
       None) == default
-  assert checkpoints.resumable_model_dir(_context('run-2'), model_uri,
+  assert checkpoints.resumable_dir_path(_context('run-2'), model_uri,
                                          None) != default
-  assert checkpoints.resumable_model_dir(
+  assert checkpoints.resumable_dir_path(
       _context('2026-11-29T19:17:21.872016'), model_uri,
       'gs://bucket/ckpt') == (
           'gs://bucket/ckpt/taxi/2026-11-29T19_17_21.872016/TPUTrainer')
-  assert checkpoints.resumable_model_dir(None, model_uri, None) is None
+  assert checkpoints.resumable_dir_path(None, model_uri, None) is None
 
 
 @pytest.mark.parametrize('tf_config,chief', [
@@ -144,7 +144,9 @@ def test_killed_trainer_resumes_from_its_checkpoint(taxi_artifacts, tmp_path):
   assert metrics['global_step'] == 300
   assert tf.train.latest_checkpoint(retry.model_run.uri).endswith(
       'model.ckpt-300')
-  assert not os.path.exists(model_dir)  # Copied into model_run, removed.
+  # Copied into model_run; kept (marked exported) until a later run, in case
+  # the orchestrator's publish fails and this run is retried.
+  assert os.path.exists(os.path.join(model_dir, checkpoints.EXPORTED_MARKER))
   exported = glob.glob(str(tmp_path / 'attempt*' / 'model' / 'Format-Serving'))
   assert exported == [path_utils.serving_model_dir(retry.model.uri)]
 

@@ -9,22 +9,48 @@ pipeline, the pipeline run and the component:
 
 where <base> is `custom_config['checkpoint_dir']` (e.g. a gs:// path) or,
 by default, `<pipeline root>/_checkpoints`. A retry in the same pipeline run
-finds the checkpoints and resumes; a new pipeline run starts fresh. After a
-successful export the checkpoints and TensorBoard events are in `model_run`
-and the directory is removed; a run that failed for good leaves
-its directory behind (see the README on cleaning it).
+finds the checkpoints and resumes; a new pipeline run starts fresh.
+
+When is the directory deleted? Not when the executor ends: the orchestrator
+still has to publish the execution to MLMD, and if that fails the retry of
+the same pipeline run needs the checkpoints (else it trains from step 0).
+After a successful export the executor copies the checkpoints and events
+into `model_run` and leaves a marker (`EXPORTED_MARKER`, holding the model
+URI) in the directory; the first TPUTrainer execution of a *later* pipeline
+run of the same pipeline and component removes every earlier run's directory
+that carries the marker, and the run folder when that leaves it empty. A run
+that failed for good (no marker) keeps its directory (see the README on
+cleaning it by hand).
+
+Before training, the directory is created and probed for writing, so a
+read-only, full or misplaced `checkpoint_dir` fails with one clear error
+instead of a TensorFlow traceback after training started.
 """
 
 import os
 import re
-from typing import Optional
+from typing import List, Optional
+import uuid
 
 from absl import logging
 from tfx.dsl.components.base import base_executor
 from tfx.dsl.io import fileio
 from tfx.utils import io_utils
 
+from tfx_tpu_trainer import errors
+
 DEFAULT_DIR_NAME = '_checkpoints'
+# Bookkeeping files TPUTrainer keeps beside the checkpoints; never copied
+# into model_run.
+_BOOKKEEPING_PREFIX = '.tpu_trainer-'
+# Written after a successful export; holds the exported model's URI.
+EXPORTED_MARKER = _BOOKKEEPING_PREFIX + 'exported'
+# One line per export staging directory an attempt created (export.py).
+STAGING_RECORD = _BOOKKEEPING_PREFIX + 'export-staging'
+
+
+class CheckpointDirError(errors.TPUTrainerError):
+  """The checkpoint directory cannot be created or written."""
 
 
 def _safe(name: str) -> str:
@@ -34,7 +60,11 @@ def _safe(name: str) -> str:
 def resumable_model_dir(context: Optional[base_executor.BaseExecutor.Context],
                         model_uri: str, checkpoint_dir: Optional[str]
                        ) -> Optional[str]:
-  """The resumable training directory, or None without a pipeline context.
+  """The resumable training directory, ready for training.
+
+  Creates the directory and probes it for writing, and removes the
+  directories of earlier pipeline runs whose model was exported
+  (`remove_finished_runs`).
 
   Args:
     context: the executor's context (pipeline info, node, run id).
@@ -44,7 +74,22 @@ def resumable_model_dir(context: Optional[base_executor.BaseExecutor.Context],
   Returns:
     The directory, or None when the execution is not part of a pipeline run
     (a direct `Do()` call), which then trains in `model_run`.
+
+  Raises:
+    CheckpointDirError: the directory cannot be created or written.
   """
+  model_dir = resumable_dir_path(context, model_uri, checkpoint_dir)
+  if model_dir is None:
+    return None
+  prepare_dir(model_dir, checkpoint_dir)
+  remove_finished_runs(model_dir)
+  return model_dir
+
+
+def resumable_dir_path(context: Optional[base_executor.BaseExecutor.Context],
+                       model_uri: str, checkpoint_dir: Optional[str]
+                      ) -> Optional[str]:
+  """Where `resumable_model_dir` trains (no file system access)."""
   if (context is None or not context.pipeline_run_id or
       context.pipeline_node is None or context.pipeline_info is None):
     return None
@@ -59,10 +104,100 @@ def resumable_model_dir(context: Optional[base_executor.BaseExecutor.Context],
                       _safe(context.pipeline_run_id), _safe(node_id))
 
 
+def prepare_dir(model_dir: str, checkpoint_dir: Optional[str]) -> None:
+  """Creates `model_dir` and writes, reads back and deletes a probe file.
+
+  Args:
+    model_dir: the resumable training directory.
+    checkpoint_dir: `custom_config['checkpoint_dir']` as given (None: the
+      default under the pipeline root), for the message.
+
+  Raises:
+    CheckpointDirError: naming the key, the path and the cause (read-only,
+      no space left, a regular file in the way, ...).
+  """
+  probe = os.path.join(model_dir, f'{_BOOKKEEPING_PREFIX}probe-'
+                       f'{uuid.uuid4().hex}')
+  step = 'create'
+  try:
+    fileio.makedirs(model_dir)
+    step = 'write a file in'
+    with fileio.open(probe, 'wb') as f:
+      f.write(b'x' * 4096)
+    with fileio.open(probe, 'rb') as f:
+      if f.read() != b'x' * 4096:
+        raise OSError('the probe file read back differently')
+    fileio.remove(probe)
+  except Exception as e:  # pylint: disable=broad-except
+    where = (f"custom_config['checkpoint_dir']={checkpoint_dir!r}"
+             if checkpoint_dir else
+             f"custom_config['checkpoint_dir'] (default "
+             f'<pipeline root>/{DEFAULT_DIR_NAME})')
+    raise CheckpointDirError(
+        f'Cannot {step} the checkpoint directory {model_dir} ({where}): '
+        f'{type(e).__name__}: {_first_line(e)}. Training needs it writable '
+        'with room for checkpoints: point checkpoint_dir at a writable '
+        'directory (absolute path or URI), or free space.') from e
+
+
+def _first_line(error: Exception) -> str:
+  text = getattr(error, 'message', None) or str(error) or type(error).__name__
+  return text.strip().splitlines()[0] if text.strip() else type(error).__name__
+
+
+def mark_exported(model_dir: str, model_uri: str) -> None:
+  """Records that this run's model was exported (the dir may go later)."""
+  with fileio.open(os.path.join(model_dir, EXPORTED_MARKER), 'w') as f:
+    f.write(model_uri)
+
+
+def remove_finished_runs(model_dir: str) -> List[str]:
+  """Removes earlier runs' directories of this component whose model exists.
+
+  `model_dir` is `<base>/<pipeline>/<run id>/<component>`; the siblings are
+  `<base>/<pipeline>/<other run id>/<component>`. A sibling is removed when
+  it carries `EXPORTED_MARKER` (its executor exported and copied everything
+  into model_run), and its run folder when that leaves it empty. Runs that
+  are still training or failed for good carry no marker and are kept.
+
+  Args:
+    model_dir: the current run's directory.
+
+  Returns:
+    The removed directories.
+  """
+  component = os.path.basename(model_dir.rstrip('/'))
+  run_dir = os.path.dirname(model_dir.rstrip('/'))
+  pipeline_dir = os.path.dirname(run_dir)
+  removed = []
+  for run in _listdir(pipeline_dir):
+    other_run_dir = os.path.join(pipeline_dir, run)
+    if other_run_dir == run_dir or not fileio.isdir(other_run_dir):
+      continue
+    other = os.path.join(other_run_dir, component)
+    if fileio.exists(os.path.join(other, EXPORTED_MARKER)):
+      remove(other)
+      removed.append(other)
+    if fileio.isdir(other_run_dir) and not _listdir(other_run_dir):
+      remove(other_run_dir)
+  if removed:
+    logging.info('Removed the checkpoints of finished runs: %s', removed)
+  return removed
+
+
+def _listdir(path: str) -> List[str]:
+  try:
+    return [name.rstrip('/') for name in fileio.listdir(path)]
+  except Exception:  # pylint: disable=broad-except
+    return []
+
+
 def copy_into_model_run(model_dir: str, model_run_dir: str) -> None:
   """Copies checkpoints and events from `model_dir` into `model_run_dir`."""
   fileio.makedirs(model_run_dir)
   for name in fileio.listdir(model_dir):
+    if name.startswith(_BOOKKEEPING_PREFIX):
+      continue
     source = os.path.join(model_dir, name.rstrip('/'))
     destination = os.path.join(model_run_dir, name.rstrip('/'))
     if fileio.isdir(source):
@@ -74,7 +209,7 @@ def copy_into_model_run(model_dir: str, model_run_dir: str) -> None:
 
 
 def remove(model_dir: str) -> None:
-  """Deletes a finished run's checkpoints; a failure only warns."""
+  """Deletes a directory (a finished run's checkpoints); a failure warns."""
   try:
     fileio.rmtree(model_dir)
   except Exception as e:  # pylint: disable=broad-except

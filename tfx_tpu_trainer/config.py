@@ -17,7 +17,9 @@ Keys (all optional; defaults in brackets):
   eval_on_tpu [true], export_to_tpu [true], export_saved_model_api_version [1].
   eval_strategy ["train_and_evaluate"]: or "alternate" (train/evaluate in
     turns, one cycle per `save_checkpoints_steps`).
-  save_checkpoints_steps [None: estimator default], keep_checkpoint_max [None].
+  save_checkpoints_steps [None: estimator default], keep_checkpoint_max
+    [None: estimator default, 5]; keep_checkpoint_max 0 keeps every
+    checkpoint (TensorFlow's convention).
   label_key [module's LABEL_KEY]: the label feature.
   raw_label_key [found from the transform graph]: the raw feature the served
     model must not require (Transform's raw label, e.g. `tips` for the
@@ -25,7 +27,12 @@ Keys (all optional; defaults in brackets):
     transformed label is computed from. Must be a raw schema feature that no
     served feature is computed from (checked in prepare.prepare_run).
   checkpoint_dir [<pipeline root>/_checkpoints]: base directory of the
-    checkpoints a retry resumes from (see checkpoints.py); e.g. a gs:// path.
+    checkpoints a retry resumes from (see checkpoints.py): an absolute path
+    or a URI such as gs://bucket/dir (a relative path would land under
+    whatever the working directory of the step is). It is created and
+    probed for writing before training.
+  allow_nonfinite_metrics [false]: publish a model whose final eval metrics
+    hold NaN or infinity; by default such an execution fails (metrics.py).
   input_cache ["auto"]: how the default input chain caches a split: "parsed"
     (one in-memory table of parsed dense tensors), "serialized" (the
     serialized records), "none", or "auto" (the table for training input
@@ -35,6 +42,7 @@ Keys (all optional; defaults in brackets):
 
 import dataclasses
 import os
+import re
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 from tfx_tpu_trainer import errors
 
@@ -52,6 +60,8 @@ EXPORT_API_VERSIONS = (1, 2)
 # itself in every mode, so a user value would be silently overwritten.
 RESERVED_PARAMS_KEYS = ('batch_size', 'context', 'use_tpu')
 TPU_SPEC_KEYS = ('name', 'zone', 'project')
+# The largest value of a TensorFlow int64 (step counters, batch sizes).
+MAX_INT64 = 2**63 - 1
 BATCH_SIZE_KEYS = ('train_batch_size', 'eval_batch_size',
                    'predict_batch_size')
 
@@ -95,6 +105,7 @@ class TrainerConfig:
   label_key: Optional[str] = None
   raw_label_key: Optional[str] = None
   checkpoint_dir: Optional[str] = None
+  allow_nonfinite_metrics: bool = False
   input_cache: str = 'auto'
   params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -161,13 +172,15 @@ class TrainerConfig:
                               EVAL_STRATEGIES),
         save_checkpoints_steps=_optional_positive_int(
             'save_checkpoints_steps', raw.get('save_checkpoints_steps')),
-        keep_checkpoint_max=_optional_positive_int(
+        keep_checkpoint_max=_optional_non_negative_int(
             'keep_checkpoint_max', raw.get('keep_checkpoint_max')),
         label_key=_optional_str('label_key', raw.get('label_key')),
         raw_label_key=_optional_str('raw_label_key',
                                     raw.get('raw_label_key')),
-        checkpoint_dir=_optional_str('checkpoint_dir',
-                                     raw.get('checkpoint_dir')),
+        checkpoint_dir=_checkpoint_dir(raw.get('checkpoint_dir')),
+        allow_nonfinite_metrics=_bool(
+            'allow_nonfinite_metrics', raw.get('allow_nonfinite_metrics',
+                                               False)),
         input_cache=_choice('input_cache', raw.get('input_cache', 'auto'),
                             INPUT_CACHE_MODES),
         params=_params(raw.get('params')),
@@ -212,9 +225,14 @@ class TrainerConfig:
       raise ConfigError(
           f'train_args.num_steps must be a positive integer, got '
           f'{train_steps or 0}. Set TrainArgs(num_steps=N) on the TPUTrainer.')
-    if eval_steps is not None and eval_steps <= 0:
+    if train_steps > MAX_INT64:
       raise ConfigError(
-          f'eval_args.num_steps must be positive when set, got {eval_steps}.')
+          f'train_args.num_steps={train_steps} does not fit a 64-bit step '
+          f'counter; use at most {MAX_INT64}.')
+    if eval_steps is not None and not 0 < eval_steps <= MAX_INT64:
+      raise ConfigError(
+          f'eval_args.num_steps must be positive when set, at most '
+          f'{MAX_INT64}, got {eval_steps}.')
     if self.use_tpu and self.eval_on_tpu and eval_steps is None:
       raise ConfigError(
           'eval_args.num_steps is required when use_tpu is true: TPU '
@@ -236,11 +254,48 @@ def _positive_int(key: str, value: Any) -> int:
   if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
     raise ConfigError(
         f'custom_config[{key!r}] must be a positive integer, got {value!r}.')
+  _check_int64(key, value)
   return value
+
+
+def _check_int64(key: str, value: int) -> None:
+  # TensorFlow holds sizes and steps in int64; a larger Python int passes
+  # every other check and fails deep inside TensorFlow instead.
+  if value > MAX_INT64:
+    raise ConfigError(
+        f'custom_config[{key!r}]={value} is too large: TensorFlow holds it '
+        f'in a 64-bit integer, so it must be at most {MAX_INT64}.')
 
 
 def _optional_positive_int(key: str, value: Any) -> Optional[int]:
   return None if value is None else _positive_int(key, value)
+
+
+def _optional_non_negative_int(key: str, value: Any) -> Optional[int]:
+  if value is None:
+    return None
+  if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    raise ConfigError(
+        f'custom_config[{key!r}] must be an integer >= 0 (0: keep all), got '
+        f'{value!r}.')
+  _check_int64(key, value)
+  return value
+
+
+def _checkpoint_dir(value: Any) -> Optional[str]:
+  value = _optional_str('checkpoint_dir', value)
+  if value is not None and not (is_uri(value) or os.path.isabs(value)):
+    raise ConfigError(
+        f"custom_config['checkpoint_dir']={value!r} is a relative path, which "
+        'would resolve against the working directory of whichever process '
+        'runs the step. Give an absolute path or a URI (e.g. '
+        'gs://bucket/checkpoints).')
+  return value
+
+
+def is_uri(path: str) -> bool:
+  """True for `scheme://...` paths (gs://, s3://, hdfs://, ...)."""
+  return re.match(r'^[A-Za-z][A-Za-z0-9+.-]*://', path) is not None
 
 
 def _optional_str(key: str, value: Any) -> Optional[str]:

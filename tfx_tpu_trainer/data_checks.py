@@ -95,9 +95,28 @@ def _count_records(path: str, limit: int) -> int:
 
 
 def _corrupt_file_message(path: str, record: int, error: Exception) -> str:
+  if record == 0 and _is_uncompressed_tfrecord(path):
+    return (f'The examples file {path} is an uncompressed TFRecord file; '
+            'TPUTrainer reads GZIP-compressed TFRecords, as ExampleGen and '
+            'Transform write them. Write it with '
+            "tf.io.TFRecordWriter(path, options='GZIP') (or gzip it).")
   return (f'The examples file {path} is corrupt or truncated after record '
           f'{record}: {_first_line(error)}. Re-run the component that wrote '
           'it (ExampleGen or Transform) or remove the file.')
+
+
+def _is_uncompressed_tfrecord(path: str) -> bool:
+  """True when the file is not gzip but reads as plain TFRecords."""
+  try:
+    with tf.io.gfile.GFile(path, 'rb') as f:
+      if f.read(2) == b'\x1f\x8b':  # The gzip magic number.
+        return False
+    for _ in tf.data.TFRecordDataset(path).take(1):
+      return True
+  except (tf.errors.DataLossError, tf.errors.InvalidArgumentError,
+          tf.errors.NotFoundError):
+    return False
+  return False
 
 
 def _first_line(error: Exception) -> str:

@@ -5,6 +5,7 @@ from typing import Any, Callable, Dict, Optional
 from absl import logging
 import tensorflow as tf
 
+from tfx_tpu_trainer import cluster
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
 
@@ -42,6 +43,7 @@ def build_run_config(
   Returns:
     The RunConfig.
   """
+  cluster.check_cluster(config.use_tpu)
   master = None
   session_config = None
   if config.use_tpu and config.tpu is not None:
@@ -82,6 +84,9 @@ def build_run_config(
     optional['save_checkpoints_steps'] = config.save_checkpoints_steps
   if config.keep_checkpoint_max is not None:
     optional['keep_checkpoint_max'] = config.keep_checkpoint_max
+  # With TF_CONFIG workers: variables on the chief (cluster.py).
+  optional.update(cluster.run_config_overrides())
+  session_config = optional.pop('session_config', session_config)
   return tf.compat.v1.estimator.tpu.RunConfig(
       tpu_config=tpu_config,
       master=master,

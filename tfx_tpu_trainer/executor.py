@@ -1,14 +1,12 @@
 """The TPUTrainer executor: trains a TPUEstimator from a user module."""
 
 import contextlib
-import json
 import os
 from typing import Any, Dict, List, Optional
 
 from absl import logging
 import tensorflow as tf
 from tfx import types
-from tfx.components.trainer import constants
 from tfx.components.trainer import executor as trainer_executor
 from tfx.components.trainer import fn_args_utils
 from tfx.proto import trainer_pb2
@@ -17,6 +15,7 @@ from tfx.types import standard_component_specs
 from tfx.utils import proto_utils
 
 from tfx_tpu_trainer import checkpoints
+from tfx_tpu_trainer import cluster
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import data_checks
 from tfx_tpu_trainer import errors
@@ -33,18 +32,14 @@ from tfx_tpu_trainer.preflight import checks as preflight_checks
 
 
 def is_chief() -> bool:
-  """True unless TF_CONFIG names this task a non-chief worker."""
-  tf_config = json.loads(os.environ.get(constants.TF_CONFIG_ENV) or '{}')
-  if not tf_config.get('cluster'):
-    return True
-  task = tf_config.get('task', {})
-  return task.get('type') == 'chief' or (
-      task.get('type') == 'master' and task.get('index', 0) == 0)
+  """True unless TF_CONFIG names this task a non-chief (cluster.py)."""
+  return cluster.is_chief()
 
 
 class Executor(trainer_executor.GenericExecutor):
   """Trains a TPUEstimator from the module's model_fn; exports serve+tpu."""
 
+  @errors.fail_on_exit
   def Do(self, input_dict: Dict[str, List[types.Artifact]],
          output_dict: Dict[str, List[types.Artifact]],
          exec_properties: Dict[str, Any]) -> None:
@@ -115,18 +110,25 @@ class Executor(trainer_executor.GenericExecutor):
 
 def _publish(estimator, serving_input_receiver_fn, final_metrics, model,
              fn_args, resumable_dir) -> None:
-  """Fills model_run, exports the model last, then tidies the checkpoints."""
+  """Fills model_run, exports the model last, then marks the checkpoints.
+
+  The checkpoints stay until a later pipeline run (checkpoints.py): the
+  orchestrator has yet to publish this execution, and a retry of this run
+  must resume from them rather than from step 0.
+  """
   if resumable_dir:
     checkpoints.copy_into_model_run(resumable_dir, fn_args.model_run_dir)
   metrics = metrics_lib.to_python(final_metrics or {})
   metrics_path = metrics_lib.write_metrics_json(metrics, fn_args.model_run_dir)
-  export.export_serving_model(estimator, serving_input_receiver_fn,
-                              fn_args.serving_model_dir)
+  export.export_serving_model(
+      estimator, serving_input_receiver_fn, fn_args.serving_model_dir,
+      staging_record=(os.path.join(resumable_dir, checkpoints.STAGING_RECORD)
+                      if resumable_dir else None))
   metrics_lib.record_on_artifact(metrics, model)
   kfp_outputs.write_kfp_ui_outputs(metrics, fn_args.model_run_dir)
   logging.info('Final evaluation: %s (written to %s).', metrics, metrics_path)
   if resumable_dir:
-    checkpoints.remove(resumable_dir)
+    checkpoints.mark_exported(resumable_dir, model.uri)
 
 
 def _take_module_file_name(fn_args: fn_args_utils.FnArgs) -> Optional[str]:

@@ -1,7 +1,7 @@
 """Exports the dual-tag SavedModel where TFX's Evaluator and Pusher find it."""
 
 import os
-from typing import Iterable, List, Set, Tuple
+from typing import Iterable, List, Optional, Set, Tuple
 import uuid
 
 from absl import logging
@@ -13,11 +13,14 @@ from tfx_tpu_trainer import serving
 
 SERVE_TAGS = (tf.saved_model.SERVING,)
 SERVE_TPU_TAGS = (tf.saved_model.SERVING, tf.saved_model.TPU)
+# The hidden directory beside Format-Serving that an export is staged in.
+STAGING_PREFIX = '.export-'
 
 
 def export_serving_model(estimator: tf.compat.v1.estimator.tpu.TPUEstimator,
                          serving_input_receiver_fn: serving.ServingInputReceiverFn,
-                         serving_model_dir: str) -> str:
+                         serving_model_dir: str,
+                         staging_record: Optional[str] = None) -> str:
   """Exports the latest checkpoint as a SavedModel at `serving_model_dir`.
 
   The estimator writes `{serve}` (and `{serve, tpu}` when `export_to_tpu`)
@@ -28,10 +31,16 @@ def export_serving_model(estimator: tf.compat.v1.estimator.tpu.TPUEstimator,
   `serving_model_dir` exists only complete
   (`path_utils.serving_model_path(model.uri)` returns it).
 
+  A failed export removes its staging directory; a killed one cannot, so
+  with `staging_record` (a file beside the resumable checkpoints) each
+  staging directory is listed there before it is created, and the next
+  attempt of the same run removes the ones earlier attempts left.
+
   Args:
     estimator: the trained TPUEstimator.
     serving_input_receiver_fn: the serving input.
     serving_model_dir: `path_utils.serving_model_dir(model.uri)`.
+    staging_record: the record file, or None (no retry can follow).
 
   Returns:
     `serving_model_dir`.
@@ -44,7 +53,11 @@ def export_serving_model(estimator: tf.compat.v1.estimator.tpu.TPUEstimator,
         f'{serving_model_dir} already exists; a model artifact is written '
         'once.')
   parent = os.path.dirname(serving_model_dir.rstrip('/'))
-  staging_dir = os.path.join(parent, f'.export-{uuid.uuid4().hex}')
+  staging_dir = os.path.join(parent, f'{STAGING_PREFIX}{uuid.uuid4().hex}')
+  if staging_record:
+    remove_recorded_staging_dirs(staging_record)
+    with fileio.open(staging_record, 'w') as f:
+      f.write(staging_dir + '\n')
   fileio.makedirs(staging_dir)
   try:
     exported = estimator.export_saved_model(
@@ -57,6 +70,25 @@ def export_serving_model(estimator: tf.compat.v1.estimator.tpu.TPUEstimator,
     fileio.rmtree(staging_dir)
   logging.info('Exported the serving model to %s.', serving_model_dir)
   return serving_model_dir
+
+
+def remove_recorded_staging_dirs(staging_record: str) -> List[str]:
+  """Removes the staging directories listed in `staging_record`, if any."""
+  if not fileio.exists(staging_record):
+    return []
+  with fileio.open(staging_record, 'r') as f:
+    listed = [line.strip() for line in f.read().splitlines() if line.strip()]
+  removed = []
+  for staging_dir in listed:
+    if (os.path.basename(staging_dir.rstrip('/')).startswith(STAGING_PREFIX)
+        and fileio.exists(staging_dir)):
+      fileio.rmtree(staging_dir)
+      removed.append(staging_dir)
+  fileio.remove(staging_record)
+  if removed:
+    logging.info('Removed the export staging directories of earlier '
+                 'attempts: %s', removed)
+  return removed
 
 
 def saved_model_tag_sets(saved_model_dir: str) -> List[Tuple[str, ...]]:

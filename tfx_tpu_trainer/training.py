@@ -6,10 +6,12 @@ from absl import logging
 import tensorflow as tf
 from tensorflow import estimator as tf_estimator
 
+from tfx_tpu_trainer import cluster
 from tfx_tpu_trainer import config as config_lib
+from tfx_tpu_trainer import evaluation
 from tfx_tpu_trainer import input_fns
 
-EVAL_NAME = 'eval'
+EVAL_NAME = evaluation.EVAL_NAME
 
 
 def train_and_evaluate(estimator: tf.compat.v1.estimator.tpu.TPUEstimator,
@@ -34,20 +36,23 @@ def train_and_evaluate(estimator: tf.compat.v1.estimator.tpu.TPUEstimator,
     eval_steps: evaluation steps (None: the whole eval split, CPU only).
 
   Returns:
-    The metrics of the final evaluation; None where this task does not
-    evaluate (a worker of a distributed run).
+    The metrics of the final evaluation (evaluation.final_metrics: the final
+    checkpoint is evaluated again when training recorded none, and NaN or
+    infinite metrics are refused); None where this task does not publish
+    (a worker or evaluator of a distributed run).
   """
   if config.eval_strategy == 'alternate':
-    return _alternate(estimator, config, train_input_fn, eval_input_fn,
-                      train_steps, eval_steps)
-  train_spec = tf_estimator.TrainSpec(train_input_fn, max_steps=train_steps)
-  eval_spec = tf_estimator.EvalSpec(
-      eval_input_fn, steps=eval_steps, name=EVAL_NAME, start_delay_secs=0)
-  result = tf_estimator.train_and_evaluate(estimator, train_spec, eval_spec)
-  if result is None:
-    return None
-  metrics, _ = result
-  return metrics
+    metrics = _alternate(estimator, config, train_input_fn, eval_input_fn,
+                         train_steps, eval_steps)
+  else:
+    train_spec = tf_estimator.TrainSpec(train_input_fn, max_steps=train_steps)
+    eval_spec = tf_estimator.EvalSpec(
+        eval_input_fn, steps=eval_steps, name=EVAL_NAME, start_delay_secs=0,
+        throttle_secs=cluster.eval_throttle_secs())
+    result = tf_estimator.train_and_evaluate(estimator, train_spec, eval_spec)
+    metrics = result[0] if result else None
+  return evaluation.final_metrics(estimator, config, eval_input_fn,
+                                  eval_steps, metrics)
 
 
 def _alternate(estimator, config, train_input_fn, eval_input_fn, train_steps,

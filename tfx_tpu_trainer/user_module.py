@@ -279,15 +279,28 @@ def _import_module_file(module_file: str) -> types.ModuleType:
   sys.path.insert(0, module_dir)
   try:
     spec.loader.exec_module(module)
-  except Exception as e:  # pylint: disable=broad-except
+  except BaseException as e:  # pylint: disable=broad-except
+    # Also SystemExit and KeyboardInterrupt: sys.exit(0) at import must fail
+    # the execution, not end the pipeline run with status 0.
     del sys.modules[module_name]
     raise UserModuleError(
         f'module_file {module_file!r} failed to import: '
-        f'{type(e).__name__}: {e}') from e
+        f'{_describe_import_error(e)}') from e
   finally:
     sys.path.remove(module_dir)
   logging.info('Loaded user module %s from %s.', module_name, module_file)
   return module
+
+
+def _describe_import_error(error: BaseException) -> str:
+  if isinstance(error, SystemExit):
+    return (f'it called sys.exit({error.code!r}) (SystemExit) while being '
+            'imported. A module file must not exit the process: remove the '
+            'exit, or move script code under `if __name__ == "__main__":`.')
+  if isinstance(error, KeyboardInterrupt):
+    return ('KeyboardInterrupt while it was being imported. A module file '
+            'must not raise KeyboardInterrupt.')
+  return f'{type(error).__name__}: {error}'
 
 
 def _import_module_path(module_path: str, source: str) -> types.ModuleType:
@@ -299,9 +312,10 @@ def _import_module_path(module_path: str, source: str) -> types.ModuleType:
       if module_name in sys.modules:
         del sys.modules[module_name]
       module = importlib.import_module(module_name)
-  except Exception as e:  # pylint: disable=broad-except
+  except BaseException as e:  # pylint: disable=broad-except
+    # Also SystemExit and KeyboardInterrupt (see _import_module_file).
     raise UserModuleError(
         f'module_file {source!r} failed to import: '
-        f'{type(e).__name__}: {e}') from e
+        f'{_describe_import_error(e)}') from e
   logging.info('Loaded user module %s (%s).', module_path, source)
   return module

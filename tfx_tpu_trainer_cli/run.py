@@ -3,11 +3,13 @@
 import contextlib
 import glob
 import os
+import shlex
 import sys
 import time
 import traceback
 from typing import Optional
 
+from pipelines import csv_checks
 from pipelines import paths
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer_cli import common
@@ -101,14 +103,16 @@ def _validate_run_args(args) -> dict:
     config.check_steps(args.train_steps, args.eval_steps)
   except config_lib.ConfigError as e:
     raise common.UsageError(str(e)) from e
+  preprocessing_module_file = _existing_file(
+      args.preprocessing_module_file, paths.PREPROCESSING_MODULE_FILE,
+      '--preprocessing-module-file')
+  _check_csv_files(data_root, preprocessing_module_file)
   options = dict(
       data_root=data_root,
       trainer_module_file=_existing_file(args.module_file,
                                          paths.TRAINER_MODULE_FILE,
                                          '--module-file'),
-      preprocessing_module_file=_existing_file(
-          args.preprocessing_module_file, paths.PREPROCESSING_MODULE_FILE,
-          '--preprocessing-module-file'),
+      preprocessing_module_file=preprocessing_module_file,
       train_steps=args.train_steps,
       eval_steps=args.eval_steps,
       custom_config=custom_config,
@@ -135,12 +139,23 @@ def _check_trainer_module(module_file: str) -> None:
     raise common.UsageError(f'--module-file: {e}') from e
 
 
+def _check_csv_files(data_root: str, preprocessing_module_file: str) -> None:
+  """Every CSV file has the columns the preprocessing reads and a data row."""
+  try:
+    csv_checks.check_data_root(
+        data_root, csv_checks.required_columns(preprocessing_module_file))
+  except csv_checks.CsvDataError as e:
+    raise common.UsageError(str(e)) from e
+
+
 def _run(args) -> int:
   """Validates the arguments, runs the pipeline, prints the summary."""
   options = _validate_run_args(args)
   output_root = os.path.abspath(args.output_root)
+  # The process id keeps concurrent runs started in one second apart.
   log_path = os.path.join(output_root, 'logs',
-                          time.strftime('run-%Y%m%d-%H%M%S.log'))
+                          time.strftime('run-%Y%m%d-%H%M%S') +
+                          f'-{os.getpid()}.log')
   os.makedirs(os.path.dirname(log_path), exist_ok=True)
   print(f'Running the taxi pipeline on {options["data_root"]}\n'
         f'  outputs under {output_root}\n'
@@ -212,7 +227,7 @@ def _print_summary(summary) -> None:
     print('  Pushed model:           none (the model was not blessed)')
   print(f'  Trained model:          {summary.model_path}')
   print(f'  TensorBoard logs:       tensorboard --logdir '
-        f'{summary.tensorboard_dir}')
+        f'{shlex.quote(summary.tensorboard_dir)}')
 
 
 # Modules that each define `add_parser(subparsers)` for one more subcommand;

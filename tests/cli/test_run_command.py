@@ -70,3 +70,64 @@ def test_module_that_breaks_the_contract_fails_before_any_component(
   assert 'tfx-tpu-trainer run: error: --module-file: ' in err
   assert message in err and path in err
   assert not output_root.exists()
+
+
+def _header(columns=None):
+  from pipelines import csv_checks  # pylint: disable=g-import-not-at-top
+  from pipelines import paths  # pylint: disable=g-import-not-at-top
+  columns = columns or csv_checks.required_columns(
+      paths.PREPROCESSING_MODULE_FILE)
+  return ','.join(columns) + '\n'
+
+
+def _row(columns=None):
+  from pipelines import csv_checks  # pylint: disable=g-import-not-at-top
+  from pipelines import paths  # pylint: disable=g-import-not-at-top
+  columns = columns or csv_checks.required_columns(
+      paths.PREPROCESSING_MODULE_FILE)
+  return ','.join('1' for _ in columns) + '\n'
+
+
+@pytest.mark.parametrize('content,message', [
+    ('', 'data.csv is empty'),
+    ('\n\n', 'data.csv is empty'),
+    (None, 'data.csv has a header but no data row'),
+    ('missing_column', "data.csv has no column(s) ['trip_miles'] in its "
+     'header'),
+])
+def test_csv_data_root_is_checked_before_any_component(tmp_path, capsys,
+                                                       content, message):
+  data = tmp_path / 'data'
+  data.mkdir()
+  if content is None:
+    content = _header()
+  elif content == 'missing_column':
+    content = _header().replace('trip_miles,', '') + _row()[2:]
+  (data / 'data.csv').write_text(content)
+  output_root = tmp_path / 'out'
+  assert _exit_code(['run', '--data-root', str(data), '--output-root',
+                     str(output_root)]) == 2
+  assert message in capsys.readouterr().err
+  assert not output_root.exists()
+
+
+def test_every_file_of_the_data_root_is_checked(tmp_path, capsys):
+  data = tmp_path / 'data'
+  data.mkdir()
+  (data / 'a.csv').write_text(_header() + _row())
+  (data / 'b.csv').write_text(_header())
+  assert _exit_code(['run', '--data-root', str(data), '--output-root',
+                     str(tmp_path / 'out')]) == 2
+  assert 'b.csv has a header but no data row' in capsys.readouterr().err
+
+
+def test_tensorboard_command_quotes_the_path(capsys):
+  from tfx_tpu_trainer_cli import run  # pylint: disable=g-import-not-at-top
+  from pipelines import local_runner  # pylint: disable=g-import-not-at-top
+  run._print_summary(local_runner.RunSummary(  # pylint: disable=protected-access
+      trainer_metrics={}, evaluator_metrics={}, blessed=False, pushed=False,
+      pushed_model_path=None, pushed_model_tag_sets=[],
+      model_path='/out dir/model/1', tensorboard_dir='/out dir/model_run/2',
+      seconds=1.0))
+  assert ("tensorboard --logdir '/out dir/model_run/2'"
+          in capsys.readouterr().out)

@@ -1,0 +1,84 @@
+"""The final evaluation a published model carries.
+
+`tf.estimator.train_and_evaluate` returns the metrics of the evaluation it
+ran itself; it returns none when training had nothing left to do (a retry
+after the final checkpoint: `Training from step 200 to 200`) and none in a
+distributed run. `final_metrics` then evaluates the final checkpoint, so a
+published model always carries the metrics of its own final step, and it
+refuses NaN or infinite metrics unless `allow_nonfinite_metrics` is set.
+"""
+
+import math
+from typing import Any, Dict, Mapping, Optional
+
+from absl import logging
+import tensorflow as tf
+
+from tfx_tpu_trainer import checkpoints
+from tfx_tpu_trainer import cluster
+from tfx_tpu_trainer import config as config_lib
+from tfx_tpu_trainer import errors
+
+EVAL_NAME = 'eval'
+
+
+class NonFiniteMetricsError(errors.TPUTrainerError):
+  """The final evaluation produced NaN or infinite metrics."""
+
+
+def final_metrics(estimator: tf.compat.v1.estimator.tpu.TPUEstimator,
+                  config: config_lib.TrainerConfig,
+                  eval_input_fn: Any,
+                  eval_steps: Optional[int],
+                  metrics: Optional[Mapping[str, Any]]
+                 ) -> Optional[Dict[str, Any]]:
+  """The metrics of the final checkpoint, evaluated again when missing.
+
+  Args:
+    estimator: the trained estimator.
+    config: the validated trainer config.
+    eval_input_fn: evaluation input.
+    eval_steps: evaluation steps (None: the whole eval split).
+    metrics: what training returned (None or {} when it did not evaluate).
+
+  Returns:
+    The metrics; None on a task that does not publish (worker, evaluator).
+
+  Raises:
+    NonFiniteMetricsError: a metric is NaN or infinite and
+      `allow_nonfinite_metrics` is false.
+  """
+  if not cluster.is_chief():
+    return None
+  final_step = checkpoints.latest_step(estimator.model_dir)
+  recorded_step = (metrics or {}).get(tf.compat.v1.GraphKeys.GLOBAL_STEP)
+  if not metrics or recorded_step is None or recorded_step < final_step:
+    logging.info('No evaluation of the final checkpoint (step %d) was '
+                 'recorded (got %s); evaluating it now.', final_step, metrics)
+    metrics = estimator.evaluate(eval_input_fn, steps=eval_steps,
+                                 name=EVAL_NAME)
+  metrics = dict(metrics)
+  if not config.allow_nonfinite_metrics:
+    check_finite(metrics)
+  return metrics
+
+
+def check_finite(metrics: Mapping[str, Any]) -> None:
+  """Raises NonFiniteMetricsError when a scalar metric is NaN or infinite."""
+  bad = {}
+  for name, value in metrics.items():
+    try:
+      number = float(value)
+    except (TypeError, ValueError):
+      continue  # Not a scalar: not recorded either.
+    if not math.isfinite(number):
+      bad[name] = number
+  if bad:
+    raise NonFiniteMetricsError(
+        f'The final evaluation (step '
+        f'{metrics.get(tf.compat.v1.GraphKeys.GLOBAL_STEP)}) produced '
+        f'non-finite metrics {bad}, so no model was published. Check the '
+        'eval split for NaN/inf feature or label values and the eval loss '
+        'and metric_fn of the module for divisions by zero or log(0); to '
+        "publish such a model anyway set custom_config['allow_nonfinite_"
+        "metrics']=true.")
