@@ -71,41 +71,61 @@ class Executor(trainer_executor.GenericExecutor):
     run = prepare.prepare_run(config, module, schemas,
                               fn_args.hyperparameters, fn_args)
     train_input_fn, eval_input_fn = _build_input_fns(fn_args, config, run)
-    data_checks.check_first_batch(fn_args.train_files, 'train',
-                                  config.train_batch_size, 'train_batch_size')
-    data_checks.check_first_batch(fn_args.eval_files, 'eval',
-                                  config.eval_batch_size, 'eval_batch_size')
-    # Preflight: what a TPU would reject, found on CPU in seconds; on CPU,
-    # the train, eval and export graphs built before the first step.
-    sample_train_fn, sample_eval_fn = _build_input_fns(fn_args, config, run,
-                                                       cache='none')
-    if config.use_tpu:
-      preflight_checks.check_before_training(run, config, sample_train_fn)
-    else:
-      preflight_checks.check_graphs_before_training(run, config,
-                                                    sample_train_fn,
-                                                    sample_eval_fn)
+    # Preflight: the data's first batches, and the graphs as TPUEstimator
+    # will build them (XLA-compiled as on a TPU when use_tpu).
+    _check_before_training(fn_args, config, run)
     # Train.
     model = artifact_utils.get_single_instance(
         output_dict[standard_component_specs.MODEL_KEY])
     resumable_dir = checkpoints.resumable_model_dir(self._context, model.uri,
                                                     config.checkpoint_dir)
-    model_dir = resumable_dir or fn_args.model_run_dir
-    estimator = _build_estimator(fn_args, config, run, model_dir)
-    logging.info('Training from step %d to %d in %s (eval_strategy=%s, '
-                 'use_tpu=%s).', checkpoints.latest_step(model_dir),
-                 fn_args.train_steps, model_dir, config.eval_strategy,
-                 config.use_tpu)
-    with _explain_training_errors(fn_args, run):
-      final_metrics = training.train_and_evaluate(
-          estimator, config, train_input_fn, eval_input_fn,
-          fn_args.train_steps, fn_args.eval_steps)
+    estimator, final_metrics = _train(fn_args, config, run, train_input_fn,
+                                      eval_input_fn,
+                                      resumable_dir or fn_args.model_run_dir)
     if not is_chief():
       logging.info('Not the chief: export and metrics are left to the chief.')
       return
     # Publish: metrics, then the model (the commit point), then MLMD.
     _publish(estimator, run.serving_input_receiver_fn, final_metrics, model,
              fn_args, resumable_dir)
+
+
+def _check_before_training(fn_args: fn_args_utils.FnArgs,
+                           config: config_lib.TrainerConfig,
+                           run: prepare.PreparedRun) -> None:
+  """Everything that can fail before the first step, in seconds.
+
+  Both splits yield a first batch; with use_tpu the TPU preflight
+  XLA-compiles the train, eval and predict steps as a TPU would; on CPU the
+  train, eval and export graphs are built as TPUEstimator will build them.
+  """
+  data_checks.check_first_batch(fn_args.train_files, 'train',
+                                config.train_batch_size, 'train_batch_size')
+  data_checks.check_first_batch(fn_args.eval_files, 'eval',
+                                config.eval_batch_size, 'eval_batch_size')
+  sample_train_fn, sample_eval_fn = _build_input_fns(fn_args, config, run,
+                                                     cache='none')
+  if config.use_tpu:
+    preflight_checks.check_before_training(run, config, sample_train_fn)
+  else:
+    preflight_checks.check_graphs_before_training(run, config, sample_train_fn,
+                                                  sample_eval_fn)
+
+
+def _train(fn_args: fn_args_utils.FnArgs, config: config_lib.TrainerConfig,
+           run: prepare.PreparedRun, train_input_fn, eval_input_fn,
+           model_dir: str):
+  """Trains in `model_dir`; returns the estimator and the final metrics."""
+  estimator = _build_estimator(fn_args, config, run, model_dir)
+  logging.info('Training from step %d to %d in %s (eval_strategy=%s, '
+               'use_tpu=%s).', checkpoints.latest_step(model_dir),
+               fn_args.train_steps, model_dir, config.eval_strategy,
+               config.use_tpu)
+  with _explain_training_errors(fn_args, run):
+    final_metrics = training.train_and_evaluate(
+        estimator, config, train_input_fn, eval_input_fn,
+        fn_args.train_steps, fn_args.eval_steps)
+  return estimator, final_metrics
 
 
 def _publish(estimator, serving_input_receiver_fn, final_metrics, model,
