@@ -30,6 +30,7 @@ no values inside the loop (as on TPU): they are left out with a warning.
 Evaluation and export call the model_fn as before.
 """
 
+import inspect
 from typing import Any, Callable, Optional
 
 from absl import logging
@@ -80,17 +81,24 @@ def wrap_model_fn(model_fn: ModelFn, iterations: int) -> ModelFn:
   """`model_fn` whose TRAIN graph runs up to `iterations` steps per run.
 
   Args:
-    model_fn: a TPUEstimator model_fn `(features, labels, mode, params,
-      config)`.
+    model_fn: a TPUEstimator model_fn `(features, labels, mode, params[,
+      config])`.
     iterations: the most steps per `session.run` (> 1).
 
   Returns:
     The model_fn; EVAL and PREDICT pass through unchanged.
   """
 
+  passes_config = 'config' in inspect.signature(model_fn).parameters
+
+  def call(features, labels, mode, params, config):
+    if passes_config:
+      return model_fn(features, labels, mode, params, config=config)
+    return model_fn(features, labels, mode, params)
+
   def looped_model_fn(features, labels, mode, params, config):
     if mode != tf_estimator.ModeKeys.TRAIN:
-      return model_fn(features, labels, mode, params, config)
+      return call(features, labels, mode, params, config)
     get_next = _get_next_op(features, labels)
     global_step = tf.compat.v1.train.get_or_create_global_step()
     count = tf.compat.v1.placeholder_with_default(
@@ -100,7 +108,7 @@ def wrap_model_fn(model_fn: ModelFn, iterations: int) -> ModelFn:
     def body(index, loss, finite):
       del loss, finite
       step_features, step_labels = _next_batch(get_next, features, labels)
-      spec = model_fn(step_features, step_labels, mode, params, config)
+      spec = call(step_features, step_labels, mode, params, config)
       specs.append(spec)
       if spec.train_op is None or spec.loss is None:
         raise HostLoopError('The TRAIN TPUEstimatorSpec needs a loss and a '
