@@ -49,8 +49,8 @@ from benchmarks import launch
 from benchmarks import report
 
 DEFAULT_OUTPUT_DIR = os.path.join(launch.REPO_ROOT, 'benchmarks', 'results')
-QUICK = {'repeats': 1, 'steps': 400, 'short_steps': 100, 'eval_steps': 10,
-         'rows': 3000}
+QUICK = {'repeats': 1, 'steps': 400, 'fast_steps': 800, 'short_steps': 100,
+         'eval_steps': 10, 'rows': 3000}
 # TPUTrainer's custom_config in the benchmark, besides batch sizes and label
 # (--tpu_trainer_config overrides it): the multi-step host loop, the
 # counterpart of the tuned native-Keras Trainer's steps_per_execution.
@@ -58,10 +58,18 @@ TPU_TRAINER_CONFIG = {'host_iterations_per_loop': 100}
 
 _REPEATS = flags.DEFINE_integer('repeats', 2, 'Runs of each measurement.')
 _STEPS = flags.DEFINE_integer(
-    'steps', 5000, 'Training steps of the long trainer runs (and batches '
-    'drained by every input run, steps of the compute-limit loop).')
+    'steps', 3000, 'Training steps of the long runs of the stock and '
+    'native-Keras Trainers (and batches drained by every input run).')
+_FAST_STEPS = flags.DEFINE_integer(
+    'fast_steps', 10000, 'Training steps of the long TPUTrainer runs and of '
+    'the compute-limit loop: they train several times faster, so they need '
+    'more steps for the same share of timed work.')
 _SHORT_STEPS = flags.DEFINE_integer(
-    'short_steps', 500, 'Training steps of the short trainer runs.')
+    'short_steps', 300, 'Training steps of the short trainer runs (and of '
+    'the short compute-limit loop).')
+_ONLY = flags.DEFINE_list(
+    'only', None, 'Measure only these kinds (e.g. tpu_keras,compute_limit), '
+    'for A/B runs.')
 _STEPS_PER_EXECUTION = flags.DEFINE_integer(
     'steps_per_execution', 100, "The tuned native-Keras Trainer's "
     'steps_per_execution.')
@@ -208,7 +216,8 @@ def _measure(work_dir: str, kind: str, batch_size: int, repeat: int,
 
 
 def _measure_kind(work_dir: str, kind: str, batch_size: int, repeat: int,
-                  steps: int, short_steps: int, eval_steps: int,
+                  steps: int, fast_steps: int, short_steps: int,
+                  eval_steps: int,
                   timeout: Optional[float], steps_per_execution: int,
                   tpu_trainer_config: str) -> Dict[str, Any]:
   """One run of a measurement: a trainer at two step counts, else once.
@@ -218,6 +227,8 @@ def _measure_kind(work_dir: str, kind: str, batch_size: int, repeat: int,
   the maximum.
   """
   args = _measure_args(kind, steps_per_execution, tpu_trainer_config)
+  if kind in report.TPU_TRAINERS or kind == report.LIMIT:
+    steps = fast_steps
   if kind not in report.TRAINERS:
     if kind == report.LIMIT:
       args.append(f'--short_steps={short_steps}')
@@ -257,8 +268,10 @@ def _ratio_pairs(large_batch: int) -> List[Tuple[str, str]]:
 def run(repeats: int, steps: int, eval_steps: int, large_batch: int,
         rows: Any, work_dir: str, timeout: Optional[float],
         tpu_trainer_config: str = json.dumps(TPU_TRAINER_CONFIG),
-        short_steps: int = 500,
-        steps_per_execution: int = 100) -> Dict[str, Any]:
+        short_steps: int = 300,
+        steps_per_execution: int = 100,
+        fast_steps: int = 10000,
+        only: Optional[List[str]] = None) -> Dict[str, Any]:
   """Prepares the data and takes every measurement `repeats` times.
 
   The measurements of one repeat run back to back, and repeats follow each
@@ -276,6 +289,9 @@ def run(repeats: int, steps: int, eval_steps: int, large_batch: int,
     tpu_trainer_config: JSON dict merged into TPUTrainer's custom_config.
     short_steps: training steps of the short trainer runs.
     steps_per_execution: the tuned native-Keras Trainer's setting.
+    fast_steps: training steps of the long TPUTrainer runs and of the
+      compute-limit loop.
+    only: measure only these kinds (None: all).
 
   Returns:
     The whole result: settings, machine, data, runs, summary, ratios,
@@ -285,19 +301,21 @@ def run(repeats: int, steps: int, eval_steps: int, large_batch: int,
   machine = _machine()
   git_state = _git_state()
   data = _prepare_data(work_dir, rows, timeout)
+  measurements = [(kind, batch) for kind, batch in _measurements(large_batch)
+                  if not only or kind in only]
   runs: Dict[str, List[Dict[str, Any]]] = {
-      report.name(kind, batch): [] for kind, batch in _measurements(large_batch)
+      report.name(kind, batch): [] for kind, batch in measurements
   }
   total = repeats * len(runs)
   count = 0
   for repeat in range(repeats):
-    for kind, batch in _measurements(large_batch):
+    for kind, batch in measurements:
       count += 1
       measurement = report.name(kind, batch)
       print(f'[{count}/{total}] {measurement} (repeat {repeat + 1}) ...',
             end=' ', flush=True)
       result = _measure_kind(work_dir, kind, batch, repeat, steps,
-                             short_steps, eval_steps, timeout,
+                             fast_steps, short_steps, eval_steps, timeout,
                              steps_per_execution, tpu_trainer_config)
       runs[measurement].append(result)
       if 'error' in result:
@@ -317,12 +335,14 @@ def run(repeats: int, steps: int, eval_steps: int, large_batch: int,
           'event_ratio': report.ratio(summary, top, bottom,
                                       'examples_per_sec'),
       } for top, bottom in _ratio_pairs(large_batch)
+      if top in summary and bottom in summary
   }
   machine['load_average_end'] = list(os.getloadavg())
   return {
       'timestamp': time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(started)),
       'settings': {
-          'repeats': repeats, 'steps': steps, 'short_steps': short_steps,
+          'repeats': repeats, 'steps': steps, 'fast_steps': fast_steps,
+          'short_steps': short_steps,
           'eval_steps': eval_steps,
           'steps_per_execution': steps_per_execution,
           'large_batch': large_batch, 'rows': data.get('rows'),
@@ -368,7 +388,10 @@ def print_report(results: Dict[str, Any]) -> None:
     print(f'Data: ExampleGen+StatisticsGen+SchemaGen+Transform '
           f'{data["seconds"]:.0f} s ({data["process_seconds"]:.0f} s with '
           'imports), once for all measurements.')
-  print(f'Figures are medians over runs. ext ex/s: (steps - short_steps) x '
+  print(f'{settings["short_steps"]} and {settings["steps"]} training steps '
+        f'(TPUTrainer: {settings["short_steps"]} and {settings["fast_steps"]}; '
+        f'compute limit: loops of as many steps).')
+  print('Figures are medians over runs. ext ex/s: (steps - short_steps) x '
         'batch / (Do() at steps - Do() at short_steps), the rate every '
         'ratio uses;')
   print('event ex/s: median of the 100-step windows of global_step/sec '
@@ -405,6 +428,7 @@ def main(argv: List[str]) -> None:
   repeats = _setting(_REPEATS, 'repeats')
   steps = _setting(_STEPS, 'steps')
   short_steps = _setting(_SHORT_STEPS, 'short_steps')
+  fast_steps = _setting(_FAST_STEPS, 'fast_steps')
   eval_steps = _setting(_EVAL_STEPS, 'eval_steps')
   rows = _setting(_ROWS, 'rows')
   temporary = _WORK_DIR.value is None
@@ -413,7 +437,8 @@ def main(argv: List[str]) -> None:
   try:
     results = run(repeats, steps, eval_steps, _LARGE_BATCH.value, rows,
                   work_dir, _TIMEOUT.value, _TPU_TRAINER_CONFIG.value,
-                  short_steps, _STEPS_PER_EXECUTION.value)
+                  short_steps, _STEPS_PER_EXECUTION.value, fast_steps,
+                  _ONLY.value)
   except BaseException:
     print(f'The work dir {work_dir} is kept (logs under logs/ and runs/).')
     raise
