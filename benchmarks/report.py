@@ -46,9 +46,12 @@ def name(kind: str, batch_size: int) -> str:
 
 
 def run_rate(run: Mapping[str, Any]) -> Optional[float]:
-  """A run's examples/s: the external rate where taken, else its own."""
-  value = run.get('external_examples_per_sec')
-  return value if value is not None else run.get('examples_per_sec')
+  """A run's examples/s: a trainer's external rate (None when its two runs
+  gave none), the compute limit's, else (input) its own."""
+  external = run.get('external_examples_per_sec')
+  if 'short_do_seconds' in run or external is not None:
+    return external
+  return run.get('examples_per_sec')
 
 
 def external_figures(short: Mapping[str, Any], long: Mapping[str, Any],

@@ -115,9 +115,13 @@ def test_external_rate_and_overhead_from_two_step_counts():
   assert figures['external_examples_per_sec'] == pytest.approx(40_000)
   assert figures['external_overhead_seconds'] == pytest.approx(5.5)
   assert figures['short_do_seconds'] == 6.0
-  # A long run that was not slower gives no rate rather than a wrong one.
-  assert report.external_figures(long, long, 40)[
-      'external_examples_per_sec'] is None
+  # A long run that was not slower gives no rate rather than a wrong one,
+  # and its event-file rate does not stand in for it.
+  failed = dict(long, **report.external_figures(long, long, 40),
+                examples_per_sec=30_000.0)
+  assert failed['external_examples_per_sec'] is None
+  assert report.run_rate(failed) is None
+  assert report.run_rate({'examples_per_sec': 5.0}) == 5.0  # input runs
 
 
 def test_summary_ratios_and_targets():
