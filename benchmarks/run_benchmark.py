@@ -61,7 +61,7 @@ _STEPS = flags.DEFINE_integer(
     'steps', 3000, 'Training steps of the long runs of the stock and '
     'native-Keras Trainers (and batches drained by every input run).')
 _FAST_STEPS = flags.DEFINE_integer(
-    'fast_steps', 10000, 'Training steps of the long TPUTrainer runs and of '
+    'fast_steps', 20000, 'Training steps of the long TPUTrainer runs and of '
     'the compute-limit loop: they train several times faster, so they need '
     'more steps for the same share of timed work.')
 _SHORT_STEPS = flags.DEFINE_integer(
@@ -270,7 +270,7 @@ def run(repeats: int, steps: int, eval_steps: int, large_batch: int,
         tpu_trainer_config: str = json.dumps(TPU_TRAINER_CONFIG),
         short_steps: int = 300,
         steps_per_execution: int = 100,
-        fast_steps: int = 10000,
+        fast_steps: int = 20000,
         only: Optional[List[str]] = None) -> Dict[str, Any]:
   """Prepares the data and takes every measurement `repeats` times.
 
