@@ -23,7 +23,7 @@ it. The table, the ratios and PASS/FAIL against the targets of issue 16 are
 printed; the results go to <output_dir>/<timestamp>.json.
 
 Usage:
-  python -m benchmarks.run_benchmark [--repeats=2] [--steps=5000] [--quick]
+  python -m benchmarks.run_benchmark [--repeats=2] [--quick]
   make bench BENCH_ARGS="--quick"
   # A/B of a TPUTrainer setting against the same references:
   python -m benchmarks.run_benchmark \
@@ -49,7 +49,8 @@ from benchmarks import launch
 from benchmarks import report
 
 DEFAULT_OUTPUT_DIR = os.path.join(launch.REPO_ROOT, 'benchmarks', 'results')
-QUICK = {'repeats': 1, 'steps': 400, 'fast_steps': 800, 'short_steps': 100,
+QUICK = {'repeats': 1, 'steps': 400, 'large_batch_steps': 400,
+         'fast_steps': 800, 'fast_large_batch_steps': 800, 'short_steps': 100,
          'eval_steps': 10, 'rows': 3000}
 # TPUTrainer's custom_config in the benchmark, besides batch sizes and label
 # (--tpu_trainer_config overrides it): the multi-step host loop, the
@@ -57,13 +58,20 @@ QUICK = {'repeats': 1, 'steps': 400, 'fast_steps': 800, 'short_steps': 100,
 TPU_TRAINER_CONFIG = {'host_iterations_per_loop': 100}
 
 _REPEATS = flags.DEFINE_integer('repeats', 2, 'Runs of each measurement.')
+# Long-run step counts: enough timed work (10-60 s on 2 quiet cores) for the
+# rate to stand out of the run-to-run spread of Do()'s fixed costs.
 _STEPS = flags.DEFINE_integer(
-    'steps', 3000, 'Training steps of the long runs of the stock and '
-    'native-Keras Trainers (and batches drained by every input run).')
+    'steps', 12500, 'Training steps of the long runs of the stock and '
+    'native-Keras Trainers at batch 40 (and batches drained by the input '
+    'runs at batch 40).')
+_LARGE_BATCH_STEPS = flags.DEFINE_integer(
+    'large_batch_steps', 3000, 'The same at the large batch.')
 _FAST_STEPS = flags.DEFINE_integer(
-    'fast_steps', 20000, 'Training steps of the long TPUTrainer runs and of '
-    'the compute-limit loop: they train several times faster, so they need '
-    'more steps for the same share of timed work.')
+    'fast_steps', 40000, 'Training steps of the long TPUTrainer runs and of '
+    'the compute-limit loop at batch 40: they train several times faster, '
+    'so they need more steps for the same timed work.')
+_FAST_LARGE_BATCH_STEPS = flags.DEFINE_integer(
+    'fast_large_batch_steps', 20000, 'The same at the large batch.')
 _SHORT_STEPS = flags.DEFINE_integer(
     'short_steps', 300, 'Training steps of the short trainer runs (and of '
     'the short compute-limit loop).')
@@ -215,8 +223,17 @@ def _measure(work_dir: str, kind: str, batch_size: int, repeat: int,
   return result
 
 
+def long_steps(kind: str, batch_size: int,
+               step_counts: Dict[str, int]) -> int:
+  """The long-run step count of a measurement (see the step flags)."""
+  fast = kind in report.TPU_TRAINERS or kind == report.LIMIT
+  large = batch_size != 40
+  return step_counts[('fast_' if fast else '') +
+                     ('large_batch_steps' if large else 'steps')]
+
+
 def _measure_kind(work_dir: str, kind: str, batch_size: int, repeat: int,
-                  steps: int, fast_steps: int, short_steps: int,
+                  step_counts: Dict[str, int], short_steps: int,
                   eval_steps: int,
                   timeout: Optional[float], steps_per_execution: int,
                   tpu_trainer_config: str) -> Dict[str, Any]:
@@ -227,8 +244,7 @@ def _measure_kind(work_dir: str, kind: str, batch_size: int, repeat: int,
   the maximum.
   """
   args = _measure_args(kind, steps_per_execution, tpu_trainer_config)
-  if kind in report.TPU_TRAINERS or kind == report.LIMIT:
-    steps = fast_steps
+  steps = long_steps(kind, batch_size, step_counts)
   if kind not in report.TRAINERS:
     if kind == report.LIMIT:
       args.append(f'--short_steps={short_steps}')
@@ -265,12 +281,11 @@ def _ratio_pairs(large_batch: int) -> List[Tuple[str, str]]:
   return pairs
 
 
-def run(repeats: int, steps: int, eval_steps: int, large_batch: int,
-        rows: Any, work_dir: str, timeout: Optional[float],
+def run(repeats: int, step_counts: Dict[str, int], eval_steps: int,
+        large_batch: int, rows: Any, work_dir: str, timeout: Optional[float],
         tpu_trainer_config: str = json.dumps(TPU_TRAINER_CONFIG),
         short_steps: int = 300,
         steps_per_execution: int = 100,
-        fast_steps: int = 20000,
         only: Optional[List[str]] = None) -> Dict[str, Any]:
   """Prepares the data and takes every measurement `repeats` times.
 
@@ -279,8 +294,8 @@ def run(repeats: int, steps: int, eval_steps: int, large_batch: int,
 
   Args:
     repeats: runs of each measurement.
-    steps: training steps of the long trainer runs (input: batches;
-      compute limit: loop steps).
+    step_counts: the long-run step counts, keyed by the flag names (steps,
+      large_batch_steps, fast_steps, fast_large_batch_steps).
     eval_steps: evaluation steps of every trainer run.
     large_batch: the large batch size.
     rows: CSV rows to use (None: all).
@@ -289,8 +304,6 @@ def run(repeats: int, steps: int, eval_steps: int, large_batch: int,
     tpu_trainer_config: JSON dict merged into TPUTrainer's custom_config.
     short_steps: training steps of the short trainer runs.
     steps_per_execution: the tuned native-Keras Trainer's setting.
-    fast_steps: training steps of the long TPUTrainer runs and of the
-      compute-limit loop.
     only: measure only these kinds (None: all).
 
   Returns:
@@ -314,8 +327,8 @@ def run(repeats: int, steps: int, eval_steps: int, large_batch: int,
       measurement = report.name(kind, batch)
       print(f'[{count}/{total}] {measurement} (repeat {repeat + 1}) ...',
             end=' ', flush=True)
-      result = _measure_kind(work_dir, kind, batch, repeat, steps,
-                             fast_steps, short_steps, eval_steps, timeout,
+      result = _measure_kind(work_dir, kind, batch, repeat, step_counts,
+                             short_steps, eval_steps, timeout,
                              steps_per_execution, tpu_trainer_config)
       runs[measurement].append(result)
       if 'error' in result:
@@ -341,8 +354,7 @@ def run(repeats: int, steps: int, eval_steps: int, large_batch: int,
   return {
       'timestamp': time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(started)),
       'settings': {
-          'repeats': repeats, 'steps': steps, 'fast_steps': fast_steps,
-          'short_steps': short_steps,
+          'repeats': repeats, **step_counts, 'short_steps': short_steps,
           'eval_steps': eval_steps,
           'steps_per_execution': steps_per_execution,
           'large_batch': large_batch, 'rows': data.get('rows'),
@@ -368,8 +380,8 @@ def print_report(results: Dict[str, Any]) -> None:
   machine = results['machine']
   data = results['data']
   print()
-  print(f'TPUTrainer benchmark, {results["timestamp"]}: {settings["steps"]} '
-        f'steps, {settings["eval_steps"]} eval steps, '
+  print(f'TPUTrainer benchmark, {results["timestamp"]}: '
+        f'{settings["eval_steps"]} eval steps, '
         f'{settings["repeats"]} repeat(s), {data["rows"]} CSV rows; '
         f'{machine["cpus"]} CPUs ({machine["cpu_model"]}), load average '
         f'{machine["load_average_start"][0]:.1f} -> '
@@ -388,9 +400,12 @@ def print_report(results: Dict[str, Any]) -> None:
     print(f'Data: ExampleGen+StatisticsGen+SchemaGen+Transform '
           f'{data["seconds"]:.0f} s ({data["process_seconds"]:.0f} s with '
           'imports), once for all measurements.')
-  print(f'{settings["short_steps"]} and {settings["steps"]} training steps '
-        f'(TPUTrainer: {settings["short_steps"]} and {settings["fast_steps"]}; '
-        f'compute limit: loops of as many steps).')
+  print(f'Training steps of the short / long runs: stock and native-Keras '
+        f'{settings["short_steps"]} / {settings["steps"]} at batch 40, '
+        f'{settings["short_steps"]} / {settings["large_batch_steps"]} at '
+        f'batch {settings["large_batch"]}; TPUTrainer and the compute-limit '
+        f'loop {settings["short_steps"]} / {settings["fast_steps"]} and '
+        f'{settings["short_steps"]} / {settings["fast_large_batch_steps"]}.')
   print('Figures are medians over runs. ext ex/s: (steps - short_steps) x '
         'batch / (Do() at steps - Do() at short_steps), the rate every '
         'ratio uses;')
@@ -426,19 +441,21 @@ def main(argv: List[str]) -> None:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   logging.set_verbosity(logging.WARNING)
   repeats = _setting(_REPEATS, 'repeats')
-  steps = _setting(_STEPS, 'steps')
+  step_counts = {
+      flag.name: _setting(flag, flag.name)
+      for flag in (_STEPS, _LARGE_BATCH_STEPS, _FAST_STEPS,
+                   _FAST_LARGE_BATCH_STEPS)
+  }
   short_steps = _setting(_SHORT_STEPS, 'short_steps')
-  fast_steps = _setting(_FAST_STEPS, 'fast_steps')
   eval_steps = _setting(_EVAL_STEPS, 'eval_steps')
   rows = _setting(_ROWS, 'rows')
   temporary = _WORK_DIR.value is None
   work_dir = _WORK_DIR.value or tempfile.mkdtemp(prefix='tfx_tpu_bench_')
   os.makedirs(work_dir, exist_ok=True)
   try:
-    results = run(repeats, steps, eval_steps, _LARGE_BATCH.value, rows,
+    results = run(repeats, step_counts, eval_steps, _LARGE_BATCH.value, rows,
                   work_dir, _TIMEOUT.value, _TPU_TRAINER_CONFIG.value,
-                  short_steps, _STEPS_PER_EXECUTION.value, fast_steps,
-                  _ONLY.value)
+                  short_steps, _STEPS_PER_EXECUTION.value, _ONLY.value)
   except BaseException:
     print(f'The work dir {work_dir} is kept (logs under logs/ and runs/).')
     raise
