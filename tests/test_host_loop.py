@@ -4,7 +4,8 @@ A linear model on a synthetic dataset, trained by the TPUEstimator that
 estimator_builder builds: the loop must stop exactly at max_steps, write
 checkpoints at the steps asked for, stop at a NaN loss, resume from a
 checkpoint in the middle of a loop, and train the same weights as one step
-per session.run.
+per session.run. One training test is in `make test-fast`; the others are
+marked slow.
 """
 
 import os
@@ -134,6 +135,7 @@ def test_trains_to_exactly_max_steps_with_checkpoints_at_loop_ends(tmp_path):
   assert metrics['global_step'] == 170
 
 
+@pytest.mark.slow
 def test_same_weights_as_one_step_per_run(tmp_path):
   looped = _estimator(tmp_path / 'looped', host_iterations_per_loop=16)
   looped.train(_input_fn(), max_steps=50)
@@ -144,6 +146,7 @@ def test_same_weights_as_one_step_per_run(tmp_path):
   assert looped.get_variable_value('global_step') == 50
 
 
+@pytest.mark.slow
 def test_nan_loss_stops_training_at_its_step(tmp_path):
   estimator = _estimator(tmp_path, host_iterations_per_loop=20)
   # Row 43 is in the 6th batch of 8: the loss of step 6 is NaN.
@@ -151,6 +154,7 @@ def test_nan_loss_stops_training_at_its_step(tmp_path):
     estimator.train(_input_fn(nan_row=43), max_steps=100)
 
 
+@pytest.mark.slow
 def test_input_without_a_dataset_is_a_clear_error(tmp_path):
   estimator = _estimator(tmp_path, host_iterations_per_loop=10)
 
@@ -163,6 +167,7 @@ def test_input_without_a_dataset_is_a_clear_error(tmp_path):
     estimator.train(tensors_input_fn, max_steps=10)
 
 
+@pytest.mark.slow
 def test_keras_model_fn_trains_in_the_loop(tmp_path):
   def build_keras_model(params):
     del params
@@ -182,3 +187,30 @@ def test_keras_model_fn_trains_in_the_loop(tmp_path):
   assert estimator.get_variable_value('global_step') == 25
   assert counter.runs == 3
   assert os.path.exists(os.path.join(tmp_path, 'checkpoint'))
+
+
+@pytest.mark.slow
+def test_executor_trains_the_keras_taxi_module_in_the_loop(taxi_artifacts,
+                                                           tmp_path):
+  # pylint: disable=g-import-not-at-top
+  import json
+  from pipelines import paths
+  from tfx.utils import path_utils
+  from tfx_tpu_trainer import executor
+  from tfx_tpu_trainer import export
+  from tfx_tpu_trainer import metrics as metrics_lib
+  from tests import pipeline_outputs
+  # pylint: enable=g-import-not-at-top
+  run = pipeline_outputs.trainer_run(
+      taxi_artifacts, str(tmp_path),
+      os.path.join(paths.COMPONENTS_DIR, 'taxi_keras_module.py'),
+      custom_config={'train_batch_size': 16, 'eval_batch_size': 16,
+                     'host_iterations_per_loop': 20,
+                     'save_checkpoints_steps': 40},
+      train_steps=50, eval_steps=3)
+  executor.Executor().Do(run.input_dict, run.output_dict, run.exec_properties)
+  with open(os.path.join(run.model_run.uri,
+                         metrics_lib.METRICS_FILE_NAME)) as f:
+    assert json.load(f)['global_step'] == 50
+  path = path_utils.serving_model_path(run.model.uri)
+  assert export.saved_model_tag_sets(path) == [('serve',), ('serve', 'tpu')]
