@@ -21,9 +21,10 @@ test: env
 test-fast: env
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
-# All trainers against each other and the model's compute limit (~25 min on
-# 2 quiet cores); bench-smoke: the same end to end with --quick, as a test
-# (not in `make test`: a loaded machine makes it slow, never failing).
+# All trainers against each other and the model's compute limit (one repeat
+# took 28 min at load 3-5 on 2 cores; the default is 2 repeats); bench-smoke:
+# the same end to end with --quick, as a test (not in `make test`: a loaded
+# machine makes it slow, never failing).
 bench: env
 	$(PY) -m benchmarks.run_benchmark $(BENCH_ARGS)
 

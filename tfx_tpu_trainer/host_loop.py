@@ -25,8 +25,9 @@ training the same shape:
 
 What does not fit a loop is an error raised while the graph is built: an
 input that is not a `tf.data.Dataset` of dense tensors, a TPUEstimatorSpec
-with a `host_call`. Summaries and hooks that read tensors of the model_fn see
-no values inside the loop (as on TPU): they are left out with a warning.
+with a `host_call`. As on TPU, v1 summaries that the model_fn writes are
+not written (their ops live inside the loop), and its `training_hooks` run
+once per loop and cannot fetch tensors from inside it (a warning says so).
 Evaluation and export call the model_fn as before.
 """
 
