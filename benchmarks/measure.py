@@ -2,9 +2,20 @@
 
 Kinds:
   tpu_trainer: `tfx_tpu_trainer.executor.Executor().Do()` with
-    components/taxi_tpu_module.py (use_tpu=False, CPU).
+    components/taxi_tpu_module.py (`--module=tpu`, a model_fn with FTRL +
+    Adagrad) or components/taxi_keras_module.py (`--module=keras`, the Keras
+    model with Adam), use_tpu=False (CPU).
   stock_trainer: `tfx.components.trainer.executor.Executor().Do()` with the
-    tfx wheel's taxi_utils.trainer_fn (its batch size, 40, is fixed there).
+    tfx wheel's taxi_utils.trainer_fn (a DNNLinearCombinedClassifier; its
+    batch size, 40, is fixed there: other batch sizes run a copy of the file
+    with only those two numbers changed).
+  keras_trainer: the native-Keras TFX Trainer, TFX's `GenericExecutor().Do()`
+    with benchmarks/keras_run_fn_module.py (`model.fit` on
+    `data_accessor.tf_dataset_factory`, the Keras taxi model, compiled with
+    `--steps_per_execution`).
+  compute_limit: the Keras taxi model's train step (forward, loss,
+    gradients, the same Adam) in a `tf.function` loop over one constant
+    batch of the transformed data: no input, no hooks, no session.
   input: the raw input pipeline over the same train split, drained for a
     number of batches with no model: read + parse + batch, i.e. TPUTrainer's
     default chain with input_cache="serialized" (parallel gzip reads, cached
@@ -40,15 +51,23 @@ from benchmarks import data as data_lib
 from benchmarks import events
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
-KINDS = ('tpu_trainer', 'stock_trainer', 'input', 'trainer_input')
+KINDS = ('tpu_trainer', 'stock_trainer', 'keras_trainer', 'compute_limit',
+         'input', 'trainer_input')
+TRAINER_KINDS = ('tpu_trainer', 'stock_trainer', 'keras_trainer')
 INPUT_CACHES = {'input': 'serialized', 'trainer_input': 'auto'}
-TPU_MODULE_FILE = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'components',
-    'taxi_tpu_module.py')
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TPU_MODULE_FILES = {
+    'tpu': os.path.join(_REPO, 'components', 'taxi_tpu_module.py'),
+    'keras': os.path.join(_REPO, 'components', 'taxi_keras_module.py'),
+}
+TPU_MODULE_FILE = TPU_MODULE_FILES['tpu']
+KERAS_RUN_FN_MODULE_FILE = os.path.join(_REPO, 'benchmarks',
+                                        'keras_run_fn_module.py')
 LABEL_KEY = 'tips_xf'  # The stock preprocessing_fn's label.
 STOCK_BATCH_SIZE = 40  # Hard-coded in taxi_utils.trainer_fn.
 INPUT_SAMPLE_BATCHES = 100  # Batches per input-rate sample (as the hooks).
 INPUT_WARMUP_BATCHES = 20
+LIMIT_SAMPLE_STEPS = 100  # Steps per compute-limit sample.
 
 
 def _exec_properties(module_file: str, train_steps: int, eval_steps: int,
@@ -77,6 +96,24 @@ def _output_dict(output_dir: str) -> Dict[str, List[Any]]:
   return {'model': [model], 'model_run': [model_run]}
 
 
+def stock_module_file(batch_size: int, output_dir: str) -> str:
+  """taxi_utils.py, or a copy of it training at `batch_size`."""
+  path = data_lib.stock_taxi_utils_path()
+  if batch_size == STOCK_BATCH_SIZE:
+    return path
+  with open(path) as f:
+    source = f.read()
+  for key in ('train_batch_size', 'eval_batch_size'):
+    line = f'  {key} = {STOCK_BATCH_SIZE}\n'
+    if source.count(line) != 1:
+      raise RuntimeError(f'{path} no longer sets {line.strip()!r}.')
+    source = source.replace(line, f'  {key} = {batch_size}\n')
+  copy = os.path.join(output_dir, f'taxi_utils_batch{batch_size}.py')
+  with open(copy, 'w') as f:
+    f.write(source)
+  return copy
+
+
 def tpu_trainer_config(batch_size: int,
                        overrides: Optional[Dict[str, Any]] = None
                       ) -> Dict[str, Any]:
@@ -93,33 +130,42 @@ def tpu_trainer_config(batch_size: int,
 
 def run_trainer(kind: str, spec: Dict[str, Any], batch_size: int,
                 train_steps: int, eval_steps: int, output_dir: str,
-                config_overrides: Optional[Dict[str, Any]] = None
-               ) -> Dict[str, Any]:
+                config_overrides: Optional[Dict[str, Any]] = None,
+                module: str = 'tpu',
+                steps_per_execution: int = 1) -> Dict[str, Any]:
   """Runs one trainer executor's `Do()` and reads its step rates.
 
   Args:
-    kind: 'tpu_trainer' or 'stock_trainer'.
+    kind: 'tpu_trainer', 'stock_trainer' or 'keras_trainer'.
     spec: the data spec (benchmarks.data).
-    batch_size: the train and eval batch size (stock: must be 40).
+    batch_size: the train and eval batch size.
     train_steps: train_args.num_steps.
     eval_steps: eval_args.num_steps.
     output_dir: where the model and model_run artifacts go.
     config_overrides: entries merged into TPUTrainer's custom_config.
+    module: TPUTrainer's module file (a key of TPU_MODULE_FILES).
+    steps_per_execution: the native-Keras Trainer's model.compile setting.
 
   Returns:
-    The measurement: rates, examples/s, wall time and its parts.
+    The measurement: wall time of Do() and its parts; the event-file step
+    rates where the trainer writes them (the estimators; not model.fit).
   """
   # pylint: disable=g-import-not-at-top
   if kind == 'tpu_trainer':
     from tfx_tpu_trainer import executor as executor_lib
-    module_file = TPU_MODULE_FILE
+    executor_class = executor_lib.Executor
+    module_file = TPU_MODULE_FILES[module]
     custom_config = tpu_trainer_config(batch_size, config_overrides)
-  else:
-    if batch_size != STOCK_BATCH_SIZE:
-      raise ValueError(f'The stock trainer_fn trains at batch '
-                       f'{STOCK_BATCH_SIZE}, not {batch_size}.')
+  elif kind == 'keras_trainer':
     from tfx.components.trainer import executor as executor_lib
-    module_file = data_lib.stock_taxi_utils_path()
+    executor_class = executor_lib.GenericExecutor
+    module_file = KERAS_RUN_FN_MODULE_FILE
+    custom_config = {'batch_size': batch_size, 'label_key': LABEL_KEY,
+                     'steps_per_execution': steps_per_execution}
+  else:
+    from tfx.components.trainer import executor as executor_lib
+    executor_class = executor_lib.Executor
+    module_file = stock_module_file(batch_size, output_dir)
     custom_config = None
   # pylint: enable=g-import-not-at-top
   imported = time.time()
@@ -129,29 +175,34 @@ def run_trainer(kind: str, spec: Dict[str, Any], batch_size: int,
   exec_properties = _exec_properties(module_file, train_steps, eval_steps,
                                      custom_config)
   start = time.time()
-  executor_lib.Executor().Do(input_dict, output_dict, exec_properties)
+  executor_class().Do(input_dict, output_dict, exec_properties)
   end = time.time()
 
   model_run_dir = output_dict['model_run'][0].uri
+  do_seconds = end - start
+  result = {
+      'do_seconds': do_seconds,
+      'import_seconds': imported - PROCESS_START,
+  }
   samples = events.step_rates(model_run_dir)
   if not samples:
-    raise RuntimeError(f'No {events.STEP_RATE_TAG} scalars under '
-                       f'{model_run_dir}.')
+    # model.fit writes no step rates, and a short estimator run may end
+    # before its first sample: the external rate needs only the wall time.
+    logging.warning('No %s scalars under %s.', events.STEP_RATE_TAG,
+                    model_run_dir)
+    return result
   windows = events.window_rates(samples)
   steps_per_sec = events.median_after_warmup(windows)
-  do_seconds = end - start
   train_seconds = train_steps / steps_per_sec
-  result = {
+  result.update({
       'steps_per_sec': steps_per_sec,
       'examples_per_sec': steps_per_sec * batch_size,
       'window_steps_per_sec': windows,
       'step_rate_sample_count': len(samples),
-      'do_seconds': do_seconds,
       'train_seconds_at_median_rate': train_seconds,
       'overhead_seconds': do_seconds - train_seconds,
-      'import_seconds': imported - PROCESS_START,
       'event_dir': os.path.dirname(samples[0].path),
-  }
+  })
   window = events.training_window(model_run_dir)
   if window is not None:
     first, last = window
@@ -244,6 +295,95 @@ def run_input(spec: Dict[str, Any], batch_size: int, batches: int,
   }
 
 
+def run_compute_limit(spec: Dict[str, Any], batch_size: int, steps: int,
+                      short_steps: int) -> Dict[str, Any]:
+  """The Keras taxi model's own step rate: no input, no hooks, no session.
+
+  `build_keras_model` (the module TPUTrainer and the native-Keras Trainer
+  train) is called eagerly; one batch of the transformed training data
+  becomes constants; the train step (forward with training=True, the
+  compiled binary cross-entropy, gradients, the compiled Adam's
+  `apply_gradients`) runs `n` times in a `tf.function` loop. Like the
+  trainers, the rate is taken from the wall time of two step counts (after
+  a warm-up call that traces the function): (steps - short_steps) * batch /
+  (t(steps) - t(short_steps)); the median of samples of LIMIT_SAMPLE_STEPS
+  steps is reported beside it.
+
+  Args:
+    spec: the data spec (benchmarks.data).
+    batch_size: examples per step.
+    steps: the long step count.
+    short_steps: the short step count.
+
+  Returns:
+    The measurement.
+  """
+  # pylint: disable=g-import-not-at-top
+  import sys
+  import tensorflow as tf
+  from tfx.components.trainer import fn_args_utils
+  from tfx_tpu_trainer import input_fns
+  from tfx_tpu_trainer import schemas as schemas_lib
+  sys.path.insert(0, os.path.dirname(TPU_MODULE_FILES['keras']))
+  import taxi_keras_module
+  # pylint: enable=g-import-not-at-top
+  imported = time.time()
+
+  input_dict = data_lib.parse_input_dict(spec)
+  fn_args = fn_args_utils.get_common_fn_args(
+      input_dict, _exec_properties(TPU_MODULE_FILE, steps, 1, None))
+  schemas = schemas_lib.load_schemas(fn_args.schema_path,
+                                     fn_args.transform_graph_path)
+  dataset = input_fns.make_input_fn(
+      fn_args.train_files, data_accessor=fn_args.data_accessor,
+      schema=schemas.examples, label_key=LABEL_KEY, training=True,
+      repeat=True, cache='serialized')({'batch_size': batch_size})
+  features, label = next(iter(dataset))
+  model = taxi_keras_module.build_keras_model({})
+  inputs = {}
+  for name, keras_input in zip(model.input_names, model.inputs):
+    value = tf.cast(features[name], keras_input.dtype)
+    if keras_input.shape.rank == 2 and value.shape.rank == 1:
+      value = tf.expand_dims(value, -1)
+    inputs[name] = tf.constant(value)
+  labels = tf.constant(tf.reshape(tf.cast(label, tf.float32), [-1, 1]))
+  loss_fn = tf.keras.losses.BinaryCrossentropy()
+  optimizer = model.optimizer
+  variables = model.trainable_variables
+
+  @tf.function
+  def train_loop(count):
+    loss = tf.constant(0.0)
+    for _ in tf.range(count):
+      with tf.GradientTape() as tape:
+        loss = loss_fn(labels, model(inputs, training=True))
+      optimizer.apply_gradients(zip(tape.gradient(loss, variables),
+                                    variables))
+    return loss
+
+  def timed(count):
+    begin = time.perf_counter()
+    train_loop(tf.constant(count)).numpy()
+    return time.perf_counter() - begin
+
+  timed(INPUT_WARMUP_BATCHES)  # Traces the function and warms up.
+  short_seconds = timed(short_steps)
+  long_seconds = timed(steps)
+  samples = [LIMIT_SAMPLE_STEPS * batch_size / timed(LIMIT_SAMPLE_STEPS)
+             for _ in range(5)]
+  external = ((steps - short_steps) * batch_size /
+              (long_seconds - short_seconds))
+  return {
+      'external_examples_per_sec': external,
+      'examples_per_sec': events.median(samples),
+      'steps_per_sec': events.median(samples) / batch_size,
+      'window_steps_per_sec': [s / batch_size for s in samples],
+      'short_seconds': short_seconds,
+      'long_seconds': long_seconds,
+      'import_seconds': imported - PROCESS_START,
+  }
+
+
 _KIND = flags.DEFINE_enum('kind', None, KINDS, 'What to measure.')
 _DATA_SPEC = flags.DEFINE_string('data_spec', None, 'benchmarks.data JSON.')
 _BATCH_SIZE = flags.DEFINE_integer('batch_size', 40, 'Batch size.')
@@ -255,6 +395,13 @@ _RESULT = flags.DEFINE_string('result', None, 'Where to write the result.')
 _TPU_TRAINER_CONFIG = flags.DEFINE_string(
     'tpu_trainer_config', '{}', 'JSON dict merged into the TPUTrainer '
     'custom_config (for A/B runs, e.g. {"save_checkpoints_steps": 1000}).')
+_MODULE = flags.DEFINE_enum('module', 'tpu', list(TPU_MODULE_FILES),
+                            "TPUTrainer's module file.")
+_STEPS_PER_EXECUTION = flags.DEFINE_integer(
+    'steps_per_execution', 1, "The native-Keras Trainer's "
+    'model.compile(steps_per_execution=...).')
+_SHORT_STEPS = flags.DEFINE_integer(
+    'short_steps', 100, 'compute_limit: the short step count.')
 
 
 def main(argv: List[str]) -> None:
@@ -266,11 +413,16 @@ def main(argv: List[str]) -> None:
   if _KIND.value in INPUT_CACHES:
     result = run_input(spec, _BATCH_SIZE.value, _TRAIN_STEPS.value,
                        _OUTPUT_DIR.value, INPUT_CACHES[_KIND.value])
+  elif _KIND.value == 'compute_limit':
+    result = run_compute_limit(spec, _BATCH_SIZE.value, _TRAIN_STEPS.value,
+                               _SHORT_STEPS.value)
   else:
     result = run_trainer(_KIND.value, spec, _BATCH_SIZE.value,
                          _TRAIN_STEPS.value, _EVAL_STEPS.value,
                          _OUTPUT_DIR.value,
-                         json.loads(_TPU_TRAINER_CONFIG.value))
+                         json.loads(_TPU_TRAINER_CONFIG.value),
+                         module=_MODULE.value,
+                         steps_per_execution=_STEPS_PER_EXECUTION.value)
   result.update(
       kind=_KIND.value,
       batch_size=_BATCH_SIZE.value,

@@ -12,14 +12,28 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from benchmarks import events
 
 # Measurement names: "<kind>@<batch size>".
-STOCK_40 = 'stock_trainer@40'
-TPU_40 = 'tpu_trainer@40'
-INPUT_40 = 'input@40'
+STOCK = 'stock_trainer'      # the stock TFX estimator Trainer (taxi_utils.py)
+KERAS_FIT = 'keras_fit'      # native-Keras TFX Trainer, model.fit
+KERAS_FIT_SPE = 'keras_fit_spe'  # the same with steps_per_execution
+TPU = 'tpu_trainer'          # TPUTrainer, components/taxi_tpu_module.py
+TPU_KERAS = 'tpu_keras'      # TPUTrainer, components/taxi_keras_module.py
+LIMIT = 'compute_limit'      # the Keras model's step in a tf.function loop
+INPUT = 'input'              # read + parse + batch, no model
+TRAINER_INPUT = 'trainer_input'  # TPUTrainer's input chain, no model
+STOCK_40 = f'{STOCK}@40'
+TPU_40 = f'{TPU}@40'
+INPUT_40 = f'{INPUT}@40'
+TRAINERS = (STOCK, KERAS_FIT, KERAS_FIT_SPE, TPU, TPU_KERAS)
+TPU_TRAINERS = (TPU, TPU_KERAS)
 
 # Figures taken as medians over runs (None where a kind has no such figure).
-MEDIAN_FIELDS = ('examples_per_sec', 'steps_per_sec', 'do_seconds',
-                 'train_seconds_at_median_rate', 'overhead_seconds',
-                 'import_seconds', 'process_seconds', 'max_rss_kb')
+# external_*: from the wall time of Do() at two step counts (trainers) or of
+# two loop lengths (compute_limit); the others from the event files.
+MEDIAN_FIELDS = ('rate', 'external_examples_per_sec', 'examples_per_sec',
+                 'steps_per_sec', 'do_seconds', 'short_do_seconds',
+                 'external_overhead_seconds', 'train_seconds_at_median_rate',
+                 'overhead_seconds', 'import_seconds', 'process_seconds',
+                 'max_rss_kb')
 PHASE_FIELDS = ('before_first_step_seconds', 'training_loop_seconds',
                 'after_last_step_seconds')
 # The after-last-step part, split at the end of the final evaluation.
@@ -31,43 +45,97 @@ def name(kind: str, batch_size: int) -> str:
   return f'{kind}@{batch_size}'
 
 
+def run_rate(run: Mapping[str, Any]) -> Optional[float]:
+  """A run's examples/s: a trainer's external rate (None when its two runs
+  gave none), the compute limit's, else (input) its own."""
+  external = run.get('external_examples_per_sec')
+  if 'short_do_seconds' in run or external is not None:
+    return external
+  return run.get('examples_per_sec')
+
+
+def external_figures(short: Mapping[str, Any], long: Mapping[str, Any],
+                     batch_size: int) -> Dict[str, Optional[float]]:
+  """Rate and overhead from the wall time of Do() at two step counts.
+
+  Do(n) = overhead + n * batch / rate: the rate is the extra examples over
+  the extra wall time, and the overhead is what Do() spends outside the
+  training steps (start, evaluation, export), read at n = 0.
+
+  Args:
+    short: the run at the smaller step count (train_steps, do_seconds).
+    long: the run at the larger step count.
+    batch_size: examples per step.
+
+  Returns:
+    external_examples_per_sec, external_overhead_seconds and
+    short_do_seconds (None when the long run was not slower).
+  """
+  extra_steps = long['train_steps'] - short['train_steps']
+  extra_seconds = long['do_seconds'] - short['do_seconds']
+  if extra_steps <= 0 or extra_seconds <= 0:
+    return {'external_examples_per_sec': None,
+            'external_overhead_seconds': None,
+            'short_do_seconds': short['do_seconds']}
+  rate = extra_steps * batch_size / extra_seconds
+  return {
+      'external_examples_per_sec': rate,
+      'external_overhead_seconds': (
+          long['do_seconds'] - long['train_steps'] * batch_size / rate),
+      'short_do_seconds': short['do_seconds'],
+  }
+
+
 @dataclasses.dataclass(frozen=True)
 class Target:
-  """A pass/fail target on a ratio or a figure of the summary."""
+  """A pass/fail target: a ratio of two measurements' figures."""
   description: str
-  kind: str  # 'ratio_at_least' or 'seconds_below'
+  kind: str  # 'ratio_at_least' or 'ratio_at_most'
   numerator: str
-  denominator: Optional[str]
+  denominator: str
   threshold: float
+  field: str = 'rate'
 
   def value(self, summary: Mapping[str, Mapping[str, Any]]) -> Optional[float]:
-    if self.kind == 'ratio_at_least':
-      return ratio(summary, self.numerator, self.denominator)
-    entry = summary.get(self.numerator)
-    return None if entry is None else entry.get('overhead_seconds')
+    return ratio(summary, self.numerator, self.denominator, self.field)
 
   def passed(self, value: Optional[float]) -> Optional[bool]:
     if value is None:
       return None
     if self.kind == 'ratio_at_least':
       return value >= self.threshold
-    return value < self.threshold
+    return value <= self.threshold
+
+
+LIMIT_TARGETS = {40: 0.7}  # Other batch sizes: 0.8.
 
 
 def targets(large_batch: int) -> List[Target]:
-  """The targets of issue 7, at batch 40 and at `large_batch`."""
-  tpu_large = name('tpu_trainer', large_batch)
-  return [
-      Target(f'TPUTrainer / stock Trainer examples/s at batch 40 >= 1.5',
-             'ratio_at_least', TPU_40, STOCK_40, 1.5),
-      Target(f'TPUTrainer / raw input examples/s at batch {large_batch} '
-             '>= 0.6', 'ratio_at_least', tpu_large,
-             name('input', large_batch), 0.6),
-      Target('TPUTrainer executor overhead at batch 40 < 10 s',
-             'seconds_below', TPU_40, None, 10.0),
-      Target(f'TPUTrainer executor overhead at batch {large_batch} < 10 s',
-             'seconds_below', tpu_large, None, 10.0),
-  ]
+  """The targets of issue 16, at batch 40 and at `large_batch`."""
+  result = []
+  for batch in (40, large_batch):
+    threshold = LIMIT_TARGETS.get(batch, 0.8)
+    result.append(Target(
+        f'TPUTrainer (Keras module) / compute limit at batch {batch} >= '
+        f'{threshold}', 'ratio_at_least', name(TPU_KERAS, batch),
+        name(LIMIT, batch), threshold))
+  for batch in (40, large_batch):
+    for kind, label in ((TPU, 'model_fn module'), (TPU_KERAS, 'Keras module')):
+      result.append(Target(
+          f'TPUTrainer ({label}) / stock Trainer at batch {batch} >= 3',
+          'ratio_at_least', name(kind, batch), name(STOCK, batch), 3.0))
+      result.append(Target(
+          f'TPUTrainer ({label}) / native-Keras Trainer with '
+          f'steps_per_execution at batch {batch} >= 1.5', 'ratio_at_least',
+          name(kind, batch), name(KERAS_FIT_SPE, batch), 1.5))
+  for batch in (40, large_batch):
+    for kind, label in ((TPU, 'model_fn module'), (TPU_KERAS, 'Keras module')):
+      for keras in (KERAS_FIT, KERAS_FIT_SPE):
+        result.append(Target(
+            f'TPUTrainer ({label}) overhead / {keras} overhead at batch '
+            f'{batch} <= 1', 'ratio_at_most', name(kind, batch),
+            name(keras, batch), 1.0, field='external_overhead_seconds'))
+  return result
 
 
 def summarize_runs(runs: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
@@ -80,7 +148,8 @@ def summarize_runs(runs: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
     {field: median} for MEDIAN_FIELDS and phases, plus 'runs' (how many
     succeeded), 'failed', and the per-run examples/s ('examples_per_sec_runs').
   """
-  good = [run for run in runs if 'error' not in run]
+  good = [dict(run, rate=run_rate(run)) for run in runs
+          if 'error' not in run]
   summary: Dict[str, Any] = {'runs': len(good), 'failed': len(runs) - len(good)}
   for field in MEDIAN_FIELDS:
     summary[field] = events.median(run.get(field) for run in good)
@@ -90,13 +159,12 @@ def summarize_runs(runs: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
   }
   if any(value is not None for value in phases.values()):
     summary['phases'] = phases
-  summary['examples_per_sec_runs'] = [run.get('examples_per_sec')
-                                      for run in good]
+  summary['examples_per_sec_runs'] = [run['rate'] for run in good]
   return summary
 
 
 def ratio(summary: Mapping[str, Mapping[str, Any]], numerator: str,
-          denominator: str, field: str = 'examples_per_sec') -> Optional[float]:
+          denominator: str, field: str = 'rate') -> Optional[float]:
   """summary[numerator][field] / summary[denominator][field], or None."""
   top = (summary.get(numerator) or {}).get(field)
   bottom = (summary.get(denominator) or {}).get(field)
@@ -107,13 +175,13 @@ def ratio(summary: Mapping[str, Mapping[str, Any]], numerator: str,
 
 def paired_ratios(runs: Mapping[str, Sequence[Mapping[str, Any]]],
                   numerator: str, denominator: str) -> List[float]:
-  """Ratios of the runs of the same repeat (taken minutes apart)."""
+  """Rate ratios of the runs of the same repeat (taken minutes apart)."""
   result = []
   for top, bottom in zip(runs.get(numerator, ()), runs.get(denominator, ())):
     if 'error' in top or 'error' in bottom:
       continue
-    if top.get('examples_per_sec') and bottom.get('examples_per_sec'):
-      result.append(top['examples_per_sec'] / bottom['examples_per_sec'])
+    if run_rate(top) and run_rate(bottom):
+      result.append(run_rate(top) / run_rate(bottom))
   return result
 
 
@@ -124,10 +192,14 @@ def evaluate(summary: Mapping[str, Mapping[str, Any]],
   for target in targets(large_batch):
     value = target.value(summary)
     passed = target.passed(value)
+    figures = [(summary.get(key) or {}).get(target.field)
+               for key in (target.numerator, target.denominator)]
     verdicts.append({
         'target': target.description,
         'value': value,
         'threshold': target.threshold,
+        'figures': figures,
+        'field': target.field,
         'verdict': {True: 'PASS', False: 'FAIL', None: 'N/A'}[passed],
     })
   return verdicts
@@ -138,10 +210,16 @@ def _fmt(value: Optional[float], spec: str) -> str:
 
 
 def format_table(summary: Mapping[str, Mapping[str, Any]]) -> str:
-  """A fixed-width table of the medians of every measurement."""
-  header = (f'{"measurement":<17} {"runs":>4} {"examples/s":>11} '
-            f'{"(min-max of runs)":>19} {"steps/s":>8} {"Do() s":>7} '
-            f'{"overhead s":>10} {"peak RSS MB":>11}')
+  """A fixed-width table of the medians of every measurement.
+
+  ext ex/s: from the wall time of Do() at two step counts (the figure every
+  ratio uses); event ex/s: the trainer's own global_step/sec summaries (none
+  for model.fit); overhead: Do() time outside training steps (external).
+  """
+  header = (f'{"measurement":<19} {"runs":>4} {"ext ex/s":>10} '
+            f'{"(min-max of runs)":>19} {"event ex/s":>10} {"ext/event":>9} '
+            f'{"Do() s":>7} {"short s":>7} {"overhead s":>10} '
+            f'{"peak RSS MB":>11}')
   lines = [header, '-' * len(header)]
   for measurement, entry in summary.items():
     per_run = [value for value in entry.get('examples_per_sec_runs', [])
@@ -149,12 +227,16 @@ def format_table(summary: Mapping[str, Mapping[str, Any]]) -> str:
     spread = (f'{min(per_run):,.0f}-{max(per_run):,.0f}'
               if len(per_run) > 1 else '')
     rss = entry.get('max_rss_kb')
+    external = entry.get('external_examples_per_sec')
+    event = entry.get('examples_per_sec')
     lines.append(
-        f'{measurement:<17} {entry.get("runs", 0):>4} '
-        f'{_fmt(entry.get("examples_per_sec"), ",.0f"):>11} {spread:>19} '
-        f'{_fmt(entry.get("steps_per_sec"), ",.0f"):>8} '
+        f'{measurement:<19} {entry.get("runs", 0):>4} '
+        f'{_fmt(entry.get("rate"), ",.0f"):>10} {spread:>19} '
+        f'{_fmt(event, ",.0f"):>10} '
+        f'{_fmt(external / event if external and event else None, ".2f"):>9} '
         f'{_fmt(entry.get("do_seconds"), ".1f"):>7} '
-        f'{_fmt(entry.get("overhead_seconds"), ".1f"):>10} '
+        f'{_fmt(entry.get("short_do_seconds"), ".1f"):>7} '
+        f'{_fmt(entry.get("external_overhead_seconds"), ".1f"):>10} '
         f'{_fmt(None if rss is None else rss / 1024, ",.0f"):>11}')
   return '\n'.join(lines)
 
@@ -187,7 +269,9 @@ def format_verdicts(verdicts: Sequence[Mapping[str, Any]]) -> str:
   lines = []
   for verdict in verdicts:
     value = verdict['value']
-    unit = 'x' if 'overhead' not in verdict['target'] else ' s'
+    top, bottom = verdict.get('figures') or (None, None)
+    spec = '.1f' if 'seconds' in verdict.get('field', '') else ',.0f'
     lines.append(f'  [{verdict["verdict"]:<4}] {verdict["target"]}: '
-                 f'{_fmt(value, ".2f")}{unit if value is not None else ""}')
+                 f'{_fmt(value, ".2f")}{"x" if value is not None else ""} '
+                 f'({_fmt(top, spec)} / {_fmt(bottom, spec)})')
   return '\n'.join(lines)

@@ -1,25 +1,33 @@
-r"""Benchmark: TPUTrainer (CPU) vs the stock TFX Trainer vs the raw input rate.
+r"""Benchmark: TPUTrainer (CPU) against the trainers TFX users run today.
 
 One run prepares the transformed taxi examples once (benchmarks.data), then
-measures, each in a fresh subprocess and `--repeats` times in turn:
+measures, at batch 40 and at the large batch B (default 512), each in a
+fresh subprocess and `--repeats` times in turn:
 
-  stock_trainer@40  tfx.components.trainer.executor.Executor + taxi_utils.py
-  tpu_trainer@40    tfx_tpu_trainer.executor.Executor + taxi_tpu_module.py
-  input@40          read + parse + batch with no model (the default chain
-                    with input_cache="serialized"): the raw input rate
-  tpu_trainer@B     the same at the large batch B (default 512)
-  input@B
-  trainer_input@B   the chain as the trainer runs it (input_cache="auto")
+  stock_trainer@b   the stock TFX estimator Trainer, taxi_utils.py
+  keras_fit@b       the native-Keras TFX Trainer (GenericExecutor, run_fn
+                    with model.fit; the Keras taxi model)
+  keras_fit_spe@b   the same with steps_per_execution (default 100)
+  tpu_trainer@b     TPUTrainer with components/taxi_tpu_module.py
+  tpu_keras@b       TPUTrainer with components/taxi_keras_module.py
+  compute_limit@b   the Keras taxi model's train step in a tf.function loop
+                    over one constant batch (no input, no hooks)
+  input@b           read + parse + batch with no model (the raw input rate)
+  trainer_input@B   TPUTrainer's input chain as it trains (input_cache=auto)
 
-and prints a table of medians, the ratios, and PASS/FAIL against the targets
-of issue 7; the results go to <output_dir>/<timestamp>.json.
+Every trainer runs twice per repeat, at `--short_steps` and `--steps`: its
+rate is the extra examples over the extra wall time of `Do()` (so no
+trainer's own logs are trusted), and its overhead is `Do()` outside the
+training steps; the estimators' own `global_step/sec` rate is printed beside
+it. The table, the ratios and PASS/FAIL against the targets of issue 16 are
+printed; the results go to <output_dir>/<timestamp>.json.
 
 Usage:
-  python -m benchmarks.run_benchmark [--repeats=3] [--steps=3000] [--quick]
+  python -m benchmarks.run_benchmark [--repeats=2] [--quick]
   make bench BENCH_ARGS="--quick"
-  # A/B of a TPUTrainer setting against the same stock and input figures:
+  # A/B of a TPUTrainer setting against the same references:
   python -m benchmarks.run_benchmark \
-      --tpu_trainer_config='{"save_checkpoints_steps": 1000}'
+      --tpu_trainer_config='{"host_iterations_per_loop": 1}'
 """
 
 import json
@@ -30,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from absl import app
 from absl import flags
@@ -41,12 +49,38 @@ from benchmarks import launch
 from benchmarks import report
 
 DEFAULT_OUTPUT_DIR = os.path.join(launch.REPO_ROOT, 'benchmarks', 'results')
-QUICK = {'repeats': 1, 'steps': 300, 'eval_steps': 10, 'rows': 3000}
+QUICK = {'repeats': 1, 'steps': 400, 'large_batch_steps': 400,
+         'fast_steps': 800, 'fast_large_batch_steps': 800, 'short_steps': 100,
+         'eval_steps': 10, 'rows': 3000}
+# TPUTrainer's custom_config in the benchmark, besides batch sizes and label
+# (--tpu_trainer_config overrides it): the multi-step host loop, the
+# counterpart of the tuned native-Keras Trainer's steps_per_execution.
+TPU_TRAINER_CONFIG = {'host_iterations_per_loop': 100}
 
-_REPEATS = flags.DEFINE_integer('repeats', 3, 'Runs of each measurement.')
+_REPEATS = flags.DEFINE_integer('repeats', 2, 'Runs of each measurement.')
+# Long-run step counts: enough timed work (10-60 s on 2 quiet cores) for the
+# rate to stand out of the run-to-run spread of Do()'s fixed costs.
 _STEPS = flags.DEFINE_integer(
-    'steps', 3000, 'Training steps of every trainer run (and batches drained '
-    'by every input run).')
+    'steps', 12500, 'Training steps of the long runs of the stock and '
+    'native-Keras Trainers at batch 40 (and batches drained by the input '
+    'runs at batch 40).')
+_LARGE_BATCH_STEPS = flags.DEFINE_integer(
+    'large_batch_steps', 3000, 'The same at the large batch.')
+_FAST_STEPS = flags.DEFINE_integer(
+    'fast_steps', 40000, 'Training steps of the long TPUTrainer runs and of '
+    'the compute-limit loop at batch 40: they train several times faster, '
+    'so they need more steps for the same timed work.')
+_FAST_LARGE_BATCH_STEPS = flags.DEFINE_integer(
+    'fast_large_batch_steps', 20000, 'The same at the large batch.')
+_SHORT_STEPS = flags.DEFINE_integer(
+    'short_steps', 300, 'Training steps of the short trainer runs (and of '
+    'the short compute-limit loop).')
+_ONLY = flags.DEFINE_list(
+    'only', None, 'Measure only these kinds (e.g. tpu_keras,compute_limit), '
+    'for A/B runs.')
+_STEPS_PER_EXECUTION = flags.DEFINE_integer(
+    'steps_per_execution', 100, "The tuned native-Keras Trainer's "
+    'steps_per_execution.')
 _EVAL_STEPS = flags.DEFINE_integer('eval_steps', 100,
                                    'Evaluation steps of every trainer run.')
 _LARGE_BATCH = flags.DEFINE_integer('large_batch', 512,
@@ -62,11 +96,12 @@ _WORK_DIR = flags.DEFINE_string(
     'work_dir', None, 'Working directory (kept; transformed examples found '
     'there are reused). Default: a temporary directory, removed at the end.')
 _TPU_TRAINER_CONFIG = flags.DEFINE_string(
-    'tpu_trainer_config', '{}', 'JSON dict merged into the TPUTrainer '
-    'custom_config, for A/B runs (e.g. \'{"save_checkpoints_steps": '
-    '1000}\').')
-_TIMEOUT = flags.DEFINE_float('timeout', 1200.0,
-                              'Seconds before a subprocess is killed.')
+    'tpu_trainer_config', json.dumps(TPU_TRAINER_CONFIG), 'JSON dict merged '
+    'into the TPUTrainer custom_config (e.g. \'{"host_iterations_per_loop": '
+    '1}\' for the one-step-per-run estimator loop).')
+_TIMEOUT = flags.DEFINE_float(
+    'timeout', None, 'Seconds before a subprocess is killed (default: '
+    'never; a loaded machine is slow, not broken).')
 
 
 def _setting(flag: flags.FlagHolder, key: str) -> Any:
@@ -77,9 +112,26 @@ def _setting(flag: flags.FlagHolder, key: str) -> Any:
 
 
 def _measurements(large_batch: int) -> List[Tuple[str, int]]:
-  return [('stock_trainer', 40), ('tpu_trainer', 40), ('input', 40),
-          ('tpu_trainer', large_batch), ('input', large_batch),
-          ('trainer_input', large_batch)]
+  """(measurement kind, batch) in the order one repeat takes them."""
+  result = []
+  for batch in (40, large_batch):
+    result.extend((kind, batch) for kind in (
+        report.STOCK, report.KERAS_FIT, report.KERAS_FIT_SPE, report.TPU,
+        report.TPU_KERAS, report.LIMIT, report.INPUT))
+  return result + [(report.TRAINER_INPUT, large_batch)]
+
+
+def _measure_args(kind: str, steps_per_execution: int,
+                  tpu_trainer_config: str) -> List[str]:
+  """benchmarks.measure's --kind and the flags of one measurement kind."""
+  if kind in (report.TPU, report.TPU_KERAS):
+    return ['--kind=tpu_trainer',
+            f'--module={"keras" if kind == report.TPU_KERAS else "tpu"}',
+            f'--tpu_trainer_config={tpu_trainer_config}']
+  if kind in (report.KERAS_FIT, report.KERAS_FIT_SPE):
+    spe = steps_per_execution if kind == report.KERAS_FIT_SPE else 1
+    return ['--kind=keras_trainer', f'--steps_per_execution={spe}']
+  return [f'--kind={kind}']
 
 
 def _machine() -> Dict[str, Any]:
@@ -142,23 +194,22 @@ def _prepare_data(work_dir: str, rows: Any, timeout: float) -> Dict[str, Any]:
 
 
 def _measure(work_dir: str, kind: str, batch_size: int, repeat: int,
-             steps: int, eval_steps: int, timeout: float,
-             tpu_trainer_config: str) -> Dict[str, Any]:
+             steps: int, eval_steps: int, timeout: Optional[float],
+             args: List[str], suffix: str = '') -> Dict[str, Any]:
   """One measurement in a fresh subprocess; its result with peak memory."""
-  run_name = f'{report.name(kind, batch_size)}-r{repeat}'.replace('@', '-b')
+  run_name = (f'{report.name(kind, batch_size)}-r{repeat}{suffix}'
+              ).replace('@', '-b')
   run_dir = os.path.join(work_dir, 'runs', run_name)
   result_path = os.path.join(run_dir, 'result.json')
   shutil.rmtree(run_dir, ignore_errors=True)  # A reused work dir's old run.
   process = launch.run_module(
-      'benchmarks.measure', [
-          f'--kind={kind}',
+      'benchmarks.measure', args + [
           f'--data_spec={os.path.join(work_dir, "data.json")}',
           f'--batch_size={batch_size}',
           f'--train_steps={steps}',
           f'--eval_steps={eval_steps}',
           f'--output_dir={os.path.join(run_dir, "output")}',
           f'--result={result_path}',
-          f'--tpu_trainer_config={tpu_trainer_config}',
       ], os.path.join(run_dir, 'log.txt'), timeout)
   if process.returncode != 0 or not os.path.exists(result_path):
     reason = 'timed out' if process.timed_out else (
@@ -172,9 +223,70 @@ def _measure(work_dir: str, kind: str, batch_size: int, repeat: int,
   return result
 
 
-def run(repeats: int, steps: int, eval_steps: int, large_batch: int,
-        rows: Any, work_dir: str, timeout: float,
-        tpu_trainer_config: str = '{}') -> Dict[str, Any]:
+def long_steps(kind: str, batch_size: int,
+               step_counts: Dict[str, int]) -> int:
+  """The long-run step count of a measurement (see the step flags)."""
+  fast = kind in report.TPU_TRAINERS or kind == report.LIMIT
+  large = batch_size != 40
+  return step_counts[('fast_' if fast else '') +
+                     ('large_batch_steps' if large else 'steps')]
+
+
+def _measure_kind(work_dir: str, kind: str, batch_size: int, repeat: int,
+                  step_counts: Dict[str, int], short_steps: int,
+                  eval_steps: int,
+                  timeout: Optional[float], steps_per_execution: int,
+                  tpu_trainer_config: str) -> Dict[str, Any]:
+  """One run of a measurement: a trainer at two step counts, else once.
+
+  A trainer's result is its long run's, plus the external figures of the
+  pair (report.external_figures) and the short run's peak memory folded into
+  the maximum.
+  """
+  args = _measure_args(kind, steps_per_execution, tpu_trainer_config)
+  steps = long_steps(kind, batch_size, step_counts)
+  if kind not in report.TRAINERS:
+    if kind == report.LIMIT:
+      args.append(f'--short_steps={short_steps}')
+    return _measure(work_dir, kind, batch_size, repeat, steps, eval_steps,
+                    timeout, args)
+  short = _measure(work_dir, kind, batch_size, repeat, short_steps,
+                   eval_steps, timeout, args, suffix='-short')
+  if 'error' in short:
+    return short
+  long = _measure(work_dir, kind, batch_size, repeat, steps, eval_steps,
+                  timeout, args)
+  if 'error' in long:
+    return long
+  long.update(report.external_figures(short, long, batch_size))
+  long['max_rss_kb'] = max(long['max_rss_kb'], short['max_rss_kb'])
+  long['short_process_seconds'] = short['process_seconds']
+  return long
+
+
+def _ratio_pairs(large_batch: int) -> List[Tuple[str, str]]:
+  """(numerator, denominator) measurements of the printed ratios."""
+  pairs = []
+  for batch in (40, large_batch):
+    at = lambda kind, batch=batch: report.name(kind, batch)
+    for kind in report.TRAINERS:
+      pairs.append((at(kind), at(report.LIMIT)))
+    for kind in report.TPU_TRAINERS:
+      for reference in (report.STOCK, report.KERAS_FIT,
+                        report.KERAS_FIT_SPE):
+        pairs.append((at(kind), at(reference)))
+    pairs.append((at(report.KERAS_FIT_SPE), at(report.STOCK)))
+  pairs.append((report.name(report.TRAINER_INPUT, large_batch),
+                report.name(report.INPUT, large_batch)))
+  return pairs
+
+
+def run(repeats: int, step_counts: Dict[str, int], eval_steps: int,
+        large_batch: int, rows: Any, work_dir: str, timeout: Optional[float],
+        tpu_trainer_config: str = json.dumps(TPU_TRAINER_CONFIG),
+        short_steps: int = 300,
+        steps_per_execution: int = 100,
+        only: Optional[List[str]] = None) -> Dict[str, Any]:
   """Prepares the data and takes every measurement `repeats` times.
 
   The measurements of one repeat run back to back, and repeats follow each
@@ -182,13 +294,17 @@ def run(repeats: int, steps: int, eval_steps: int, large_batch: int,
 
   Args:
     repeats: runs of each measurement.
-    steps: training steps (input: batches) of every run.
+    step_counts: the long-run step counts, keyed by the flag names (steps,
+      large_batch_steps, fast_steps, fast_large_batch_steps).
     eval_steps: evaluation steps of every trainer run.
     large_batch: the large batch size.
     rows: CSV rows to use (None: all).
     work_dir: the working directory.
     timeout: seconds before a subprocess is killed.
     tpu_trainer_config: JSON dict merged into TPUTrainer's custom_config.
+    short_steps: training steps of the short trainer runs.
+    steps_per_execution: the tuned native-Keras Trainer's setting.
+    only: measure only these kinds (None: all).
 
   Returns:
     The whole result: settings, machine, data, runs, summary, ratios,
@@ -198,48 +314,49 @@ def run(repeats: int, steps: int, eval_steps: int, large_batch: int,
   machine = _machine()
   git_state = _git_state()
   data = _prepare_data(work_dir, rows, timeout)
+  measurements = [(kind, batch) for kind, batch in _measurements(large_batch)
+                  if not only or kind in only]
   runs: Dict[str, List[Dict[str, Any]]] = {
-      report.name(kind, batch): [] for kind, batch in _measurements(large_batch)
+      report.name(kind, batch): [] for kind, batch in measurements
   }
   total = repeats * len(runs)
   count = 0
   for repeat in range(repeats):
-    for kind, batch in _measurements(large_batch):
+    for kind, batch in measurements:
       count += 1
       measurement = report.name(kind, batch)
       print(f'[{count}/{total}] {measurement} (repeat {repeat + 1}) ...',
             end=' ', flush=True)
-      result = _measure(work_dir, kind, batch, repeat, steps, eval_steps,
-                        timeout, tpu_trainer_config)
+      result = _measure_kind(work_dir, kind, batch, repeat, step_counts,
+                             short_steps, eval_steps, timeout,
+                             steps_per_execution, tpu_trainer_config)
       runs[measurement].append(result)
       if 'error' in result:
         print(f'FAILED: {result["error"]}\n{result["log_tail"]}', flush=True)
       else:
-        print(f'{result["examples_per_sec"]:,.0f} examples/s, '
-              f'{result["process_seconds"]:.0f} s', flush=True)
+        rate = report.run_rate(result)
+        print(f'{rate:,.0f} examples/s, ' if rate else 'no rate, ',
+              end='')
+        print(f'{result["process_seconds"]:.0f} s', flush=True)
 
   summary = {measurement: report.summarize_runs(results)
              for measurement, results in runs.items()}
-  tpu_large = report.name('tpu_trainer', large_batch)
-  input_large = report.name('input', large_batch)
-  ratio_pairs = {
-      'tpu_trainer/stock_trainer@40': (report.TPU_40, report.STOCK_40),
-      'tpu_trainer/input@40': (report.TPU_40, report.INPUT_40),
-      f'tpu_trainer/input@{large_batch}': (tpu_large, input_large),
-      f'trainer_input/input@{large_batch}': (
-          report.name('trainer_input', large_batch), input_large),
-  }
   ratios = {
-      key: {
+      f'{top}/{bottom}': {
           'ratio_of_medians': report.ratio(summary, top, bottom),
           'per_repeat': report.paired_ratios(runs, top, bottom),
-      } for key, (top, bottom) in ratio_pairs.items()
+          'event_ratio': report.ratio(summary, top, bottom,
+                                      'examples_per_sec'),
+      } for top, bottom in _ratio_pairs(large_batch)
+      if top in summary and bottom in summary
   }
   machine['load_average_end'] = list(os.getloadavg())
   return {
       'timestamp': time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(started)),
       'settings': {
-          'repeats': repeats, 'steps': steps, 'eval_steps': eval_steps,
+          'repeats': repeats, **step_counts, 'short_steps': short_steps,
+          'eval_steps': eval_steps,
+          'steps_per_execution': steps_per_execution,
           'large_batch': large_batch, 'rows': data.get('rows'),
           'window_steps': events.WINDOW_STEPS, 'warmup_windows_dropped': 1,
           'tpu_trainer_config_overrides': json.loads(tpu_trainer_config),
@@ -263,8 +380,8 @@ def print_report(results: Dict[str, Any]) -> None:
   machine = results['machine']
   data = results['data']
   print()
-  print(f'TPUTrainer benchmark, {results["timestamp"]}: {settings["steps"]} '
-        f'steps, {settings["eval_steps"]} eval steps, '
+  print(f'TPUTrainer benchmark, {results["timestamp"]}: '
+        f'{settings["eval_steps"]} eval steps, '
         f'{settings["repeats"]} repeat(s), {data["rows"]} CSV rows; '
         f'{machine["cpus"]} CPUs ({machine["cpu_model"]}), load average '
         f'{machine["load_average_start"][0]:.1f} -> '
@@ -273,19 +390,30 @@ def print_report(results: Dict[str, Any]) -> None:
   print(f'Commit {git_state.get("commit") or "?"}' + (
       f', with local changes to {len(git_state["library_changes"])} library '
       'file(s)' if git_state.get('library_changes') else ''))
-  if settings.get('tpu_trainer_config_overrides'):
-    print('TPUTrainer custom_config overrides: '
-          f'{settings["tpu_trainer_config_overrides"]}')
+  print('TPUTrainer custom_config (besides batch sizes, label_key, '
+        f'use_tpu=false): {settings.get("tpu_trainer_config_overrides")}; '
+        'native-Keras steps_per_execution: '
+        f'{settings.get("steps_per_execution")}')
   if data.get('reused'):
     print('Data: transformed examples reused from the work dir.')
   else:
     print(f'Data: ExampleGen+StatisticsGen+SchemaGen+Transform '
           f'{data["seconds"]:.0f} s ({data["process_seconds"]:.0f} s with '
           'imports), once for all measurements.')
-  print('Figures are medians over runs; examples/s = median of the 100-step '
-        'windows after the first, x batch size;')
-  print('overhead = Do() wall time - steps / median steps/s; peak RSS = '
-        "the measurement process's ru_maxrss.")
+  print(f'Training steps of the short / long runs: stock and native-Keras '
+        f'{settings["short_steps"]} / {settings["steps"]} at batch 40, '
+        f'{settings["short_steps"]} / {settings["large_batch_steps"]} at '
+        f'batch {settings["large_batch"]}; TPUTrainer and the compute-limit '
+        f'loop {settings["short_steps"]} / {settings["fast_steps"]} and '
+        f'{settings["short_steps"]} / {settings["fast_large_batch_steps"]}.')
+  print('Figures are medians over runs. ext ex/s: (steps - short_steps) x '
+        'batch / (Do() at steps - Do() at short_steps), the rate every '
+        'ratio uses;')
+  print('event ex/s: median of the 100-step windows of global_step/sec '
+        'after the first, x batch (estimators only); overhead: Do() - '
+        'steps x batch / ext ex/s;')
+  print("short s: Do() at short_steps; peak RSS: the measurement process's "
+        'ru_maxrss (the larger of the two runs).')
   print()
   print(report.format_table(results['summary']))
   print()
@@ -293,13 +421,16 @@ def print_report(results: Dict[str, Any]) -> None:
         'step + train loop + ckpt+eval + export+copy):')
   print(report.format_phase_table(results['summary']))
   print()
-  print('Ratios (of medians; per repeat in brackets):')
+  print('Ratios of ext ex/s (of medians; per repeat in brackets; of the '
+        'event-file rates after "event"):')
   for key, entry in results['ratios'].items():
     value = entry['ratio_of_medians']
+    event = entry.get('event_ratio')
     per_repeat = ', '.join(f'{r:.2f}' for r in entry['per_repeat'])
-    print(f'  {key:<32} '
-          f'{"-" if value is None else format(value, ".2f") + "x"} '
-          f'[{per_repeat}]')
+    print(f'  {key:<36} '
+          f'{"-" if value is None else format(value, ".2f") + "x":>7} '
+          f'[{per_repeat}]' +
+          ('' if event is None else f'  event {event:.2f}x'))
   print()
   print('Targets:')
   print(report.format_verdicts(results['targets']))
@@ -310,15 +441,21 @@ def main(argv: List[str]) -> None:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   logging.set_verbosity(logging.WARNING)
   repeats = _setting(_REPEATS, 'repeats')
-  steps = _setting(_STEPS, 'steps')
+  step_counts = {
+      flag.name: _setting(flag, flag.name)
+      for flag in (_STEPS, _LARGE_BATCH_STEPS, _FAST_STEPS,
+                   _FAST_LARGE_BATCH_STEPS)
+  }
+  short_steps = _setting(_SHORT_STEPS, 'short_steps')
   eval_steps = _setting(_EVAL_STEPS, 'eval_steps')
   rows = _setting(_ROWS, 'rows')
   temporary = _WORK_DIR.value is None
   work_dir = _WORK_DIR.value or tempfile.mkdtemp(prefix='tfx_tpu_bench_')
   os.makedirs(work_dir, exist_ok=True)
   try:
-    results = run(repeats, steps, eval_steps, _LARGE_BATCH.value, rows,
-                  work_dir, _TIMEOUT.value, _TPU_TRAINER_CONFIG.value)
+    results = run(repeats, step_counts, eval_steps, _LARGE_BATCH.value, rows,
+                  work_dir, _TIMEOUT.value, _TPU_TRAINER_CONFIG.value,
+                  short_steps, _STEPS_PER_EXECUTION.value, _ONLY.value)
   except BaseException:
     print(f'The work dir {work_dir} is kept (logs under logs/ and runs/).')
     raise

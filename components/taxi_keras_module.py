@@ -42,7 +42,8 @@ def build_keras_model(params):
   """The compiled wide-and-deep classifier of big tippers.
 
   Args:
-    params: `hidden_units` and `learning_rate` are read when present.
+    params: `hidden_units`, `learning_rate` and `steps_per_execution` (for
+      `model.fit`; TPUTrainer ignores it) are read when present.
 
   Returns:
     A compiled tf.keras functional model.
@@ -79,5 +80,6 @@ def build_keras_model(params):
       optimizer=tf.keras.optimizers.Adam(
           learning_rate=params.get('learning_rate', 0.001)),
       loss='binary_crossentropy',
-      metrics=['accuracy', tf.keras.metrics.AUC(name='auc')])
+      metrics=['accuracy', tf.keras.metrics.AUC(name='auc')],
+      steps_per_execution=params.get('steps_per_execution', 1))
   return model

@@ -99,45 +99,79 @@ def test_median_after_warmup():
   assert events.median([]) is None
 
 
-def _run(examples_per_sec, overhead=3.0, rss=800_000):
+def _run(examples_per_sec, overhead=3.0, rss=800_000, external=None,
+         external_overhead=None):
   return {'examples_per_sec': examples_per_sec, 'overhead_seconds': overhead,
+          'external_examples_per_sec': external,
+          'external_overhead_seconds': external_overhead,
           'max_rss_kb': rss, 'phases': {'training_loop_seconds': 4.0}}
 
 
+def test_external_rate_and_overhead_from_two_step_counts():
+  short = {'train_steps': 500, 'do_seconds': 6.0}
+  long = {'train_steps': 12500, 'do_seconds': 18.0}
+  figures = report.external_figures(short, long, batch_size=40)
+  # 12,000 extra steps of 40 examples in 12 extra seconds.
+  assert figures['external_examples_per_sec'] == pytest.approx(40_000)
+  assert figures['external_overhead_seconds'] == pytest.approx(5.5)
+  assert figures['short_do_seconds'] == 6.0
+  # A long run that was not slower gives no rate rather than a wrong one,
+  # and its event-file rate does not stand in for it.
+  failed = dict(long, **report.external_figures(long, long, 40),
+                examples_per_sec=30_000.0)
+  assert failed['external_examples_per_sec'] is None
+  assert report.run_rate(failed) is None
+  assert report.run_rate({'examples_per_sec': 5.0}) == 5.0  # input runs
+
+
 def test_summary_ratios_and_targets():
+  stock, tpu = report.name(report.STOCK, 40), report.name(report.TPU, 40)
   runs = {
-      report.STOCK_40: [_run(20000), _run(22000), {'error': 'exit code 1'}],
-      report.TPU_40: [_run(32000), _run(34000, overhead=12.0), _run(33000)],
+      stock: [_run(20000, external=19000, external_overhead=9.0),
+              _run(22000, external=21000, external_overhead=9.0),
+              {'error': 'exit code 1'}],
+      tpu: [_run(32000, external=63000, external_overhead=4.0),
+            _run(34000, overhead=12.0, external=66000, external_overhead=4.0),
+            _run(33000, external=64000, external_overhead=4.0)],
       report.INPUT_40: [_run(100000)],
-      'tpu_trainer@512': [_run(180000)],
-      'input@512': [_run(320000)],
   }
   summary = {name: report.summarize_runs(results)
              for name, results in runs.items()}
-  assert summary[report.STOCK_40]['runs'] == 2
-  assert summary[report.STOCK_40]['failed'] == 1
-  assert summary[report.STOCK_40]['examples_per_sec'] == 21000
-  assert summary[report.TPU_40]['overhead_seconds'] == 3.0
-  assert summary[report.TPU_40]['phases']['training_loop_seconds'] == 4.0
+  assert summary[stock]['runs'] == 2
+  assert summary[stock]['failed'] == 1
+  assert summary[stock]['examples_per_sec'] == 21000
+  # Ratios use the external rate where there is one, else the own rate.
+  assert summary[stock]['rate'] == 20000
+  assert summary[report.INPUT_40]['rate'] == 100000
+  assert summary[tpu]['overhead_seconds'] == 3.0
+  assert summary[tpu]['phases']['training_loop_seconds'] == 4.0
 
-  assert report.ratio(summary, report.TPU_40,
-                      report.STOCK_40) == pytest.approx(33000 / 21000)
-  assert report.paired_ratios(runs, report.TPU_40,
-                              report.STOCK_40) == pytest.approx(
-                                  [32000 / 20000, 34000 / 22000])
-  assert report.ratio(summary, report.TPU_40, 'missing@1') is None
+  assert report.ratio(summary, tpu, stock) == pytest.approx(64000 / 20000)
+  assert report.ratio(summary, tpu, stock, 'examples_per_sec') == (
+      pytest.approx(33000 / 21000))
+  assert report.paired_ratios(runs, tpu, stock) == pytest.approx(
+      [63000 / 19000, 66000 / 21000])
+  assert report.ratio(summary, tpu, 'missing@1') is None
 
   verdicts = {v['target']: v['verdict'] for v in report.evaluate(summary, 512)}
-  assert list(verdicts.values()) == ['PASS', 'FAIL', 'PASS', 'PASS']
-  summary['tpu_trainer@512']['overhead_seconds'] = 10.0
-  del summary['input@512']
-  verdicts = [v['verdict'] for v in report.evaluate(summary, 512)]
-  assert verdicts == ['PASS', 'N/A', 'PASS', 'FAIL']
+  assert verdicts['TPUTrainer (model_fn module) / stock Trainer at batch 40 '
+                  '>= 3'] == 'PASS'
+  assert verdicts['TPUTrainer (Keras module) / stock Trainer at batch 40 '
+                  '>= 3'] == 'N/A'
+  summary[report.name(report.KERAS_FIT, 40)] = report.summarize_runs(
+      [_run(None, external=9000, external_overhead=3.5)])
+  verdicts = {v['target']: v for v in report.evaluate(summary, 512)}
+  overhead = verdicts['TPUTrainer (model_fn module) overhead / keras_fit '
+                      'overhead at batch 40 <= 1']
+  assert overhead['verdict'] == 'FAIL'
+  assert overhead['figures'] == [4.0, 3.5]
+  assert len(report.targets(512)) == 18
 
   table = report.format_table(summary)
-  assert '33,000' in table and report.STOCK_40 in table
+  assert '64,000' in table and '33,000' in table and stock in table
   assert '4.0' in report.format_phase_table(summary)
-  assert '[FAIL]' in report.format_verdicts(report.evaluate(summary, 512))
+  lines = report.format_verdicts(report.evaluate(summary, 512))
+  assert '[FAIL]' in lines and '[PASS]' in lines and '(4.0 / 3.5)' in lines
 
 
 def test_run_module_reports_exit_code_and_peak_memory(tmp_path):

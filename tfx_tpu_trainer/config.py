@@ -11,7 +11,13 @@ Keys (all optional; defaults in brackets):
     name).
   train_batch_size [64], eval_batch_size [64], predict_batch_size [8]: global
     batch sizes; functions get per-shard sizes in `params['batch_size']`.
-  iterations_per_loop [100], num_shards [None: from the TPU system],
+  iterations_per_loop [100]: training steps per session.run on TPU.
+  host_iterations_per_loop [1]: off TPU (CPU/GPU), training steps per
+    session.run. N > 1 runs N steps in an in-graph while loop, as
+    `iterations_per_loop` does on TPU (see host_loop.py): checkpoints, the
+    NaN-loss check and step-rate summaries happen at loop ends;
+    `save_checkpoints_steps` must be a multiple of N. Ignored on TPU.
+  num_shards [None: from the TPU system],
   per_host_input ["PER_HOST_V2"]: one of PER_SHARD_V1, PER_HOST_V1,
     PER_HOST_V2, BROADCAST.
   eval_on_tpu [true], export_to_tpu [true], export_saved_model_api_version [1].
@@ -94,6 +100,7 @@ class TrainerConfig:
   eval_batch_size: int = 64
   predict_batch_size: int = 8
   iterations_per_loop: int = 100
+  host_iterations_per_loop: int = 1
   num_shards: Optional[int] = None
   per_host_input: str = 'PER_HOST_V2'
   eval_on_tpu: bool = True
@@ -158,6 +165,9 @@ class TrainerConfig:
             'predict_batch_size', raw.get('predict_batch_size', 8)),
         iterations_per_loop=_positive_int(
             'iterations_per_loop', raw.get('iterations_per_loop', 100)),
+        host_iterations_per_loop=_positive_int(
+            'host_iterations_per_loop', raw.get('host_iterations_per_loop',
+                                                1)),
         num_shards=_optional_positive_int('num_shards', raw.get('num_shards')),
         per_host_input=_choice('per_host_input',
                                raw.get('per_host_input', 'PER_HOST_V2'),
@@ -186,7 +196,25 @@ class TrainerConfig:
         params=_params(raw.get('params')),
     )
     config.check_shard_divisibility()
+    config.check_host_loop()
     return config
+
+  @property
+  def host_loop_iterations(self) -> int:
+    """Steps per session.run of the host loop; 1 (no loop) on TPU."""
+    return 1 if self.use_tpu else self.host_iterations_per_loop
+
+  def check_host_loop(self) -> None:
+    """Checkpoints of the host loop come at loop ends: steps must align."""
+    iterations = self.host_loop_iterations
+    if (iterations > 1 and self.save_checkpoints_steps is not None and
+        self.save_checkpoints_steps % iterations):
+      raise ConfigError(
+          f"custom_config['save_checkpoints_steps']="
+          f'{self.save_checkpoints_steps} is not a multiple of '
+          f"custom_config['host_iterations_per_loop']={iterations}: "
+          'checkpoints are written at the ends of host loops. Use a '
+          f'multiple of {iterations}, or a smaller host_iterations_per_loop.')
 
   def indivisible_batch_sizes(self, num_shards: int) -> List[Tuple[str, int]]:
     """(key, value) of the TPU batch sizes that do not divide by num_shards.

@@ -8,6 +8,7 @@ import tensorflow as tf
 from tfx_tpu_trainer import cluster
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
+from tfx_tpu_trainer import host_loop
 
 _INPUT_PIPELINE_CONFIGS = {
     'PER_SHARD_V1': tf.compat.v1.estimator.tpu.InputPipelineConfig.PER_SHARD_V1,
@@ -72,10 +73,13 @@ def build_run_config(
     logging.info('TPU %s resolved to master %s.', config.tpu.name, master)
 
   tpu_config = tf.compat.v1.estimator.tpu.TPUConfig(
-      # Off TPU every session.run is one step; TPUEstimator would still log
-      # and write step-rate summaries every ceil(100 / iterations_per_loop)
-      # steps, i.e. every step, which costs ~20% of a small model's speed.
-      iterations_per_loop=config.iterations_per_loop if config.use_tpu else 1,
+      # Off TPU a session.run is host_iterations_per_loop steps (default 1);
+      # TPUEstimator logs and writes step-rate summaries every
+      # ceil(100 / iterations_per_loop) runs, so this must be that count
+      # (with 100 on CPU it would log every step, ~20% of a small model's
+      # speed).
+      iterations_per_loop=(config.iterations_per_loop if config.use_tpu else
+                           config.host_loop_iterations),
       num_shards=config.num_shards,
       per_host_input_for_training=_INPUT_PIPELINE_CONFIGS[
           config.per_host_input])
@@ -105,7 +109,9 @@ def build_estimator(
   """The TPUEstimator, with all three batch sizes set.
 
   A mode without a batch size would hand `input_fn` params without
-  `batch_size` at all, so all three are always set.
+  `batch_size` at all, so all three are always set. Off TPU with
+  `host_iterations_per_loop` > 1, training runs that many steps per
+  session.run (host_loop.py).
 
   Args:
     model_fn: the TPU model_fn.
@@ -117,7 +123,10 @@ def build_estimator(
   Returns:
     The estimator.
   """
-  return tf.compat.v1.estimator.tpu.TPUEstimator(
+  iterations = config.host_loop_iterations
+  if iterations > 1:
+    model_fn = host_loop.wrap_model_fn(model_fn, iterations)
+  estimator = tf.compat.v1.estimator.tpu.TPUEstimator(
       model_fn=model_fn,
       config=run_config,
       params=dict(params),
@@ -130,3 +139,6 @@ def build_estimator(
       export_to_cpu=True,
       warm_start_from=warm_start_from,
       export_saved_model_api_version=config.export_saved_model_api_version)
+  if iterations > 1:
+    host_loop.enable(estimator, iterations)
+  return estimator

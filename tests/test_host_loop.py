@@ -1,0 +1,216 @@
+"""The multi-step host loop (`host_iterations_per_loop`) off TPU.
+
+A linear model on a synthetic dataset, trained by the TPUEstimator that
+estimator_builder builds: the loop must stop exactly at max_steps, write
+checkpoints at the steps asked for, stop at a NaN loss, resume from a
+checkpoint in the middle of a loop, and train the same weights as one step
+per session.run. One training test is in `make test-fast`; the others are
+marked slow.
+"""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfx_tpu_trainer import config as config_lib
+from tfx_tpu_trainer import estimator_builder
+from tfx_tpu_trainer import host_loop
+from tfx_tpu_trainer import keras_model_fn
+
+BATCH = 8
+ROWS = 64
+
+
+def _data(nan_row=None):
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(ROWS, 3)).astype(np.float32)
+  if nan_row is not None:
+    x[nan_row] = np.nan
+  y = (x.sum(axis=1) > 0).astype(np.float32)
+  return x, y
+
+
+def _input_fn(nan_row=None):
+  def input_fn(params):
+    x, y = _data(nan_row)
+    return tf.data.Dataset.from_tensor_slices(({'x': x}, y)).repeat().batch(
+        params['batch_size'], drop_remainder=True)
+  return input_fn
+
+
+def _model_fn(features, labels, mode, params):
+  del params
+  weights = tf.compat.v1.get_variable('w', [3, 1],
+                                      initializer=tf.zeros_initializer())
+  logits = tf.matmul(features['x'], weights)
+  loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(
+      labels=tf.reshape(labels, [-1, 1]), logits=logits))
+  if mode == tf.estimator.ModeKeys.EVAL:
+    return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(mode, loss=loss)
+  train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
+      loss, global_step=tf.compat.v1.train.get_global_step())
+  return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(mode, loss=loss,
+                                                     train_op=train_op)
+
+
+def _estimator(model_dir, model_fn=_model_fn, **custom_config):
+  config = config_lib.TrainerConfig.from_custom_config(
+      dict(train_batch_size=BATCH, eval_batch_size=BATCH, use_tpu=False,
+           **custom_config))
+  run_config = estimator_builder.build_run_config(config, str(model_dir))
+  return estimator_builder.build_estimator(model_fn, config, run_config, {})
+
+
+class _RunCounter(tf.compat.v1.train.SessionRunHook):
+  """Counts session.run calls of training."""
+
+  def __init__(self):
+    self.runs = 0
+
+  def after_run(self, run_context, run_values):
+    self.runs += 1
+
+
+def _checkpoint_steps(model_dir):
+  state = tf.train.get_checkpoint_state(str(model_dir))
+  return sorted(int(path.rsplit('-', 1)[1])
+                for path in state.all_model_checkpoint_paths)
+
+
+@pytest.mark.parametrize('value', [0, -3, 2.5, True, '100'])
+def test_host_iterations_per_loop_must_be_a_positive_integer(value):
+  with pytest.raises(config_lib.ConfigError,
+                     match="'host_iterations_per_loop'"):
+    config_lib.TrainerConfig.from_custom_config(
+        {'host_iterations_per_loop': value})
+
+
+def test_checkpoint_steps_must_be_a_multiple_of_the_loop():
+  with pytest.raises(config_lib.ConfigError,
+                     match="save_checkpoints_steps.*host_iterations_per_loop"):
+    config_lib.TrainerConfig.from_custom_config(
+        {'host_iterations_per_loop': 100, 'save_checkpoints_steps': 250})
+  config = config_lib.TrainerConfig.from_custom_config(
+      {'host_iterations_per_loop': 100, 'save_checkpoints_steps': 300})
+  assert config.host_loop_iterations == 100
+  # On TPU the key is ignored: iterations_per_loop is TPU's own loop.
+  on_tpu = config_lib.TrainerConfig.from_custom_config(
+      {'host_iterations_per_loop': 100, 'save_checkpoints_steps': 250,
+       'use_tpu': True})
+  assert on_tpu.host_loop_iterations == 1
+
+
+def test_loops_end_at_multiples_and_at_the_last_step():
+  hook = host_loop.HostLoopStopHook(100, last_step=250)
+  steps = []
+  hook._step = 0  # pylint: disable=protected-access
+  while hook._step < 250:  # pylint: disable=protected-access
+    hook._step += hook.next_iterations()  # pylint: disable=protected-access
+    steps.append(hook._step)  # pylint: disable=protected-access
+  assert steps == [100, 200, 250]
+  resumed = host_loop.HostLoopStopHook(100, num_steps=100)
+  resumed._step, resumed._last_step = 130, 230  # pylint: disable=protected-access
+  assert resumed.next_iterations() == 70
+
+
+def test_trains_to_exactly_max_steps_with_checkpoints_at_loop_ends(tmp_path):
+  estimator = _estimator(tmp_path, host_iterations_per_loop=20,
+                         save_checkpoints_steps=40, keep_checkpoint_max=10)
+  counter = _RunCounter()
+  estimator.train(_input_fn(), max_steps=90, hooks=[counter])
+  assert estimator.get_variable_value('global_step') == 90
+  assert counter.runs == 5  # 20, 40, 60, 80, 90
+  assert _checkpoint_steps(tmp_path) == [0, 40, 80, 90]
+
+  # A resumed run (from step 90) first loops to the next multiple of 20;
+  # the checkpoint timer restarts at 90, as the estimator's own does.
+  counter = _RunCounter()
+  estimator.train(_input_fn(), max_steps=170, hooks=[counter])
+  assert estimator.get_variable_value('global_step') == 170
+  assert counter.runs == 5  # 100, 120, 140, 160, 170
+  assert _checkpoint_steps(tmp_path)[-3:] == [90, 140, 170]
+  metrics = estimator.evaluate(_input_fn(), steps=2)
+  assert metrics['global_step'] == 170
+
+
+@pytest.mark.slow
+def test_same_weights_as_one_step_per_run(tmp_path):
+  looped = _estimator(tmp_path / 'looped', host_iterations_per_loop=16)
+  looped.train(_input_fn(), max_steps=50)
+  single = _estimator(tmp_path / 'single')
+  single.train(_input_fn(), max_steps=50)
+  np.testing.assert_allclose(looped.get_variable_value('w'),
+                             single.get_variable_value('w'), rtol=1e-5)
+  assert looped.get_variable_value('global_step') == 50
+
+
+@pytest.mark.slow
+def test_nan_loss_stops_training_at_its_step(tmp_path):
+  estimator = _estimator(tmp_path, host_iterations_per_loop=20)
+  # Row 43 is in the 6th batch of 8: the loss of step 6 is NaN.
+  with pytest.raises(tf.compat.v1.train.NanLossDuringTrainingError):
+    estimator.train(_input_fn(nan_row=43), max_steps=100)
+
+
+@pytest.mark.slow
+def test_input_without_a_dataset_is_a_clear_error(tmp_path):
+  estimator = _estimator(tmp_path, host_iterations_per_loop=10)
+
+  def tensors_input_fn(params):
+    x, y = _data()
+    return {'x': tf.constant(x[:params['batch_size']])}, tf.constant(
+        y[:params['batch_size']])
+
+  with pytest.raises(host_loop.HostLoopError, match='tf.data.Dataset'):
+    estimator.train(tensors_input_fn, max_steps=10)
+
+
+@pytest.mark.slow
+def test_keras_model_fn_trains_in_the_loop(tmp_path):
+  def build_keras_model(params):
+    del params
+    x = tf.keras.Input(shape=(3,), name='x')
+    output = tf.keras.layers.Dense(1, activation='sigmoid',
+                                   name='probabilities')(x)
+    model = tf.keras.Model(x, output)
+    model.compile(optimizer=tf.keras.optimizers.Adam(0.01),
+                  loss='binary_crossentropy')
+    return model
+
+  model_fn = keras_model_fn.make_keras_model_fn(build_keras_model, 'test')
+  estimator = _estimator(tmp_path, model_fn=model_fn,
+                         host_iterations_per_loop=10)
+  counter = _RunCounter()
+  estimator.train(_input_fn(), max_steps=25, hooks=[counter])
+  assert estimator.get_variable_value('global_step') == 25
+  assert counter.runs == 3
+  assert os.path.exists(os.path.join(tmp_path, 'checkpoint'))
+
+
+@pytest.mark.slow
+def test_executor_trains_the_keras_taxi_module_in_the_loop(taxi_artifacts,
+                                                           tmp_path):
+  # pylint: disable=g-import-not-at-top
+  import json
+  from pipelines import paths
+  from tfx.utils import path_utils
+  from tfx_tpu_trainer import executor
+  from tfx_tpu_trainer import export
+  from tfx_tpu_trainer import metrics as metrics_lib
+  from tests import pipeline_outputs
+  # pylint: enable=g-import-not-at-top
+  run = pipeline_outputs.trainer_run(
+      taxi_artifacts, str(tmp_path),
+      os.path.join(paths.COMPONENTS_DIR, 'taxi_keras_module.py'),
+      custom_config={'train_batch_size': 16, 'eval_batch_size': 16,
+                     'host_iterations_per_loop': 20,
+                     'save_checkpoints_steps': 40},
+      train_steps=50, eval_steps=3)
+  executor.Executor().Do(run.input_dict, run.output_dict, run.exec_properties)
+  with open(os.path.join(run.model_run.uri,
+                         metrics_lib.METRICS_FILE_NAME)) as f:
+    assert json.load(f)['global_step'] == 50
+  path = path_utils.serving_model_path(run.model.uri)
+  assert export.saved_model_tag_sets(path) == [('serve',), ('serve', 'tpu')]

@@ -1,0 +1,235 @@
+"""A multi-step training loop off TPU: `host_iterations_per_loop` steps per run.
+
+On TPU, TPUEstimator runs `iterations_per_loop` training steps per
+`session.run`, in an in-graph while loop fed from the infeed. With
+`use_tpu=False` it runs one step per `session.run`, and every step pays the
+session call, the estimator's hooks and the input's get-next outside the
+graph: on a small model that is a large part of the step. With
+`custom_config['host_iterations_per_loop'] = N > 1` the library gives CPU/GPU
+training the same shape:
+
+  * the TRAIN graph is a `tf.while_loop` of up to N steps. Each iteration
+    takes the next batch from the input's own iterator (the `IteratorGetNext`
+    that fed the model_fn, re-issued inside the loop), calls the model_fn,
+    and runs its train op, so the global step advances by one per iteration
+    as usual;
+  * the loop stops early at a non-finite loss and returns that loss, so the
+    estimator's `NanTensorHook` stops training at that loop boundary;
+  * `HostLoopStopHook` (in place of the estimator's `StopAtStepHook`) feeds
+    each run its iteration count: loops end at multiples of N, and the last
+    one ends exactly at `max_steps` (as TPU's `_TPUStopAtStepHook` does);
+  * the checkpoint hook is told that a run is N steps, so
+    `save_checkpoints_steps` (a multiple of N, checked in config.py) saves at
+    exactly those steps; step-rate and loss summaries are written at loop
+    boundaries.
+
+What does not fit a loop is an error raised while the graph is built: an
+input that is not a `tf.data.Dataset` of dense tensors, a TPUEstimatorSpec
+with a `host_call`. As on TPU, v1 summaries that the model_fn writes are
+not written (their ops live inside the loop), and its `training_hooks` run
+once per loop and cannot fetch tensors from inside it (a warning says so).
+Evaluation and export call the model_fn as before.
+"""
+
+import inspect
+from typing import Any, Callable, Optional
+
+from absl import logging
+import tensorflow as tf
+from tensorflow import estimator as tf_estimator
+
+from tfx_tpu_trainer import errors
+
+CONFIG_KEY = 'host_iterations_per_loop'
+# Graph collections the stop hook reads (one entry each per training graph).
+ITERATIONS_COLLECTION = 'tfx_tpu_trainer_host_loop_iterations'
+FINAL_STEP_COLLECTION = 'tfx_tpu_trainer_host_loop_final_step'
+_GET_NEXT_OPS = ('IteratorGetNext', 'IteratorGetNextSync')
+
+ModelFn = Callable[..., Any]
+
+
+class HostLoopError(errors.TPUTrainerError):
+  """The model or input cannot run in the multi-step host loop."""
+
+
+def _get_next_op(features, labels) -> tf.Operation:
+  """The one IteratorGetNext op whose outputs are all of features/labels."""
+  tensors = tf.nest.flatten((features, labels), expand_composites=True)
+  ops = {tensor.op for tensor in tensors if tensor is not None}
+  if len(ops) != 1 or next(iter(ops)).type not in _GET_NEXT_OPS:
+    raise HostLoopError(
+        f'custom_config[{CONFIG_KEY!r}] > 1 needs a training input_fn that '
+        'returns a tf.data.Dataset of dense (features, label) tensors: the '
+        'loop takes a new batch from the dataset iterator each step. The '
+        f'features come from op(s) {sorted(op.type for op in ops)}. Return a '
+        f'dataset of dense tensors, or set {CONFIG_KEY} to 1.')
+  return next(iter(ops))
+
+
+def _next_batch(get_next: tf.Operation, features, labels):
+  """(features, labels) of a new get-next on the same iterator."""
+  outputs = tf.raw_ops.IteratorGetNext(
+      iterator=get_next.inputs[0],
+      output_types=get_next.get_attr('output_types'),
+      output_shapes=get_next.get_attr('output_shapes'))
+  return tf.nest.map_structure(
+      lambda tensor: None if tensor is None else outputs[tensor.value_index],
+      (features, labels))
+
+
+def wrap_model_fn(model_fn: ModelFn, iterations: int) -> ModelFn:
+  """`model_fn` whose TRAIN graph runs up to `iterations` steps per run.
+
+  Args:
+    model_fn: a TPUEstimator model_fn `(features, labels, mode, params[,
+      config])`.
+    iterations: the most steps per `session.run` (> 1).
+
+  Returns:
+    The model_fn; EVAL and PREDICT pass through unchanged.
+  """
+
+  passes_config = 'config' in inspect.signature(model_fn).parameters
+
+  def call(features, labels, mode, params, config):
+    if passes_config:
+      return model_fn(features, labels, mode, params, config=config)
+    return model_fn(features, labels, mode, params)
+
+  def looped_model_fn(features, labels, mode, params, config):
+    if mode != tf_estimator.ModeKeys.TRAIN:
+      return call(features, labels, mode, params, config)
+    get_next = _get_next_op(features, labels)
+    global_step = tf.compat.v1.train.get_or_create_global_step()
+    count = tf.compat.v1.placeholder_with_default(
+        tf.constant(iterations, tf.int32), shape=[], name='host_loop_count')
+    specs = []
+
+    def body(index, loss, finite):
+      del loss, finite
+      step_features, step_labels = _next_batch(get_next, features, labels)
+      spec = call(step_features, step_labels, mode, params, config)
+      specs.append(spec)
+      if spec.train_op is None or spec.loss is None:
+        raise HostLoopError('The TRAIN TPUEstimatorSpec needs a loss and a '
+                            'train_op.')
+      with tf.control_dependencies([spec.train_op]):
+        step_loss = tf.identity(tf.cast(spec.loss, tf.float32))
+      return index + 1, step_loss, tf.reduce_all(tf.math.is_finite(step_loss))
+
+    def cond(index, loss, finite):
+      del loss
+      return tf.logical_and(index < count, finite)
+
+    _, loss, _ = tf.while_loop(
+        cond, body,
+        [tf.constant(0), tf.constant(0.0), tf.constant(True)],
+        parallel_iterations=1, name='host_loop')
+    with tf.control_dependencies([loss]):
+      final_step = tf.identity(global_step.read_value(), name='host_loop_step')
+    graph = tf.compat.v1.get_default_graph()
+    graph.add_to_collection(ITERATIONS_COLLECTION, count)
+    graph.add_to_collection(FINAL_STEP_COLLECTION, final_step)
+    spec = specs[0]
+    if getattr(spec, 'host_call', None) is not None:
+      raise HostLoopError(
+          f'The model_fn returns a host_call, which custom_config'
+          f'[{CONFIG_KEY!r}] > 1 does not run (its tensors live inside the '
+          f'loop). Set {CONFIG_KEY} to 1.')
+    hooks = list(spec.training_hooks or ())
+    if hooks:
+      logging.warning('%s=%d: the model_fn\'s training_hooks %s run once per '
+                      'loop and cannot fetch tensors from inside it.',
+                      CONFIG_KEY, iterations, hooks)
+    saver_hooks = []
+    if config.is_chief and (config.save_checkpoints_steps or
+                            config.save_checkpoints_secs):
+      saver = tf.compat.v1.train.CheckpointSaverHook(
+          config.model_dir,
+          save_secs=config.save_checkpoints_secs,
+          save_steps=config.save_checkpoints_steps,
+          save_graph_def=config.checkpoint_save_graph_def)
+      # The hook reads the global step before the loop runs; it triggers on
+      # that step plus the loop's steps, then re-reads the real step.
+      saver._set_steps_per_run(iterations)  # pylint: disable=protected-access
+      saver_hooks.append(saver)
+    return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
+        mode=mode,
+        loss=loss,
+        train_op=final_step.op,
+        scaffold_fn=spec.scaffold_fn,
+        training_hooks=hooks + saver_hooks)
+
+  return looped_model_fn
+
+
+class HostLoopStopHook(tf.compat.v1.train.SessionRunHook):
+  """Feeds each run its loop length and stops at the last step.
+
+  Loops end at multiples of `iterations` (so checkpoints every multiple of it
+  land on loop ends), and the last loop ends exactly at the last step. The
+  global step after each loop is fetched in the same run, from the loop's
+  output.
+  """
+
+  def __init__(self, iterations: int, num_steps: Optional[int] = None,
+               last_step: Optional[int] = None):
+    if (num_steps is None) == (last_step is None):
+      raise ValueError('Give exactly one of num_steps and last_step.')
+    self._iterations = iterations
+    self._num_steps = num_steps
+    self._last_step = last_step
+    self._step = None
+
+  def begin(self):
+    graph = tf.compat.v1.get_default_graph()
+    counts = graph.get_collection(ITERATIONS_COLLECTION)
+    steps = graph.get_collection(FINAL_STEP_COLLECTION)
+    if len(counts) != 1 or len(steps) != 1:
+      raise RuntimeError('The training graph has no single host loop.')
+    self._count, self._final_step = counts[0], steps[0]
+    self._global_step = tf.compat.v1.train.get_global_step()
+
+  def after_create_session(self, session, coord):
+    del coord
+    self._step = int(session.run(self._global_step))
+    if self._last_step is None:
+      self._last_step = self._step + self._num_steps
+
+  def next_iterations(self) -> int:
+    """Steps of the next loop: to the next multiple, at most to the last."""
+    to_boundary = self._iterations - self._step % self._iterations
+    return max(0, min(to_boundary, self._last_step - self._step))
+
+  def before_run(self, run_context):
+    del run_context
+    return tf.compat.v1.train.SessionRunArgs(
+        self._final_step, feed_dict={self._count: self.next_iterations()})
+
+  def after_run(self, run_context, run_values):
+    self._step = int(run_values.results)
+    if self._step >= self._last_step:
+      run_context.request_stop()
+
+
+def enable(estimator: tf.compat.v1.estimator.tpu.TPUEstimator,
+           iterations: int) -> None:
+  """Makes `estimator.train` stop with `HostLoopStopHook`.
+
+  Estimator forbids subclasses to override its methods, so this sets the
+  one extension point TPUEstimator itself overrides for its TPU loop
+  (`_convert_train_steps_to_hooks`) on this instance.
+
+  Args:
+    estimator: a TPUEstimator whose model_fn was wrapped by `wrap_model_fn`.
+    iterations: the most steps per run.
+  """
+
+  def convert_train_steps_to_hooks(steps, max_steps):
+    if steps is None and max_steps is None:
+      return []
+    return [HostLoopStopHook(iterations, num_steps=steps, last_step=max_steps)]
+
+  # pylint: disable-next=protected-access
+  estimator._convert_train_steps_to_hooks = convert_train_steps_to_hooks
