@@ -69,8 +69,9 @@ def profile(spec, module: str, batch_size: int, steps: int,
   from tfx.components.trainer import fn_args_utils
   from tfx_tpu_trainer import host_loop
   from tfx_tpu_trainer import input_fns
-  from tfx_tpu_trainer import keras_model_fn
+  from tfx_tpu_trainer import user_module
   from tfx_tpu_trainer import schemas as schemas_lib
+  from tfx_tpu_trainer.model_fn import keras_adapter
   sys.path.insert(0, os.path.dirname(measure.TPU_MODULE_FILES['keras']))
   import taxi_keras_module
   import taxi_tpu_module
@@ -95,8 +96,9 @@ def profile(spec, module: str, batch_size: int, steps: int,
   results = {}
 
   if module == 'keras':
-    model_fn = keras_model_fn.make_keras_model_fn(
-        taxi_keras_module.build_keras_model, 'taxi_keras_module.py')
+    model_fn = keras_adapter.make_keras_model_fn(user_module.ModuleFunction(
+        'build_keras_model', 'taxi_keras_module.py',
+        taxi_keras_module.build_keras_model))
   else:
     model_fn = taxi_tpu_module.model_fn
 

@@ -17,7 +17,8 @@ import tensorflow as tf
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import estimator_builder
 from tfx_tpu_trainer import host_loop
-from tfx_tpu_trainer import keras_model_fn
+from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.model_fn import keras_adapter
 
 BATCH = 8
 ROWS = 64
@@ -179,7 +180,8 @@ def test_keras_model_fn_trains_in_the_loop(tmp_path):
                   loss='binary_crossentropy')
     return model
 
-  model_fn = keras_model_fn.make_keras_model_fn(build_keras_model, 'test')
+  model_fn = keras_adapter.make_keras_model_fn(user_module.ModuleFunction(
+      'build_keras_model', 'test', build_keras_model))
   estimator = _estimator(tmp_path, model_fn=model_fn,
                          host_iterations_per_loop=10)
   counter = _RunCounter()
