@@ -23,8 +23,8 @@ test-fast: env
 
 # All trainers against each other and the model's compute limit (one repeat
 # took 28 min at load 3-5 on 2 cores; the default is 2 repeats); bench-smoke:
-# the same end to end with --quick, as a test (not in `make test`: a loaded
-# machine makes it slow, never failing).
+# the same end to end with --quick, as a test (9 min 50 s at load 1-2; not
+# in `make test`: a loaded machine makes it slow, never failing).
 bench: env
 	$(PY) -m benchmarks.run_benchmark $(BENCH_ARGS)
 
