@@ -201,7 +201,7 @@ def test_executor_trains_the_keras_taxi_module_in_the_loop(taxi_artifacts,
   from tfx_tpu_trainer import executor
   from tfx_tpu_trainer import export
   from tfx_tpu_trainer import metrics as metrics_lib
-  from tests import pipeline_outputs
+  from tests.fixtures import pipeline_outputs
   # pylint: enable=g-import-not-at-top
   run = pipeline_outputs.trainer_run(
       taxi_artifacts, str(tmp_path),
