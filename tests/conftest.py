@@ -3,6 +3,7 @@
 import csv
 import os
 import sys
+from typing import Optional
 
 from absl import logging
 import pytest
@@ -16,10 +17,21 @@ TEST_MODULES_DIR = os.path.join(os.path.dirname(__file__), 'fixtures',
 SLICE_ROWS = 400
 
 
-def write_taxi_slice(directory: str, rows: int = SLICE_ROWS) -> str:
-  """Writes the first `rows` rows of the embedded taxi CSV to `directory`."""
+def write_taxi_slice(directory: str, rows: int = SLICE_ROWS,
+                     source: Optional[str] = None) -> str:
+  """Writes the first `rows` rows of a taxi CSV to `directory`.
+
+  Args:
+    directory: where data.csv goes.
+    rows: how many data rows.
+    source: the CSV (default: the embedded big_tipper taxi data).
+
+  Returns:
+    `directory`.
+  """
   from pipelines import taxi_pipeline  # pylint: disable=g-import-not-at-top
-  source = os.path.join(taxi_pipeline.embedded_data_root(), 'data.csv')
+  source = source or os.path.join(taxi_pipeline.embedded_data_root(),
+                                  'data.csv')
   os.makedirs(directory, exist_ok=True)
   with open(source, newline='') as src, open(
       os.path.join(directory, 'data.csv'), 'w', newline='') as dst:

@@ -295,15 +295,7 @@ def reachable_ops(step: StepGraph) -> List[tf.Operation]:
   Ops nothing depends on (e.g. metrics an Estimator model_fn builds in every
   mode) are pruned before compilation.
   """
-  seen = set()
-  stack = [t.op for t in step.outputs]
-  while stack:
-    op = stack.pop()
-    if op in seen:
-      continue
-    seen.add(op)
-    stack.extend(t.op for t in op.inputs)
-    stack.extend(op.control_inputs)
+  seen = _upstream([t.op for t in step.outputs], control_inputs=True)
   return [op for op in step.ops if op in seen]
 
 
@@ -484,15 +476,20 @@ def _subject_op(step: StepGraph, finding: Finding) -> Optional[tf.Operation]:
     return None
 
 
-def _upstream(op: tf.Operation) -> set:
-  """The ops `op` depends on through its data inputs (itself included)."""
-  seen, stack = set(), [op]
+def _upstream(ops: Sequence[tf.Operation], control_inputs: bool = False) -> set:
+  """The ops `ops` depend on through their data inputs (themselves included).
+
+  With `control_inputs`, through their control inputs too.
+  """
+  seen, stack = set(), list(ops)
   while stack:
     current = stack.pop()
     if current in seen:
       continue
     seen.add(current)
     stack.extend(t.op for t in current.inputs)
+    if control_inputs:
+      stack.extend(current.control_inputs)
   return seen
 
 
@@ -521,7 +518,7 @@ def fold_knock_on(step: Optional[StepGraph],
     op = subjects[index]
     if op is None or finding.severity != ERROR:
       continue
-    upstream = _upstream(op)
+    upstream = _upstream([op])
     for cause in causes:
       if cause == index or cause in folded_into:
         continue
