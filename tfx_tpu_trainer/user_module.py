@@ -29,6 +29,7 @@ from tfx.components.util import udf_utils
 from tfx.types import standard_component_specs
 from tfx.utils import io_utils
 from tfx_tpu_trainer import errors
+from tfx_tpu_trainer import stock_contract
 
 MODEL_FN = 'model_fn'
 INPUT_FN = 'input_fn'
@@ -151,7 +152,8 @@ def load_user_module(exec_properties: Dict[str, Any],
     source = module_file_name or module_path
     module = _import_module_path(module_path, source)
   elif module_file:
-    module, source = _import_module_file(module_file), module_file_name or module_file
+    source = module_file_name or module_file
+    module = _import_module_file(module_file)
   else:
     raise UserModuleError(
         'TPUTrainer needs a module_file that defines model_fn (or '
@@ -190,8 +192,7 @@ def check_module(module: types.ModuleType, source: str) -> UserModule:
 
 
 def _stock_label_keys(module: types.ModuleType) -> Tuple[str, ...]:
-  from tfx_tpu_trainer.model_fn import stock_trainer  # pylint: disable=g-import-not-at-top
-  return stock_trainer.label_key_candidates(module)
+  return stock_contract.label_key_candidates(module)
 
 
 def _stock_trainer_fn(module: types.ModuleType, source: str) -> ModuleFunction:
@@ -211,10 +212,9 @@ def _stock_trainer_fn(module: types.ModuleType, source: str) -> ModuleFunction:
           f"stock TFX Trainer calls it: {e}.") from e
     return ModuleFunction(name=TRAINER_FN, module_file=source, fn=trainer_fn)
   if callable(getattr(module, RUN_FN, None)):
-    from tfx_tpu_trainer.model_fn import stock_trainer  # pylint: disable=g-import-not-at-top
-    raise UserModuleError(stock_trainer.run_fn_message(
-        source, stock_trainer.label_key_candidates(module),
-        stock_trainer.keras_model_builders(module)))
+    raise UserModuleError(stock_contract.run_fn_message(
+        source, stock_contract.label_key_candidates(module),
+        stock_contract.keras_model_builders(module)))
   raise UserModuleError(
       f'Module {source} defines neither model_fn(features, labels, mode, '
       'params) nor build_keras_model(params) (nor the stock Trainer\'s '

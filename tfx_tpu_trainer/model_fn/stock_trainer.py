@@ -18,13 +18,13 @@ model_dir or input functions), and takes the estimator's `model_fn` and
 Categorical (sparse) feature columns cannot run inside a TPU computation:
 with `use_tpu`, a canned Estimator that has them is one error naming them.
 The input is TPUTrainer's (the default input, over the label found by
-`label_key_candidates`); the serving input is TPUTrainer's too.
+`stock_contract.label_key_candidates`); the serving input is TPUTrainer's too.
 """
 
 import dataclasses
 import shutil
 import tempfile
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 import attr
 from absl import logging
@@ -67,30 +67,6 @@ class StockModel:
   kind: str
   source: str
   sparse_columns: Tuple[Tuple[str, str, str], ...] = ()
-
-
-def label_key_candidates(module: Any) -> Tuple[str, ...]:
-  """Label keys a stock module names: LABEL_KEY, else its transformed _LABEL_KEY.
-
-  The TFX examples keep the raw label in `_LABEL_KEY` and name transformed
-  features with `_transformed_name` (`tips` -> `tips_xf`).
-  """
-  candidates = []
-  for attribute in ('LABEL_KEY', '_LABEL_KEY'):
-    key = getattr(module, attribute, None)
-    if not isinstance(key, str) or not key:
-      continue
-    transformed_name = getattr(module, '_transformed_name', None)
-    if callable(transformed_name):
-      try:
-        transformed = transformed_name(key)
-      except Exception:  # pylint: disable=broad-except
-        transformed = None
-      if isinstance(transformed, str) and transformed not in candidates:
-        candidates.append(transformed)
-    if key not in candidates:
-      candidates.append(key)
-  return tuple(candidates)
 
 
 def _closure(fn: Callable[..., Any]) -> Dict[str, Any]:
@@ -302,30 +278,3 @@ def check_for_tpu(model: StockModel) -> None:
   if model.sparse_columns:
     raise StockTrainerError(sparse_columns_message(model.source,
                                                    model.sparse_columns))
-
-
-def keras_model_builders(module: Any) -> List[str]:
-  """Functions of a module whose names say they build a Keras model."""
-  return sorted(
-      name for name, value in vars(module).items()
-      if callable(value) and 'keras_model' in name and
-      getattr(value, '__module__', None) == module.__name__)
-
-
-def run_fn_message(module_file: str, label_keys: Sequence[str],
-                   builders: Sequence[str] = ()) -> str:
-  """What a module with the stock Trainer's `run_fn` must change."""
-  label = (f' (its label: LABEL_KEY = {label_keys[0]!r}, or '
-           "custom_config['label_key'])" if label_keys else
-           " (name the label with LABEL_KEY or custom_config['label_key'])")
-  model = (f'the model that run_fn builds with {", ".join(builders)}'
-           if builders else 'the model that run_fn builds')
-  return (
-      f'Module {module_file} defines run_fn(fn_args), the stock TFX '
-      "Trainer's contract for Keras: run_fn trains and saves the model "
-      'itself, so TPUTrainer cannot run it on TPU. Define '
-      f'build_keras_model(params) instead, returning {model}, compiled '
-      '(params holds custom_config[\'params\'] and the tuned '
-      f'hyperparameters); TPUTrainer feeds it from its own input '
-      f'functions{label}, trains it and exports it. The input_fn, fit and '
-      'save code of run_fn are not needed; keep run_fn for the stock Trainer.')
