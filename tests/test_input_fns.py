@@ -280,3 +280,17 @@ def test_parsed_cache_names_the_features_it_cannot_hold(taxi_artifacts):
 
 def test_record_count_of_no_files_is_zero():
   assert input_fns.estimated_record_count([], 0) == 0.0
+
+
+@pytest.mark.parametrize('cache', ['parsed', 'serialized', 'none'])
+@pytest.mark.parametrize('training', [True, False])
+def test_default_chain_runs_without_the_autotune_model_thread(
+    taxi_artifacts, cache, training):
+  # Closing a session waits for an iterator's autotune thread (up to a
+  # minute, when its wake-up is missed): the default chain runs without it.
+  dataset = input_fns.default_dataset(
+      _train_files(taxi_artifacts), _schema(taxi_artifacts), 'big_tipper',
+      batch_size=16, training=training, repeat=training, cache=cache)
+  assert dataset.options().autotune.enabled is False
+  _, label = next(iter(dataset))
+  assert label.shape == (16,)

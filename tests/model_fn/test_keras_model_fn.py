@@ -291,8 +291,10 @@ def _keras_updates(optimizer, gradients, steps):
      'MomentumOptimizer'),
     (lambda: tf.keras.optimizers.legacy.SGD(0.1, momentum=0.9),
      'MomentumOptimizer'),
-    (lambda: tf.keras.optimizers.Adam(0.01, beta_1=0.8), 'AdamOptimizer'),
-    (lambda: tf.keras.optimizers.legacy.Adam(0.01), 'AdamOptimizer'),
+    (lambda: tf.keras.optimizers.Adam(0.01, beta_1=0.8),
+     'ElementwiseAdamOptimizer'),
+    (lambda: tf.keras.optimizers.legacy.Adam(0.01),
+     'ElementwiseAdamOptimizer'),
     (lambda: tf.keras.optimizers.Adagrad(0.1), 'AdagradOptimizer'),
     (lambda: tf.keras.optimizers.RMSprop(0.01, momentum=0.5),
      '_ZeroStartRMSPropOptimizer'),
@@ -311,6 +313,46 @@ def test_keras_optimizer_becomes_the_same_v1_algorithm(make_optimizer,
   expected = _keras_updates(make_optimizer(), gradients, steps=3)
   assert _v1_updates(spec, gradients, steps=3) == pytest.approx(
       expected, rel=1e-3, abs=1e-4)
+
+
+def _adam_run(optimizer_class, sparse):
+  """Weights, slots and variable names after 7 steps of one v1 Adam class."""
+  graph = tf.Graph()
+  with graph.as_default():
+    table = tf.compat.v1.get_variable(
+        'table', [5, 3],
+        initializer=tf.compat.v1.random_normal_initializer(seed=1))
+    scale = tf.compat.v1.get_variable('scale', [3],
+                                      initializer=tf.ones_initializer())
+    # Row 2 twice: duplicate indices in the sparse gradient.
+    rows = (tf.nn.embedding_lookup(table, tf.constant([0, 2, 2, 4]))
+            if sparse else table)
+    loss = tf.reduce_sum(tf.square(rows * scale - 1.0))
+    optimizer = optimizer_class(0.05, beta1=0.8, beta2=0.99, epsilon=1e-6)
+    train_op = optimizer.minimize(
+        loss, global_step=tf.compat.v1.train.create_global_step())
+    with tf.compat.v1.Session() as session:
+      session.run(tf.compat.v1.global_variables_initializer())
+      for _ in range(7):
+        session.run(train_op)
+      values = session.run({variable.op.name: variable
+                            for variable in tf.compat.v1.global_variables()})
+    op_types = {op.type for op in graph.get_operations()}
+  return values, op_types
+
+
+@pytest.mark.parametrize('sparse', [False, True])
+def test_elementwise_adam_is_v1_adam_without_its_kernel(sparse):
+  expected, v1_ops = _adam_run(tf.compat.v1.train.AdamOptimizer, sparse)
+  values, ops = _adam_run(keras_compile.ElementwiseAdamOptimizer, sparse)
+  # Same variables (slots m and v, beta powers): checkpoints interchange.
+  assert sorted(values) == sorted(expected)
+  for name, value in expected.items():
+    np.testing.assert_allclose(values[name], value, rtol=1e-5, atol=1e-6,
+                               err_msg=name)
+  assert 'ResourceApplyAdam' in v1_ops
+  assert 'ResourceApplyAdam' not in ops
+  assert 'ResourceScatterAdd' not in ops
 
 
 def test_learning_rate_schedule_follows_the_global_step():
