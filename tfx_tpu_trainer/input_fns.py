@@ -10,8 +10,9 @@ the tensorflow/tpu reference input pipelines:
 
   "parsed": parse the split once, in chunks, into one in-memory table of
     dense tensors; every epoch is a fresh permutation of row indices, cut
-    into batches across epoch boundaries, and a batch is one gather per
-    feature. No parsing after the first pass.
+    into batches across epoch boundaries; the columns of one dtype are
+    joined into one block, so a batch is one gather per dtype. No parsing
+    after the first pass.
   "serialized" (or "none": no cache): cache the serialized records, shuffle
     + repeat (training), batch with drop_remainder (static shapes), one
     vectorised `parse_example` per batch.
@@ -235,6 +236,26 @@ def _records(files: List[str], training: bool, invocation_index: int,
   return dataset
 
 
+def _blocks_by_dtype(columns: Mapping[str, tf.Tensor]):
+  """The table's columns joined into one `[rows, width]` block per dtype.
+
+  Returns the blocks and, per dtype, `(name, width, shape)` of each column in
+  block order: a batch is then one gather per dtype instead of one per
+  feature, and the gathered block is split back into the features.
+  """
+  layout = {}
+  for name in sorted(columns):
+    layout.setdefault(columns[name].dtype, []).append(name)
+  blocks, widths = {}, {}
+  for dtype, names in layout.items():
+    flat = [tf.reshape(columns[name], [tf.shape(columns[name])[0], -1])
+            for name in names]
+    blocks[dtype] = tf.concat(flat, axis=1)
+    widths[dtype] = [(name, max(1, columns[name].shape[1:].num_elements()),
+                      columns[name].shape[1:]) for name in names]
+  return blocks, widths
+
+
 def _parsed_table_batches(records: tf.data.Dataset,
                           feature_spec: Mapping[str, Any], label_key: str,
                           batch_size: int, training: bool,
@@ -246,6 +267,7 @@ def _parsed_table_batches(records: tf.data.Dataset,
 
   def batches(columns):
     row_count = tf.shape(columns[label_key], out_type=tf.int64)[0]
+    blocks, widths = _blocks_by_dtype(columns)
 
     def epoch_order(_):
       rows = tf.range(row_count)
@@ -256,9 +278,13 @@ def _parsed_table_batches(records: tf.data.Dataset,
                                                   drop_remainder=True)
 
     def gather(rows):
-      features = {
-          name: tf.gather(column, rows) for name, column in columns.items()
-      }
+      features = {}
+      for dtype, block in blocks.items():
+        columns_of_block = widths[dtype]
+        parts = tf.split(tf.gather(block, rows),
+                         [width for _, width, _ in columns_of_block], axis=1)
+        for (name, _, shape), part in zip(columns_of_block, parts):
+          features[name] = tf.reshape(part, [batch_size] + shape.as_list())
       label = features.pop(label_key)
       return features, label
 
