@@ -6,12 +6,18 @@ of the benchmark's transformed taxi data (or its input chain):
   limit        the Keras taxi model's step in a `tf.function` loop over one
                constant batch, with the compiled (Keras) Adam
                (= benchmarks.measure --kind compute_limit)
-  limit_v1opt  the same loop with the optimizer TPUTrainer builds from the
-               compile settings (tf.compat.v1.train.AdamOptimizer)
+  limit_v1opt  the same loop with tf.compat.v1.train.AdamOptimizer (its
+               fused ResourceApplyAdam kernel)
+  limit_lib    the same loop with the optimizer TPUTrainer builds from the
+               compile settings (off GPU: keras_compile's
+               ElementwiseAdamOptimizer)
   graph_run    the TPU model_fn's train op (TPUTrainer's graph) on a
                constant batch, one `session.run` per step
   graph_loop   the same train op, N steps per `session.run` in a while loop
                (what `host_iterations_per_loop` builds) on a constant batch
+  repeat_loop  the while loop taking the constant batch from a dataset
+               (`from_tensors(batch).repeat()`): the cost of taking a batch
+               from an iterator, without making one
   input_loop   the while loop taking each batch from TPUTrainer's default
                input chain (`input_cache="auto"`), as the trainer does
                (without the estimator's hooks)
@@ -72,6 +78,7 @@ def profile(spec, module: str, batch_size: int, steps: int,
   from tfx_tpu_trainer import user_module
   from tfx_tpu_trainer import schemas as schemas_lib
   from tfx_tpu_trainer.model_fn import keras_adapter
+  from tfx_tpu_trainer.model_fn import keras_compile
   sys.path.insert(0, os.path.dirname(measure.TPU_MODULE_FILES['keras']))
   import taxi_keras_module
   import taxi_tpu_module
@@ -134,7 +141,9 @@ def profile(spec, module: str, batch_size: int, steps: int,
   def looped(from_input):
     def build():
       if from_input:
-        dataset = make_input_fn('auto')(dict(params))
+        dataset = (make_input_fn('auto')(dict(params))
+                   if from_input == 'chain' else
+                   tf.data.Dataset.from_tensors((features, label)).repeat())
         iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
         step_features, step_label = iterator.get_next()
         initializers = [iterator.initializer]
@@ -159,7 +168,8 @@ def profile(spec, module: str, batch_size: int, steps: int,
       return spec.train_op, count, initializers
     return build
 
-  for name, from_input in (('graph_loop', False), ('input_loop', True)):
+  for name, from_input in (('graph_loop', None), ('repeat_loop', 'repeat'),
+                           ('input_loop', 'chain')):
     fetch, _, session = graph_variant(looped(from_input))
 
     def run_loops(n, fetch=fetch, session=session):
@@ -174,7 +184,9 @@ def profile(spec, module: str, batch_size: int, steps: int,
     for name, optimizer_fn in (
         ('limit', None),
         ('limit_v1opt',
-         lambda: tf.compat.v1.train.AdamOptimizer(learning_rate=0.001))):
+         lambda: tf.compat.v1.train.AdamOptimizer(learning_rate=0.001)),
+        ('limit_lib', lambda: keras_compile.read_optimizer(
+            taxi_keras_module.build_keras_model({}).optimizer).build(None))):
       model = taxi_keras_module.build_keras_model({})
       inputs = {}
       for input_name, keras_input in zip(model.input_names, model.inputs):

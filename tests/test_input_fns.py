@@ -282,8 +282,9 @@ def test_record_count_of_no_files_is_zero():
   assert input_fns.estimated_record_count([], 0) == 0.0
 
 
-@pytest.mark.parametrize('cache', ['parsed', 'serialized', 'none'])
-@pytest.mark.parametrize('training', [True, False])
+@pytest.mark.parametrize('cache,training', [('parsed', True),
+                                            ('serialized', True),
+                                            ('none', False)])
 def test_default_chain_runs_without_the_autotune_model_thread(
     taxi_artifacts, cache, training):
   # Closing a session waits for an iterator's autotune thread (up to a

@@ -9,8 +9,8 @@ graph: on a small model that is a large part of the step. With
 training the same shape:
 
   * the TRAIN graph is a `tf.while_loop` of up to N steps. Each iteration
-    takes the next batch from the input's own iterator (the `IteratorGetNext`
-    that fed the model_fn, re-issued inside the loop), calls the model_fn,
+    takes the next batch from the input's own iterator (the iterator that
+    fed the model_fn, read again inside the loop), calls the model_fn,
     and runs its train op, so the global step advances by one per iteration
     as usual;
   * the loop stops early at a non-finite loss and returns that loss, so the
@@ -68,8 +68,14 @@ def _get_next_op(features, labels) -> tf.Operation:
 
 
 def _next_batch(get_next: tf.Operation, features, labels):
-  """(features, labels) of a new get-next on the same iterator."""
-  outputs = tf.raw_ops.IteratorGetNext(
+  """(features, labels) of a new get-next on the same iterator.
+
+  The synchronous get-next: inside the loop (one iteration at a time) it
+  dequeues the prefetched batch on the executor's thread instead of handing
+  it over to a background thread and back (25 us of a 700 us step at batch
+  512 here).
+  """
+  outputs = tf.raw_ops.IteratorGetNextSync(
       iterator=get_next.inputs[0],
       output_types=get_next.get_attr('output_types'),
       output_shapes=get_next.get_attr('output_shapes'))
