@@ -97,7 +97,8 @@ def _check_before_training(fn_args: fn_args_utils.FnArgs,
 
   Both splits yield a first batch; with use_tpu the TPU preflight
   XLA-compiles the train, eval and predict steps as a TPU would; on CPU the
-  train, eval and export graphs are built as TPUEstimator will build them.
+  eval and export graphs, which training reaches only at its end, are built
+  as TPUEstimator will build them.
   """
   data_checks.check_first_batch(fn_args.train_files, 'train',
                                 config.train_batch_size, 'train_batch_size')
@@ -108,8 +109,7 @@ def _check_before_training(fn_args: fn_args_utils.FnArgs,
   if config.use_tpu:
     preflight_checks.check_before_training(run, config, sample_train_fn)
   else:
-    preflight_checks.check_graphs_before_training(run, config, sample_train_fn,
-                                                  sample_eval_fn)
+    preflight_checks.check_graphs_before_training(run, config, sample_eval_fn)
 
 
 def _train(fn_args: fn_args_utils.FnArgs, config: config_lib.TrainerConfig,

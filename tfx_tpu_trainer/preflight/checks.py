@@ -630,23 +630,22 @@ def _cpu_step_findings(model_fn, mode: str, features: Any, labels: Any,
 def check_graphs_before_training(
     run: prepare.PreparedRun,
     config: config_lib.TrainerConfig,
-    train_input_fn: Callable[[Dict[str, Any]], tf.data.Dataset],
     eval_input_fn: Callable[[Dict[str, Any]], tf.data.Dataset],
 ) -> PreflightReport:
   """The executor's check on CPU (`use_tpu` false), before the first step.
 
-  Builds, without running them, the graphs TPUEstimator builds on CPU: the
-  train step on the training input, the eval step (with its metric_fn) on
-  the eval input, and the export's PREDICT step on the serving input. No
-  XLA compile and no TPU checks: what fails here would fail the CPU run,
-  after training for the eval and export graphs. An error of the module's
-  own (a TPUTrainerError naming it) is raised as it is; other failures are
-  findings, raised together as a PreflightError.
+  Builds, without running them, the graphs TPUEstimator builds on CPU only
+  after training: the eval step (with its metric_fn) on the eval input and
+  the export's PREDICT step on the serving input. The train graph is not
+  built here: it is the first thing training builds, a second later, and
+  fails there with the same errors. No XLA compile and no TPU checks. An
+  error of the module's own (a TPUTrainerError naming it) is raised as it
+  is; other failures are findings, raised together as a PreflightError.
 
   Args:
     run: the prepared run.
     config: the validated trainer config (use_tpu false).
-    train_input_fn, eval_input_fn: the `input_fn(params)` of each split.
+    eval_input_fn: the eval split's `input_fn(params)`.
 
   Returns:
     The report (logged).
@@ -656,8 +655,8 @@ def check_graphs_before_training(
     PreflightError: listing the other errors.
   """
   report = PreflightReport(source=run.module.module_file, num_shards=1,
-                           sample_origin='the graphs of the training and '
-                           'eval input (not read)')
+                           sample_origin='the graph of the eval input (not '
+                           'read)')
   cpu_config = dataclasses.replace(config, use_tpu=False, tpu=None)
 
   def step(mode, input_fn, batch_size, phase):
@@ -686,7 +685,6 @@ def check_graphs_before_training(
     report.findings.extend(build())
     report.seconds[phase] = round(time.time() - start, 2)
 
-  step(ModeKeys.TRAIN, train_input_fn, config.train_batch_size, 'train')
   step(ModeKeys.EVAL, eval_input_fn, config.eval_batch_size, 'eval')
   if run.serving_input_receiver_fn is not None:
     step(ModeKeys.PREDICT, None, None, 'export')
