@@ -295,3 +295,25 @@ def test_default_chain_runs_without_the_autotune_model_thread(
   assert dataset.options().autotune.enabled is False
   _, label = next(iter(dataset))
   assert label.shape == (16,)
+
+
+def test_repeating_parsed_input_cuts_its_gathers_into_the_same_batches(
+    taxi_artifacts):
+  # Several batches per gather (4096 // 7 here) give the batches one gather
+  # per batch would: the rows in epoch order, across epoch boundaries.
+  files, schema = _train_files(taxi_artifacts), _schema(taxi_artifacts)
+  everything = _table(input_fns.default_dataset(files, schema, 'big_tipper',
+                                                1, False, False,
+                                                cache='parsed'))
+  count = len(everything['label'])
+  batch_size = 7
+  assert input_fns.ROWS_PER_GATHER // batch_size > 1
+  batches = (2 * count) // batch_size + 3  # Over two epochs.
+  dataset = input_fns.default_dataset(files, schema, 'big_tipper',
+                                      batch_size, training=False, repeat=True,
+                                      cache='parsed')
+  assert dataset.element_spec[1].shape.as_list() == [batch_size]
+  streamed = _table(dataset.take(batches))
+  rows = np.arange(batches * batch_size) % count
+  for name, column in everything.items():
+    np.testing.assert_array_equal(streamed[name], column[rows], name)

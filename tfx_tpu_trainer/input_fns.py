@@ -58,6 +58,8 @@ PARSED_CACHE_MAX_BYTES = 512 * 1024 * 1024
 SHUFFLE_BUFFER_SIZE = 10000
 # Records parsed per `parse_example` call while the parsed table is built.
 PARSE_CHUNK_SIZE = 4096
+# Rows a repeating parsed-table input gathers per call (whole batches).
+ROWS_PER_GATHER = 4096
 # Compressed bytes read from the start of a file to count records per byte.
 SIZE_SAMPLE_BYTES = 1024 * 1024
 _RECORD_FRAMING_BYTES = 16  # Length (8), its CRC (4), the data's CRC (4).
@@ -260,10 +262,18 @@ def _parsed_table_batches(records: tf.data.Dataset,
                           feature_spec: Mapping[str, Any], label_key: str,
                           batch_size: int, training: bool,
                           repeat: bool) -> tf.data.Dataset:
-  """Batches gathered from the split parsed once into dense columns."""
+  """Batches gathered from the split parsed once into dense columns.
+
+  A repeating input gathers the rows of several batches per call (about
+  `ROWS_PER_GATHER`) and cuts them into batches: the same batches, in the
+  same order, for fewer function calls per batch.
+  """
   table = records.batch(PARSE_CHUNK_SIZE).map(
       lambda serialized: tf.io.parse_example(serialized, feature_spec),
       num_parallel_calls=tf.data.AUTOTUNE).rebatch(_WHOLE_SPLIT)
+  # Without repeat a multiple-batch gather would drop more than the last
+  # partial batch at the end of the split.
+  batches_per_gather = max(1, ROWS_PER_GATHER // batch_size) if repeat else 1
 
   def batches(columns):
     row_count = tf.shape(columns[label_key], out_type=tf.int64)[0]
@@ -274,8 +284,8 @@ def _parsed_table_batches(records: tf.data.Dataset,
       return tf.random.shuffle(rows) if training else rows
 
     epochs = tf.data.Dataset.from_tensors(0).repeat(None if repeat else 1)
-    row_batches = epochs.map(epoch_order).rebatch(batch_size,
-                                                  drop_remainder=True)
+    row_groups = epochs.map(epoch_order).rebatch(
+        batch_size * batches_per_gather, drop_remainder=True)
 
     def gather(rows):
       features = {}
@@ -284,11 +294,13 @@ def _parsed_table_batches(records: tf.data.Dataset,
         parts = tf.split(tf.gather(block, rows),
                          [width for _, width, _ in columns_of_block], axis=1)
         for (name, _, shape), part in zip(columns_of_block, parts):
-          features[name] = tf.reshape(part, [batch_size] + shape.as_list())
+          features[name] = tf.reshape(
+              part, [batches_per_gather, batch_size] + shape.as_list())
       label = features.pop(label_key)
       return features, label
 
-    return row_batches.map(gather, num_parallel_calls=tf.data.AUTOTUNE)
+    return row_groups.map(gather,
+                          num_parallel_calls=tf.data.AUTOTUNE).unbatch()
 
   return table.flat_map(batches)
 
