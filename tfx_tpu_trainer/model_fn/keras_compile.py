@@ -72,22 +72,33 @@ class ElementwiseAdamOptimizer(tf.compat.v1.train.AdamOptimizer):
   anyway. On TPU, XLA compiles either form into the same fused update.
   """
 
+  def _prepare(self):
+    super()._prepare()
+    self._scalars_by_dtype = {}
+
+  def _scalars(self, dtype: tf.DType) -> Tuple[tf.Tensor, ...]:
+    """Step size, 1 - beta1, 1 - beta2 and epsilon: once per step and dtype."""
+    if dtype not in self._scalars_by_dtype:
+      beta1_power, beta2_power = self._get_beta_accumulators()
+      step_size = (tf.cast(self._lr_t, dtype) *
+                   tf.sqrt(1 - tf.cast(beta2_power, dtype)) /
+                   (1 - tf.cast(beta1_power, dtype)))
+      self._scalars_by_dtype[dtype] = (
+          step_size, 1 - tf.cast(self._beta1_t, dtype),
+          1 - tf.cast(self._beta2_t, dtype), tf.cast(self._epsilon_t, dtype))
+    return self._scalars_by_dtype[dtype]
+
   def _resource_apply_dense(self, grad, var):
-    dtype = var.dtype.base_dtype
-    beta1_power, beta2_power = self._get_beta_accumulators()
-    beta1 = tf.cast(self._beta1_t, dtype)
-    beta2 = tf.cast(self._beta2_t, dtype)
-    step_size = (tf.cast(self._lr_t, dtype) *
-                 tf.sqrt(1 - tf.cast(beta2_power, dtype)) /
-                 (1 - tf.cast(beta1_power, dtype)))
+    step_size, one_minus_beta1, one_minus_beta2, epsilon = self._scalars(
+        var.dtype.base_dtype)
     m = self.get_slot(var, 'm')
     v = self.get_slot(var, 'v')
-    m_t = m.assign_add((grad - m) * (1 - beta1), use_locking=self._use_locking)
-    v_t = v.assign_add((tf.square(grad) - v) * (1 - beta2),
+    m_t = m.assign_add((grad - m) * one_minus_beta1,
                        use_locking=self._use_locking)
-    return var.assign_sub(
-        step_size * m_t / (tf.sqrt(v_t) + tf.cast(self._epsilon_t, dtype)),
-        use_locking=self._use_locking, read_value=False)
+    v_t = v.assign_add((tf.square(grad) - v) * one_minus_beta2,
+                       use_locking=self._use_locking)
+    return var.assign_sub(step_size * m_t / (tf.sqrt(v_t) + epsilon),
+                          use_locking=self._use_locking, read_value=False)
 
   def _resource_apply_sparse_duplicate_indices(self, grad, var, indices):
     dense_grad = tf.math.unsorted_segment_sum(
