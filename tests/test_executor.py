@@ -194,8 +194,9 @@ def test_invalid_config_fails_before_training(taxi_artifacts, tmp_path,
 @pytest.mark.parametrize('module_name,message', [
     ('no_model_fn.py', 'defines neither model_fn'),
     ('wrong_signature.py', "missing argument(s) ['mode', 'params']"),
+    # The first graph built is the eval graph of the check before training.
     ('raising_model_fn.py',
-     "model_fn in {path} raised ValueError in mode 'train': the model cannot "
+     "model_fn in {path} raised ValueError in mode 'eval': the model cannot "
      'be built'),
     ('wrong_return_type.py',
      'model_fn in {path} must return a '
