@@ -184,9 +184,9 @@ def profile(spec, module: str, batch_size: int, steps: int,
     for name, optimizer_fn in (
         ('limit', None),
         ('limit_v1opt',
-         lambda: tf.compat.v1.train.AdamOptimizer(learning_rate=0.001)),
-        ('limit_lib', lambda: keras_compile.read_optimizer(
-            taxi_keras_module.build_keras_model({}).optimizer).build(None))):
+         lambda _: tf.compat.v1.train.AdamOptimizer(learning_rate=0.001)),
+        ('limit_lib', lambda model: keras_compile.read_optimizer(
+            model.optimizer).build(None))):
       model = taxi_keras_module.build_keras_model({})
       inputs = {}
       for input_name, keras_input in zip(model.input_names, model.inputs):
@@ -196,7 +196,7 @@ def profile(spec, module: str, batch_size: int, steps: int,
         inputs[input_name] = tf.constant(value)
       labels = tf.constant(label.reshape([-1, 1]).astype('float32'))
       loss_fn = tf.keras.losses.BinaryCrossentropy()
-      optimizer = optimizer_fn() if optimizer_fn else model.optimizer
+      optimizer = optimizer_fn(model) if optimizer_fn else model.optimizer
       variables = model.trainable_variables
 
       @tf.function

@@ -241,21 +241,22 @@ def _records(files: List[str], training: bool, invocation_index: int,
 def _blocks_by_dtype(columns: Mapping[str, tf.Tensor]):
   """The table's columns joined into one `[rows, width]` block per dtype.
 
-  Returns the blocks and, per dtype, `(name, width, shape)` of each column in
-  block order: a batch is then one gather per dtype instead of one per
-  feature, and the gathered block is split back into the features.
+  Returns the blocks and, per dtype, `(name, shape)` of each column in block
+  order (its width in the block is the shape's element count): a batch is
+  then one gather per dtype instead of one per feature, and the gathered
+  block is split back into the features.
   """
-  layout = {}
+  layouts = {}
   for name in sorted(columns):
-    layout.setdefault(columns[name].dtype, []).append(name)
-  blocks, widths = {}, {}
-  for dtype, names in layout.items():
-    flat = [tf.reshape(columns[name], [tf.shape(columns[name])[0], -1])
-            for name in names]
-    blocks[dtype] = tf.concat(flat, axis=1)
-    widths[dtype] = [(name, max(1, columns[name].shape[1:].num_elements()),
-                      columns[name].shape[1:]) for name in names]
-  return blocks, widths
+    layouts.setdefault(columns[name].dtype, []).append(
+        (name, columns[name].shape[1:]))
+  blocks = {
+      dtype: tf.concat([
+          tf.reshape(columns[name], [tf.shape(columns[name])[0], -1])
+          for name, _ in layout
+      ], axis=1) for dtype, layout in layouts.items()
+  }
+  return blocks, layouts
 
 
 def _parsed_table_batches(records: tf.data.Dataset,
@@ -277,7 +278,7 @@ def _parsed_table_batches(records: tf.data.Dataset,
 
   def batches(columns):
     row_count = tf.shape(columns[label_key], out_type=tf.int64)[0]
-    blocks, widths = _blocks_by_dtype(columns)
+    blocks, layouts = _blocks_by_dtype(columns)
 
     def epoch_order(_):
       rows = tf.range(row_count)
@@ -290,10 +291,10 @@ def _parsed_table_batches(records: tf.data.Dataset,
     def gather(rows):
       features = {}
       for dtype, block in blocks.items():
-        columns_of_block = widths[dtype]
+        layout = layouts[dtype]
         parts = tf.split(tf.gather(block, rows),
-                         [width for _, width, _ in columns_of_block], axis=1)
-        for (name, _, shape), part in zip(columns_of_block, parts):
+                         [shape.num_elements() for _, shape in layout], axis=1)
+        for (name, shape), part in zip(layout, parts):
           features[name] = tf.reshape(
               part, [batches_per_gather, batch_size] + shape.as_list())
       label = features.pop(label_key)

@@ -595,10 +595,11 @@ def _cpu_step_findings(model_fn, mode: str, features: Any, labels: Any,
                        phase: str) -> List[Finding]:
   """Builds one step as TPUEstimator does on CPU; its errors as findings.
 
+  `mode` is EVAL or PREDICT (training builds its own graph first thing).
   `spec.as_estimator_spec()` is what TPUEstimator makes of the spec when
-  `use_tpu` is false: it calls `metric_fn` (eval) and `host_call` (train)
-  on the step's tensors, where an error in the eval graph would otherwise
-  surface only after training.
+  `use_tpu` is false: it calls `metric_fn` (eval) and any `host_call` on the
+  step's tensors, where an error would otherwise surface only after
+  training.
   """
   try:
     spec = estimator_adapter.call_model_fn(model_fn, features, labels, mode,
@@ -609,8 +610,7 @@ def _cpu_step_findings(model_fn, mode: str, features: Any, labels: Any,
     return [Finding('model-fn-error', ERROR,
                     f'the model_fn failed in mode {mode!r}: '
                     f'{type(e).__name__}: {e}', phase)]
-  fields = {ModeKeys.TRAIN: ('loss', 'train_op'), ModeKeys.EVAL: ('loss',),
-            ModeKeys.PREDICT: ('predictions',)}[mode]
+  fields = {ModeKeys.EVAL: ('loss',), ModeKeys.PREDICT: ('predictions',)}[mode]
   try:
     _require(spec, mode, fields, phase)
   except _SpecProblem as e:
@@ -638,7 +638,7 @@ def check_graphs_before_training(
   after training: the eval step (with its metric_fn) on the eval input and
   the export's PREDICT step on the serving input. The train graph is not
   built here: it is the first thing training builds, a second later, and
-  fails there with the same errors. No XLA compile and no TPU checks. An
+  an error in it fails there, naming the model_fn. No XLA compile and no TPU checks. An
   error of the module's own (a TPUTrainerError naming it) is raised as it
   is; other failures are findings, raised together as a PreflightError.
 
