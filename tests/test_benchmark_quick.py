@@ -50,13 +50,21 @@ def test_quick_benchmark_measures_everything(tmp_path):
   for name in MEASUREMENTS:
     entry = results['summary'][name]
     assert entry['runs'] == 1 and entry['failed'] == 0, name
-    assert entry['rate'] > 0, name
     assert entry['max_rss_kb'] > 100_000, name
+  for name in set(MEASUREMENTS) - set(TRAINERS):
+    assert results['summary'][name]['rate'] > 0, name
   for name in TRAINERS:
+    # A trainer's rate is the extra examples over the extra wall time of its
+    # long Do(): on a busy machine a quick pair's long run can come out no
+    # slower, and then (only then) the pair has no rate.
     entry = results['summary'][name]
-    assert entry['external_examples_per_sec'] > 0, name
-    assert 0 < entry['short_do_seconds'] < entry['do_seconds'], name
+    assert 0 < entry['short_do_seconds'], name
     assert entry['do_seconds'] < entry['process_seconds'], name
+    if entry['do_seconds'] > entry['short_do_seconds']:
+      assert entry['external_examples_per_sec'] > 0, name
+      assert entry['rate'] == entry['external_examples_per_sec'], name
+    else:
+      assert entry['rate'] is None, name
   for name in ('stock_trainer@40', 'tpu_trainer@40', 'tpu_keras@512'):
     # The estimators' own step rates and phases, beside the external ones.
     entry = results['summary'][name]
@@ -68,8 +76,14 @@ def test_quick_benchmark_measures_everything(tmp_path):
               'tpu_keras-b40-r0', 'keras_fit_spe-b40-r0'):
     assert glob.glob(str(tmp_path / 'work' / 'runs' / run / 'output' /
                          'model' / 'Format-Serving' / '*.pb*')), run
-  assert all(entry['ratio_of_medians'] > 0
-             for entry in results['ratios'].values())
+  for key, entry in results['ratios'].items():
+    top, bottom = key.split('/')
+    rates = (results['summary'][top]['rate'],
+             results['summary'][bottom]['rate'])
+    if None in rates:
+      assert entry['ratio_of_medians'] is None, key
+    else:
+      assert entry['ratio_of_medians'] == pytest.approx(rates[0] / rates[1])
   assert [t['verdict'] for t in results['targets']
          ] and all(t['verdict'] in ('PASS', 'FAIL')
                    for t in results['targets'])
