@@ -182,6 +182,32 @@ def test_stock_taxi_utils_label_is_found_in_the_transform_graph(
 
 
 @pytest.mark.slow
+def test_transform_applied_unconverted_builds_the_same_features(
+    stock_taxi_artifacts):
+  """schemas.transform_raw_features (no autograph) == tf.Transform's own."""
+  schemas = _schemas(stock_taxi_artifacts)
+  output = schemas.tf_transform_output
+  raw = pipeline_outputs.read_serialized_examples(
+      stock_taxi_artifacts.raw_examples, 'eval', 8)
+  with tf.Graph().as_default():
+    serialized = tf.compat.v1.placeholder(tf.string, [None])
+    features = tf.io.parse_example(serialized, output.raw_feature_spec())
+    without_tips = {k: v for k, v in features.items() if k != 'tips'}
+    ours = (schemas_lib.transform_raw_features(output, features),
+            schemas_lib.transform_raw_features(output, without_tips))
+    theirs = (dict(output.transform_raw_features(features)),
+              dict(output.transform_raw_features(without_tips)))
+    with tf.compat.v1.Session() as session:
+      session.run(tf.compat.v1.tables_initializer())
+      ours, theirs = session.run((ours, theirs), {serialized: raw})
+  assert 'tips_xf' in ours[0] and 'tips_xf' not in ours[1]
+  for mine, reference in zip(ours, theirs):
+    assert set(mine) == set(reference)
+    for name in reference:
+      assert (mine[name] == reference[name]).all(), name
+
+
+@pytest.mark.slow
 def test_stock_taxi_utils_model_serves_examples_without_tips(
     stock_taxi_artifacts, tmp_path):
   _, path = _train(stock_taxi_artifacts, tmp_path,

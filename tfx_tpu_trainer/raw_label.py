@@ -62,13 +62,14 @@ def transformed_feature_sources(
   with tf.Graph().as_default():
     serialized = tf.compat.v1.placeholder(tf.string, shape=[None])
     raw_features = tf.io.parse_example(serialized, raw_feature_spec)
-    outputs = set(transform_output.transform_raw_features(raw_features))
+    outputs = set(schemas_lib.transform_raw_features(transform_output,
+                                                     raw_features))
     sources = {name: set() for name in outputs}
     for left_out in sorted(raw_features):
       partial = {name: tensor for name, tensor in raw_features.items()
                  if name != left_out}
       for name in outputs - set(
-          transform_output.transform_raw_features(partial)):
+          schemas_lib.transform_raw_features(transform_output, partial)):
         sources[name].add(left_out)
   return {name: frozenset(raw) for name, raw in sources.items()}
 

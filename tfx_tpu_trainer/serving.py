@@ -70,7 +70,8 @@ def default_serving_input_receiver_fn(
         dtype=tf.string, shape=[None], name='input_example_tensor')
     served = tf.io.parse_example(serialized=serialized, features=parse_spec)
     if schemas.tf_transform_output is not None:
-      served = dict(schemas.tf_transform_output.transform_raw_features(served))
+      served = schemas_lib.transform_raw_features(
+          schemas.tf_transform_output, served)
       served.pop(label_key, None)
       missing = sorted(expected - set(served))
       if missing:
@@ -146,7 +147,8 @@ def add_transform_features(
         dtype=tf.string, shape=[None], name='examples')
     raw_features = tf.io.parse_example(
         serialized=serialized, features=tf_transform_output.raw_feature_spec())
-    transformed = tf_transform_output.transform_raw_features(raw_features)
+    transformed = schemas_lib.transform_raw_features(tf_transform_output,
+                                                     raw_features)
   build_info = tf.compat.v1.saved_model.utils.build_tensor_info
   signature = tf.compat.v1.saved_model.signature_def_utils.build_signature_def(
       inputs={EXAMPLES_INPUT_KEY: build_info(serialized)},
