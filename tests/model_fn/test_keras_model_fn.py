@@ -130,6 +130,24 @@ def test_cpu_train_step_updates_weights_and_batch_norm_statistics():
         session.run(variables['probabilities/kernel']) != kernel_before)
 
 
+def test_graphs_with_the_same_params_share_one_built_model():
+  calls = []
+
+  def build(params):
+    calls.append(dict(params))
+    return _tiny_model()
+
+  model_fn = _keras_model_fn(build)
+  graphs = [_call(model_fn, mode)[0]
+            for mode in (ModeKeys.TRAIN, ModeKeys.EVAL, ModeKeys.EVAL)]
+  assert calls == [{'batch_size': 8, 'use_tpu': False}]
+  # Each graph still has its own variables, named as in the first.
+  assert _variable_names(graphs[1]) == _variable_names(graphs[2])
+  assert 'hidden/kernel' in _variable_names(graphs[0])
+  _call(model_fn, ModeKeys.EVAL, use_tpu=True)
+  assert calls[1:] == [{'batch_size': 8, 'use_tpu': True}]
+
+
 def test_predictions_are_keyed_by_output_names():
   model_fn = _keras_model_fn(_build)
   _, spec = _call(model_fn, ModeKeys.PREDICT, labels=None)

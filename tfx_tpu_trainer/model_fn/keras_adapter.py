@@ -8,7 +8,8 @@ eval, export) it:
   1. calls `build_keras_model(params)` eagerly on a helper thread (Keras can
      read its compile settings only in eager mode) after
      `tf.keras.backend.reset_uids()`, so layer names (and so variable and
-     checkpoint names) are the same in every graph;
+     checkpoint names) are the same in every graph; once per distinct
+     params, the graphs of a run share that template;
   2. rebuilds the model inside the estimator's graph with
      `tf.keras.models.clone_model`, outside any TPU context (Keras puts
      placeholders for its `Input`s there, which a TPU computation rejects),
@@ -251,16 +252,26 @@ def make_keras_model_fn(
     `model_fn(features, labels, mode, params)` returning TPUEstimatorSpec.
   """
 
+  templates = {}
+
   def model_fn(features, labels, mode, params):
     with build_keras_model.blamed():
-      return _keras_model_fn(build_keras_model, features, labels, mode, params)
+      key = _params_key(params)
+      if key not in templates:
+        templates[key] = build_template(build_keras_model, params)
+      return _keras_model_fn(templates[key], features, labels, mode, params)
 
   return model_fn
 
 
-def _keras_model_fn(build_keras_model, features, labels, mode, params):
+def _params_key(params: Mapping[str, Any]) -> tuple:  # pylint: disable=g-bare-generic
+  """Equal for params that give build_keras_model the same values."""
+  return tuple(sorted((str(name), repr(value))
+                      for name, value in params.items()))
+
+
+def _keras_model_fn(template: KerasTemplate, features, labels, mode, params):
   """The TPUEstimatorSpec of one estimator graph (see make_keras_model_fn)."""
-  template = build_template(build_keras_model, params)
   model = _clone_in_graph(template)
   inputs = _model_inputs(template, features)
   ops_before = set(tf.compat.v1.get_default_graph().get_operations())
