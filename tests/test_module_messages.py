@@ -124,3 +124,17 @@ def test_packaged_module_is_named_by_its_module_file(tmp_path):
         module_file_name='/home/me/my_module.py')
   assert str(error.value).startswith(
       "module_file '/home/me/my_module.py' failed to import")
+
+
+@pytest.mark.parametrize('exec_properties,expected', [
+    ({'module_path': 'm@/p/x.whl',
+      'custom_config': '{"_module_file": "/home/me/m.py", "a": 1}'},
+     '/home/me/m.py'),
+    ({'module_path': 'm@/p/x.whl', 'custom_config': {'_module_file': '/h/m.py'}},
+     '/h/m.py'),
+    ({'module_file': '/h/m.py', 'custom_config': 'null'}, '/h/m.py'),
+    ({'module_path': 'm@/p/x.whl', 'custom_config': 'not json'}, 'm@/p/x.whl'),
+    ({}, 'the user module'),
+])
+def test_errors_name_the_module_file_the_user_wrote(exec_properties, expected):
+  assert user_module.module_name(exec_properties) == expected

@@ -7,6 +7,7 @@ import re
 
 import numpy as np
 import pytest
+from tfx.components.util import udf_utils
 from tfx.dsl.components.base import base_executor
 from tfx.proto.orchestration import pipeline_pb2
 from tfx.utils import path_utils
@@ -151,6 +152,27 @@ def test_module_exit_fails_the_execution(taxi_artifacts, tmp_path,
     executor.Executor().Do(run.input_dict, run.output_dict,
                            run.exec_properties)
   assert not os.path.exists(path_utils.serving_model_dir(run.model.uri))
+
+
+@pytest.mark.slow
+def test_module_exit_in_a_packaged_run_names_the_users_module_file(
+    taxi_artifacts, tmp_path):
+  # As in a pipeline run: TFX packages module_file as a wheel and passes
+  # 'name@wheel'; TPUTrainer kept the user's path in custom_config.
+  module_file = os.path.join(TEST_MODULES_DIR, 'exits_in_model_fn.py')
+  _, module_path = udf_utils.package_user_module_file(
+      'TPUTrainer', module_file, str(tmp_path / 'root'))
+  run = pipeline_outputs.trainer_run(
+      taxi_artifacts, str(tmp_path / 'out'), module_file,
+      custom_config=dict(SMALL_BATCHES, **{
+          user_module.MODULE_FILE_NAME_KEY: module_file}),
+      train_steps=5, eval_steps=1)
+  exec_properties = dict(run.exec_properties, module_path=module_path)
+  del exec_properties['module_file']
+  with pytest.raises(errors.ModuleExitError) as error:
+    executor.Executor().Do(run.input_dict, run.output_dict, exec_properties)
+  assert f'while running {module_file} (' in str(error.value)
+  assert '.whl' not in str(error.value)
 
 
 # Item 7: checkpoint_dir is absolute or a URI, created and probed first.

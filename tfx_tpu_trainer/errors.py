@@ -1,6 +1,7 @@
 """The base of the errors TPUTrainer raises for bad input."""
 
 import functools
+from typing import Any, Callable, Dict
 
 
 class TPUTrainerError(ValueError):
@@ -11,7 +12,7 @@ class ModuleExitError(TPUTrainerError):
   """User code raised SystemExit or KeyboardInterrupt during the execution."""
 
 
-def fail_on_exit(do):
+def fail_on_exit(name_module: Callable[[Dict[str, Any]], str]):
   """Decorates an executor's `Do`: an exit from user code fails it.
 
   `SystemExit` (a module calling `sys.exit(0)`) and `KeyboardInterrupt` are
@@ -19,21 +20,29 @@ def fail_on_exit(do):
   execution would stay RUNNING in MLMD and `sys.exit(0)` would end the whole
   pipeline run with status 0. They become a ModuleExitError naming the module
   instead (`os._exit` cannot be caught).
+
+  Args:
+    name_module: how the error names the module, from `exec_properties`.
+
+  Returns:
+    The decorator.
   """
 
-  @functools.wraps(do)
-  def wrapper(self, input_dict, output_dict, exec_properties):
-    try:
-      return do(self, input_dict, output_dict, exec_properties)
-    except (SystemExit, KeyboardInterrupt) as e:
-      module = (exec_properties.get('module_path') or
-                exec_properties.get('module_file') or 'the user module')
-      what = (f'SystemExit({e.code!r})' if isinstance(e, SystemExit) else
-              type(e).__name__)
-      raise ModuleExitError(
-          f'The execution was ended by {what} while running {module} (e.g. '
-          'sys.exit() in model_fn or input_fn), so no model was exported. '
-          'Module code must return or raise an exception, never exit the '
-          'process.') from e
+  def decorate(do):
 
-  return wrapper
+    @functools.wraps(do)
+    def wrapper(self, input_dict, output_dict, exec_properties):
+      try:
+        return do(self, input_dict, output_dict, exec_properties)
+      except (SystemExit, KeyboardInterrupt) as e:
+        what = (f'SystemExit({e.code!r})' if isinstance(e, SystemExit) else
+                type(e).__name__)
+        raise ModuleExitError(
+            f'The execution was ended by {what} while running '
+            f'{name_module(exec_properties)} (e.g. sys.exit() in model_fn or '
+            'input_fn), so no model was exported. Module code must return or '
+            'raise an exception, never exit the process.') from e
+
+    return wrapper
+
+  return decorate

@@ -39,7 +39,7 @@ def is_chief() -> bool:
 class Executor(trainer_executor.GenericExecutor):
   """Trains a TPUEstimator from the module's model_fn; exports serve+tpu."""
 
-  @errors.fail_on_exit
+  @errors.fail_on_exit(user_module_lib.module_name)
   def Do(self, input_dict: Dict[str, List[types.Artifact]],
          output_dict: Dict[str, List[types.Artifact]],
          exec_properties: Dict[str, Any]) -> None:

@@ -19,6 +19,7 @@ import dataclasses
 import importlib
 import importlib.util
 import inspect
+import json
 import os
 import sys
 import types
@@ -127,6 +128,33 @@ class UserModule:
   # keys it names (LABEL_KEY, _LABEL_KEY transformed and raw), best first.
   trainer_fn: Optional[ModuleFunction] = None
   label_key_candidates: Tuple[str, ...] = ()
+
+
+def module_name(exec_properties: Mapping[str, Any]) -> str:
+  """How errors name the Trainer's module: the user's module_file.
+
+  Under TFX's wheel packaging `module_path` is `name@<wheel>`; the user's
+  path is then in custom_config (MODULE_FILE_NAME_KEY, kept by TPUTrainer).
+
+  Args:
+    exec_properties: the Trainer's execution properties (custom_config as
+      TFX passes it, a JSON string, or a dict).
+
+  Returns:
+    The path the user wrote, else module_file or module_path.
+  """
+  custom_config = exec_properties.get(
+      standard_component_specs.CUSTOM_CONFIG_KEY)
+  if isinstance(custom_config, str):
+    try:
+      custom_config = json.loads(custom_config)
+    except ValueError:
+      custom_config = None
+  kept = (custom_config.get(MODULE_FILE_NAME_KEY)
+          if isinstance(custom_config, dict) else None)
+  return (kept or exec_properties.get(standard_component_specs.MODULE_FILE_KEY)
+          or exec_properties.get(standard_component_specs.MODULE_PATH_KEY) or
+          'the user module')
 
 
 def load_user_module(exec_properties: Dict[str, Any],
