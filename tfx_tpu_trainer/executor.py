@@ -60,11 +60,10 @@ class Executor(trainer_executor.GenericExecutor):
     # Check: every input, before anything is built.
     _check_splits(input_dict, exec_properties)
     fn_args = self._GetFnArgs(input_dict, output_dict, exec_properties)
-    module_file_name = _take_module_file_name(fn_args)
+    _drop_module_file_name(fn_args)
     config = config_lib.TrainerConfig.from_custom_config(fn_args.custom_config)
     config.check_steps(fn_args.train_steps, fn_args.eval_steps)
-    module = user_module_lib.load_user_module(exec_properties,
-                                              module_file_name)
+    module = user_module_lib.load_user_module(exec_properties)
     schemas = schemas_lib.load_schemas(fn_args.schema_path,
                                        fn_args.transform_graph_path)
     # Prepare: label key, params, model_fn, input and serving functions.
@@ -151,11 +150,14 @@ def _publish(estimator, serving_input_receiver_fn, final_metrics, model,
     checkpoints.mark_exported(resumable_dir, model.uri)
 
 
-def _take_module_file_name(fn_args: fn_args_utils.FnArgs) -> Optional[str]:
-  """The user's module_file that TPUTrainer kept in custom_config, removed."""
-  if not isinstance(fn_args.custom_config, dict):
-    return None
-  return fn_args.custom_config.pop(user_module_lib.MODULE_FILE_NAME_KEY, None)
+def _drop_module_file_name(fn_args: fn_args_utils.FnArgs) -> None:
+  """Removes the user's module_file that TPUTrainer kept in custom_config.
+
+  It is not a config key; errors read it from exec_properties
+  (`user_module.module_name`).
+  """
+  if isinstance(fn_args.custom_config, dict):
+    fn_args.custom_config.pop(user_module_lib.MODULE_FILE_NAME_KEY, None)
 
 
 def _check_splits(input_dict, exec_properties) -> None:

@@ -163,9 +163,9 @@ def load_user_module(exec_properties: Dict[str, Any],
 
   Args:
     exec_properties: the Trainer's execution properties.
-    module_file_name: how errors name the module (the user's module_file,
-      when TFX packaged it as a wheel and passes `name@wheel` as
-      module_path); default: module_file or module_path.
+    module_file_name: how errors name the module; default:
+      `module_name(exec_properties)` (the user's module_file, also when TFX
+      packaged it as a wheel and passes `name@wheel` as module_path).
 
   Returns:
     The checked user module.
@@ -176,11 +176,10 @@ def load_user_module(exec_properties: Dict[str, Any],
   """
   module_file = exec_properties.get(standard_component_specs.MODULE_FILE_KEY)
   module_path = exec_properties.get(standard_component_specs.MODULE_PATH_KEY)
+  source = module_file_name or module_name(exec_properties)
   if module_path:
-    source = module_file_name or module_path
     module = _import_module_path(module_path, source)
   elif module_file:
-    source = module_file_name or module_file
     module = _import_module_file(module_file)
   else:
     raise UserModuleError(

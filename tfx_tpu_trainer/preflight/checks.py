@@ -638,9 +638,10 @@ def check_graphs_before_training(
   after training: the eval step (with its metric_fn) on the eval input and
   the export's PREDICT step on the serving input. The train graph is not
   built here: it is the first thing training builds, a second later, and
-  an error in it fails there, naming the model_fn. No XLA compile and no TPU checks. An
-  error of the module's own (a TPUTrainerError naming it) is raised as it
-  is; other failures are findings, raised together as a PreflightError.
+  an error in it fails there, naming the model_fn. No XLA compile and no
+  TPU checks. An error of the module's own (a TPUTrainerError naming it)
+  is raised as it is; other failures are findings, raised together as a
+  PreflightError.
 
   Args:
     run: the prepared run.
