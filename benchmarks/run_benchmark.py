@@ -49,11 +49,12 @@ from benchmarks import launch
 from benchmarks import report
 
 DEFAULT_OUTPUT_DIR = os.path.join(launch.REPO_ROOT, 'benchmarks', 'results')
-# A quick long run must outlast the wall-time noise of a run (about a
-# second) or its pair may give no rate: at 160,000 examples/s TPUTrainer's
-# 800 steps of 40 took 0.2 s more than 100, and at 40,000 the tuned
-# native-Keras Trainer's 400 steps would take only 0.3 s more.
-QUICK = {'repeats': 1, 'steps': 1200, 'large_batch_steps': 400,
+# A quick long run must outlast the wall-time noise of a run (a second or
+# more on a busy machine) or its pair may give no rate: at 160,000
+# examples/s TPUTrainer's 800 steps of 40 took 0.2 s more than 100, and at
+# 53,000 the tuned native-Keras Trainer's 1,200 steps took no more than its
+# 100 in one fresh-clone run.
+QUICK = {'repeats': 1, 'steps': 3000, 'large_batch_steps': 400,
          'fast_steps': 8000, 'fast_large_batch_steps': 2000,
          'short_steps': 100, 'eval_steps': 10, 'rows': 3000}
 # TPUTrainer's custom_config in the benchmark, besides batch sizes and label
