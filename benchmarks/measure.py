@@ -243,8 +243,8 @@ def run_input(spec: Dict[str, Any], batch_size: int, batches: int,
   # pylint: disable=g-import-not-at-top
   import tensorflow as tf
   from tfx.components.trainer import fn_args_utils
-  from tfx_tpu_trainer import input_fns
-  from tfx_tpu_trainer import schemas as schemas_lib
+  from tfx_tpu_trainer.data import input_fns
+  from tfx_tpu_trainer.data import schemas as schemas_lib
   # pylint: enable=g-import-not-at-top
   imported = time.time()
 
@@ -322,8 +322,8 @@ def run_compute_limit(spec: Dict[str, Any], batch_size: int, steps: int,
   import sys
   import tensorflow as tf
   from tfx.components.trainer import fn_args_utils
-  from tfx_tpu_trainer import input_fns
-  from tfx_tpu_trainer import schemas as schemas_lib
+  from tfx_tpu_trainer.data import input_fns
+  from tfx_tpu_trainer.data import schemas as schemas_lib
   sys.path.insert(0, os.path.dirname(TPU_MODULE_FILES['keras']))
   import taxi_keras_module
   # pylint: enable=g-import-not-at-top

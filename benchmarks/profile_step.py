@@ -73,10 +73,10 @@ def profile(spec, module: str, batch_size: int, steps: int,
   import tensorflow as tf
   from tensorflow import estimator as tf_estimator
   from tfx.components.trainer import fn_args_utils
-  from tfx_tpu_trainer import host_loop
-  from tfx_tpu_trainer import input_fns
+  from tfx_tpu_trainer.training import host_loop
+  from tfx_tpu_trainer.data import input_fns
   from tfx_tpu_trainer import user_module
-  from tfx_tpu_trainer import schemas as schemas_lib
+  from tfx_tpu_trainer.data import schemas as schemas_lib
   from tfx_tpu_trainer.model_fn import keras_adapter
   from tfx_tpu_trainer.model_fn import keras_compile
   sys.path.insert(0, os.path.dirname(measure.TPU_MODULE_FILES['keras']))

@@ -49,8 +49,8 @@ from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
 from tfx.orchestration.kubeflow.v2 import pipeline_builder
 
 from pipelines import taxi_pipeline
-from tfx_tpu_trainer import TPUTrainer
 from tfx_tpu_trainer import config as config_lib
+from tfx_tpu_trainer import TPUTrainer
 from tfx_tpu_trainer.kubeflow import kfp_v2_protos
 from tfx_tpu_trainer.kubeflow import options as kubeflow_options
 from tfx_tpu_trainer.kubeflow import scheduling as kubeflow

@@ -19,8 +19,8 @@ from tfx.orchestration.portable import tfx_runner
 from tfx.types import artifact_utils
 
 from pipelines import taxi_pipeline
-from tfx_tpu_trainer import export
-from tfx_tpu_trainer import metrics as metrics_lib
+from tfx_tpu_trainer.publishing import export
+from tfx_tpu_trainer.publishing import metrics as metrics_lib
 
 # No Beam arguments: the DirectRunner's defaults are in-memory, one worker.
 # Any Beam argument makes TFX package itself as a `tfx_ephemeral` sdist per

@@ -11,9 +11,9 @@ from tfx.utils import path_utils
 from pipelines import taxi_pipeline
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import executor
-from tfx_tpu_trainer import export
-from tfx_tpu_trainer import metrics as metrics_lib
 from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.publishing import export
+from tfx_tpu_trainer.publishing import metrics as metrics_lib
 
 from tests.fixtures import pipeline_outputs
 from tests.conftest import TEST_MODULES_DIR

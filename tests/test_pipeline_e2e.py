@@ -10,7 +10,7 @@ import tensorflow as tf
 from tfx.orchestration import metadata
 
 from pipelines import local_runner
-from tfx_tpu_trainer import export
+from tfx_tpu_trainer.publishing import export
 
 from tests import conftest
 from tests.fixtures import pipeline_outputs

@@ -19,10 +19,10 @@ from tfx.types import artifact_utils
 from tfx.types import standard_artifacts
 from tfx.utils import path_utils
 
-from tfx_tpu_trainer import checkpoints
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import executor
-from tfx_tpu_trainer import metrics as metrics_lib
+from tfx_tpu_trainer.publishing import metrics as metrics_lib
+from tfx_tpu_trainer.training import checkpoints
 
 from tests.fixtures import pipeline_outputs
 from tests.conftest import REPO_ROOT

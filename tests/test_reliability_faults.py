@@ -12,15 +12,15 @@ from tfx.dsl.components.base import base_executor
 from tfx.proto.orchestration import pipeline_pb2
 from tfx.utils import path_utils
 
-from tfx_tpu_trainer import checkpoints
-from tfx_tpu_trainer import cluster
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
-from tfx_tpu_trainer import evaluation
 from tfx_tpu_trainer import executor
-from tfx_tpu_trainer import export
-from tfx_tpu_trainer import metrics as metrics_lib
 from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.publishing import export
+from tfx_tpu_trainer.publishing import metrics as metrics_lib
+from tfx_tpu_trainer.training import checkpoints
+from tfx_tpu_trainer.training import cluster
+from tfx_tpu_trainer.training import evaluation
 
 from tests.conftest import TEST_MODULES_DIR
 from tests.fixtures import pipeline_outputs
@@ -277,7 +277,7 @@ def test_out_of_range_values_are_config_errors(custom_config, message):
 
 
 def test_keep_checkpoint_max_zero_keeps_all():
-  from tfx_tpu_trainer import estimator_builder  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.training import estimator_builder  # pylint: disable=g-import-not-at-top
   config = from_custom_config({'keep_checkpoint_max': 0}, environ={})
   assert config.keep_checkpoint_max == 0
   assert estimator_builder.build_run_config(
@@ -293,7 +293,7 @@ def test_huge_train_steps_are_refused():
 
 def test_uncompressed_tfrecord_is_named_as_such(tmp_path):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer import data_checks  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.data import data_checks  # pylint: disable=g-import-not-at-top
   path = str(tmp_path / 'data-00000-of-00001')
   with tf.io.TFRecordWriter(path) as writer:
     for _ in range(3):

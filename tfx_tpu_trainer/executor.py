@@ -14,21 +14,21 @@ from tfx.types import artifact_utils
 from tfx.types import standard_component_specs
 from tfx.utils import proto_utils
 
-from tfx_tpu_trainer import checkpoints
-from tfx_tpu_trainer import cluster
 from tfx_tpu_trainer import config as config_lib
-from tfx_tpu_trainer import data_checks
 from tfx_tpu_trainer import errors
-from tfx_tpu_trainer import estimator_builder
-from tfx_tpu_trainer import export
-from tfx_tpu_trainer import input_fns
-from tfx_tpu_trainer import metrics as metrics_lib
 from tfx_tpu_trainer import prepare
-from tfx_tpu_trainer import schemas as schemas_lib
-from tfx_tpu_trainer import training
 from tfx_tpu_trainer import user_module as user_module_lib
+from tfx_tpu_trainer.data import data_checks
+from tfx_tpu_trainer.data import input_fns
+from tfx_tpu_trainer.data import schemas as schemas_lib
 from tfx_tpu_trainer.kubeflow import step_outputs as kfp_outputs
 from tfx_tpu_trainer.preflight import checks as preflight_checks
+from tfx_tpu_trainer.publishing import export
+from tfx_tpu_trainer.publishing import metrics as metrics_lib
+from tfx_tpu_trainer.training import checkpoints
+from tfx_tpu_trainer.training import cluster
+from tfx_tpu_trainer.training import estimator_builder
+from tfx_tpu_trainer.training import schedule
 
 
 def is_chief() -> bool:
@@ -121,7 +121,7 @@ def _train(fn_args: fn_args_utils.FnArgs, config: config_lib.TrainerConfig,
                fn_args.train_steps, model_dir, config.eval_strategy,
                config.use_tpu)
   with _explain_training_errors(fn_args, run):
-    final_metrics = training.train_and_evaluate(
+    final_metrics = schedule.train_and_evaluate(
         estimator, config, train_input_fn, eval_input_fn,
         fn_args.train_steps, fn_args.eval_steps)
   return estimator, final_metrics

@@ -13,14 +13,63 @@ from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx.components.trainer import fn_args_utils
 
 from tfx_tpu_trainer import config as config_lib
-from tfx_tpu_trainer import input_fns
-from tfx_tpu_trainer import params as params_lib
-from tfx_tpu_trainer import raw_label
-from tfx_tpu_trainer import schemas as schemas_lib
-from tfx_tpu_trainer import serving
 from tfx_tpu_trainer import user_module as user_module_lib
+from tfx_tpu_trainer.data import input_fns
+from tfx_tpu_trainer.data import schemas as schemas_lib
 from tfx_tpu_trainer.model_fn import dispatch
 from tfx_tpu_trainer.model_fn import stock_trainer
+from tfx_tpu_trainer.publishing import serving
+from tfx_tpu_trainer.publishing import serving_inputs
+
+
+def hyperparameter_values(
+    hyperparameters: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+  """Flat name -> value mapping of a hyperparameters artifact's JSON.
+
+  Accepts the KerasTuner `HyperParameters.get_config()` layout that TFX's
+  Tuner writes (`{'space': [...], 'values': {...}}`, possibly nested under
+  `config`), or a plain mapping of names to values.
+
+  Args:
+    hyperparameters: fn_args.hyperparameters.
+
+  Returns:
+    The hyperparameter values.
+  """
+  if not hyperparameters:
+    return {}
+  if isinstance(hyperparameters.get('config'), Mapping):
+    hyperparameters = hyperparameters['config']
+  if isinstance(hyperparameters.get('values'), Mapping):
+    return dict(hyperparameters['values'])
+  return dict(hyperparameters)
+
+
+def build_params(config: config_lib.TrainerConfig,
+                 hyperparameters: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+  """`custom_config['params']` with the tuned hyperparameters over them.
+
+  TPUEstimator adds `batch_size` and `use_tpu` itself in every mode.
+
+  Args:
+    config: the validated trainer config.
+    hyperparameters: fn_args.hyperparameters.
+
+  Returns:
+    The params.
+
+  Raises:
+    ConfigError: when a hyperparameter uses a name TPUEstimator reserves.
+  """
+  values = hyperparameter_values(hyperparameters)
+  reserved = sorted(set(values) & set(config_lib.RESERVED_PARAMS_KEYS))
+  if reserved:
+    raise config_lib.ConfigError(
+        f'Hyperparameter(s) {reserved} use names TPUEstimator reserves; '
+        'rename them in the tuner search space.')
+  params = dict(config.params)
+  params.update(values)
+  return params
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,7 +84,7 @@ class PreparedRun:
   serving_input_receiver_fn: Optional[serving.ServingInputReceiverFn]
   # The raw features the default serving input parses (None: the module's
   # serving input, or no schema).
-  serving_features: Optional[raw_label.ServingFeatures] = None
+  serving_features: Optional[serving_inputs.ServingFeatures] = None
 
   def input_fn(self,
                file_pattern: List[str],
@@ -99,7 +148,7 @@ def prepare_run(config: config_lib.TrainerConfig,
       needed by a served feature, a stock-Trainer estimator that cannot be
       taken over.
   """
-  params = params_lib.build_params(config, hyperparameters)
+  params = build_params(config, hyperparameters)
   if module.trainer_fn is not None:
     stock = stock_trainer.stock_model(
         module.trainer_fn, fn_args or _minimal_fn_args(schemas),
@@ -118,11 +167,11 @@ def prepare_run(config: config_lib.TrainerConfig,
         'transformed' if schemas.tf_transform_output else 'examples')
   serving_features = None
   if schemas is not None and module.serving_input_receiver_fn is None:
-    serving_features = raw_label.find_serving_features(
+    serving_features = serving_inputs.find_serving_features(
         schemas, label_key, config.raw_label_key)
   elif schemas is not None and config.raw_label_key is not None:
     # The module's serving input decides what it parses; the key is checked.
-    raw_label.serving_features(schemas.raw_feature_spec(), None, None,
+    serving_inputs.serving_features(schemas.raw_feature_spec(), None, None,
                                config.raw_label_key)
   serving_input_receiver_fn = None
   if schemas is not None or module.serving_input_receiver_fn is not None:

@@ -195,7 +195,7 @@ def _examples_input_fn(examples: str, split: str, run):
 
 def _sample(paths, args, run, batch_size):
   """The sample batch, from the best source at hand (module docstring)."""
-  from tfx_tpu_trainer import schemas as schemas_lib  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.data import schemas as schemas_lib  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer.model_fn import keras_adapter  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer.preflight import sample as preflight_sample  # pylint: disable=g-import-not-at-top
   module, schemas, params = run.module, run.schemas, run.params
@@ -259,7 +259,7 @@ def _preflight(args) -> int:
     logging.set_verbosity(logging.ERROR)
   from tfx_tpu_trainer import errors  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer import prepare  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer import schemas as schemas_lib  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.data import schemas as schemas_lib  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer import user_module  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer.preflight import checks as preflight  # pylint: disable=g-import-not-at-top
   try:

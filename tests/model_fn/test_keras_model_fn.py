@@ -9,19 +9,18 @@ from tensorflow.python.tpu import tpu_function  # pylint: disable=g-direct-tenso
 from tfx.utils import path_utils
 
 from tfx_tpu_trainer import config as config_lib
-from tfx_tpu_trainer import estimator_builder
 from tfx_tpu_trainer import executor
-from tfx_tpu_trainer import export
-from tfx_tpu_trainer import metrics as metrics_lib
-from tfx_tpu_trainer import params as params_lib
 from tfx_tpu_trainer import prepare
-from tfx_tpu_trainer import schemas as schemas_lib
-from tfx_tpu_trainer import serving
-from tfx_tpu_trainer import training
 from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.data import schemas as schemas_lib
 from tfx_tpu_trainer.model_fn import dispatch
 from tfx_tpu_trainer.model_fn import keras_adapter as keras_model_fn
 from tfx_tpu_trainer.model_fn import keras_compile
+from tfx_tpu_trainer.publishing import export
+from tfx_tpu_trainer.publishing import metrics as metrics_lib
+from tfx_tpu_trainer.publishing import serving
+from tfx_tpu_trainer.training import estimator_builder
+from tfx_tpu_trainer.training import schedule
 
 from tests import conftest
 from tests.fixtures import pipeline_outputs
@@ -466,7 +465,7 @@ def _taxi_estimator(taxi_artifacts, model_dir, module, warm_start_from=None):
   schemas = schemas_lib.load_schemas(None, taxi_artifacts.transform_graph.uri)
   config = config_lib.TrainerConfig.from_custom_config(
       {'train_batch_size': 16, 'eval_batch_size': 16})
-  params = params_lib.build_params(config, None)
+  params = prepare.build_params(config, None)
   estimator = estimator_builder.build_estimator(
       dispatch.model_fn_for_module(module), config,
       estimator_builder.build_run_config(config, model_dir), params,
@@ -490,7 +489,7 @@ def test_taxi_keras_module_trains_and_exports_both_tag_sets(taxi_artifacts,
   build_input_fns = executor._build_input_fns  # pylint: disable=protected-access
   train_input_fn, eval_input_fn = build_input_fns(
       fn_args, config, prepare.prepare_run(config, module, schemas))
-  metrics = training.train_and_evaluate(estimator, config, train_input_fn,
+  metrics = schedule.train_and_evaluate(estimator, config, train_input_fn,
                                         eval_input_fn, 20, 3)
   metrics = metrics_lib.to_python(metrics)
   assert sorted(metrics) == ['accuracy', 'auc', 'global_step', 'loss']
@@ -521,7 +520,7 @@ def test_taxi_keras_module_trains_and_exports_both_tag_sets(taxi_artifacts,
   second_dir = str(tmp_path / 'second')
   second, config, _, _ = _taxi_estimator(taxi_artifacts, second_dir, module,
                                          warm_start_from=serving_dir)
-  training.train_and_evaluate(second, config, train_input_fn, eval_input_fn,
+  schedule.train_and_evaluate(second, config, train_input_fn, eval_input_fn,
                               1, 1)
   initial = tf.train.load_variable(os.path.join(second_dir, 'model.ckpt-0'),
                                    'deep_hidden_0/kernel')

@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from tfx_tpu_trainer import executor
 from tfx_tpu_trainer import estimator_adapter
+from tfx_tpu_trainer import executor
 from tfx_tpu_trainer import user_module
 from tfx_tpu_trainer.preflight import checks
 

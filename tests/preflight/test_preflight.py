@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfx_tpu_trainer_cli import main as cli
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import executor
@@ -18,6 +17,7 @@ from tfx_tpu_trainer.model_fn import dispatch
 from tfx_tpu_trainer.model_fn import keras_adapter
 from tfx_tpu_trainer.preflight import checks as preflight
 from tfx_tpu_trainer.preflight import sample as preflight_sample
+from tfx_tpu_trainer_cli import main as cli
 
 from tests import conftest
 from tests.fixtures import pipeline_outputs

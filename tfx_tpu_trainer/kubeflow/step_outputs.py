@@ -255,7 +255,7 @@ def restore_previous_outputs(metadata_handle, execution_id: Optional[int],
   Returns:
     Whether the previous metrics were found and written.
   """
-  from tfx_tpu_trainer import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.publishing import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
   from tfx.dsl.io import fileio  # pylint: disable=g-import-not-at-top
   if execution_id is None:
     return False

@@ -40,14 +40,14 @@ from tensorflow import estimator as tf_estimator
 
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
-from tfx_tpu_trainer import estimator_builder
-from tfx_tpu_trainer import export
 from tfx_tpu_trainer import prepare
 from tfx_tpu_trainer import tpu_facts
 from tfx_tpu_trainer.model_fn import estimator_adapter
 from tfx_tpu_trainer.preflight import graph as preflight_graph
 from tfx_tpu_trainer.preflight import report as preflight_report
 from tfx_tpu_trainer.preflight import sample as preflight_sample
+from tfx_tpu_trainer.publishing import export
+from tfx_tpu_trainer.training import estimator_builder
 
 DEFAULT_NUM_SHARDS = 8
 

@@ -5,7 +5,7 @@ import tensorflow as tf
 
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
-from tfx_tpu_trainer import estimator_builder
+from tfx_tpu_trainer.training import estimator_builder
 
 
 class StandInResolver:

@@ -15,12 +15,12 @@ from tfx.utils import path_utils
 
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import executor
-from tfx_tpu_trainer import export
 from tfx_tpu_trainer import prepare
-from tfx_tpu_trainer import raw_label
-from tfx_tpu_trainer import schemas as schemas_lib
-from tfx_tpu_trainer import serving
 from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.data import schemas as schemas_lib
+from tfx_tpu_trainer.publishing import export
+from tfx_tpu_trainer.publishing import serving
+from tfx_tpu_trainer.publishing import serving_inputs
 
 from tests.conftest import TEST_MODULES_DIR
 from tests.fixtures import pipeline_outputs
@@ -44,7 +44,7 @@ def _module(name):
 
 
 def test_only_the_raw_features_the_label_alone_needs_are_the_raw_label():
-  features = raw_label.serving_features(TAXI_RAW, TAXI_SOURCES, 'tips_xf')
+  features = serving_inputs.serving_features(TAXI_RAW, TAXI_SOURCES, 'tips_xf')
   assert features.raw_label == ('tips',)
   # fare feeds the label too, but also the served fare_xf: it stays.
   assert features.parsed == ('fare', 'trip_miles')
@@ -52,14 +52,14 @@ def test_only_the_raw_features_the_label_alone_needs_are_the_raw_label():
 
 
 def test_without_a_label_key_every_transformed_feature_is_served():
-  features = raw_label.serving_features(TAXI_RAW, TAXI_SOURCES, None)
+  features = serving_inputs.serving_features(TAXI_RAW, TAXI_SOURCES, None)
   assert features.raw_label == ()
   assert features.parsed == ('fare', 'tips', 'trip_miles')
 
 
 def test_raw_label_key_overrides_what_the_graph_says():
   sources = dict(TAXI_SOURCES, tips_xf={'fare'})  # e.g. a label from fare
-  features = raw_label.serving_features(
+  features = serving_inputs.serving_features(
       TAXI_RAW + ('tip_flag',), dict(sources, flag_xf={'tip_flag'}),
       'tips_xf', raw_label_key='tips')
   assert features.raw_label == ('tips',)
@@ -70,7 +70,7 @@ def test_raw_label_key_not_in_the_raw_schema_is_a_config_error():
   with pytest.raises(config_lib.ConfigError,
                      match=r"custom_config\['raw_label_key'\]='tip' is not a "
                      r"feature of the raw schema \(features: \['fare'"):
-    raw_label.serving_features(TAXI_RAW, TAXI_SOURCES, 'tips_xf',
+    serving_inputs.serving_features(TAXI_RAW, TAXI_SOURCES, 'tips_xf',
                                raw_label_key='tip')
 
 
@@ -78,12 +78,12 @@ def test_raw_label_key_that_a_served_feature_needs_is_a_config_error():
   with pytest.raises(config_lib.ConfigError,
                      match=r"raw_label_key'\]='fare' cannot be left out.*"
                      r"\['fare_xf'\] are computed from it"):
-    raw_label.serving_features(TAXI_RAW, TAXI_SOURCES, 'tips_xf',
+    serving_inputs.serving_features(TAXI_RAW, TAXI_SOURCES, 'tips_xf',
                                raw_label_key='fare')
 
 
 def test_without_a_transform_graph_label_and_raw_label_key_are_left_out():
-  features = raw_label.serving_features(('a', 'b', 'label', 'raw'), None,
+  features = serving_inputs.serving_features(('a', 'b', 'label', 'raw'), None,
                                         'label', raw_label_key='raw')
   assert features.parsed == ('a', 'b')
   assert features.raw_label == ('label', 'raw')
@@ -173,10 +173,10 @@ def _requests(artifacts, raw_label_name, count=6):
 def test_stock_taxi_utils_label_is_found_in_the_transform_graph(
     stock_taxi_artifacts):
   schemas = _schemas(stock_taxi_artifacts)
-  sources = raw_label.transformed_feature_sources(schemas.tf_transform_output)
+  sources = serving_inputs.transformed_feature_sources(schemas.tf_transform_output)
   assert sources['tips_xf'] == {'tips', 'fare'}
   assert sources['fare_xf'] == {'fare'}
-  features = raw_label.find_serving_features(schemas, 'tips_xf')
+  features = serving_inputs.find_serving_features(schemas, 'tips_xf')
   assert features.raw_label == ('tips',)
   assert 'fare' in features.parsed and 'tips' not in features.parsed
 

@@ -6,10 +6,10 @@ from absl import logging
 import tensorflow as tf
 from tensorflow import estimator as tf_estimator
 
-from tfx_tpu_trainer import cluster
 from tfx_tpu_trainer import config as config_lib
-from tfx_tpu_trainer import evaluation
-from tfx_tpu_trainer import input_fns
+from tfx_tpu_trainer.data import input_fns
+from tfx_tpu_trainer.training import cluster
+from tfx_tpu_trainer.training import evaluation
 
 EVAL_NAME = evaluation.EVAL_NAME
 

@@ -15,7 +15,7 @@ import pytest
 from tfx.types import artifact_utils
 from tfx.utils import path_utils
 
-from tfx_tpu_trainer import metrics as metrics_lib
+from tfx_tpu_trainer.publishing import metrics as metrics_lib
 
 from tests.conftest import REPO_ROOT
 from tests.conftest import TEST_MODULES_DIR

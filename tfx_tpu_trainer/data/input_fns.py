@@ -40,10 +40,10 @@ from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx.components.trainer import fn_args_utils
 
 from tfx_tpu_trainer import config as config_lib
-from tfx_tpu_trainer import data_checks
 from tfx_tpu_trainer import errors
-from tfx_tpu_trainer import schemas as schemas_lib
 from tfx_tpu_trainer import user_module as user_module_lib
+from tfx_tpu_trainer.data import data_checks
+from tfx_tpu_trainer.data import schemas as schemas_lib
 
 InputFn = Callable[[Dict[str, Any]], tf.data.Dataset]
 

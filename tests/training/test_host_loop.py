@@ -15,10 +15,10 @@ import pytest
 import tensorflow as tf
 
 from tfx_tpu_trainer import config as config_lib
-from tfx_tpu_trainer import estimator_builder
-from tfx_tpu_trainer import host_loop
 from tfx_tpu_trainer import user_module
 from tfx_tpu_trainer.model_fn import keras_adapter
+from tfx_tpu_trainer.training import estimator_builder
+from tfx_tpu_trainer.training import host_loop
 
 BATCH = 8
 ROWS = 64
@@ -199,8 +199,8 @@ def test_executor_trains_the_keras_taxi_module_in_the_loop(taxi_artifacts,
   from pipelines import paths
   from tfx.utils import path_utils
   from tfx_tpu_trainer import executor
-  from tfx_tpu_trainer import export
-  from tfx_tpu_trainer import metrics as metrics_lib
+  from tfx_tpu_trainer.publishing import export
+  from tfx_tpu_trainer.publishing import metrics as metrics_lib
   from tests.fixtures import pipeline_outputs
   # pylint: enable=g-import-not-at-top
   run = pipeline_outputs.trainer_run(

@@ -1,7 +1,7 @@
 """The serving input of the exported model: serialized raw `tf.Example`s.
 
 The default input parses only the raw features the served outputs need
-(never the raw label, see raw_label.py) and applies the transform graph.
+(never the raw label, see serving_inputs.py) and applies the transform graph.
 With a transform graph, every serving input (default or the module's) also
 builds a `transform_features` branch (serialized raw examples in, all
 transformed features out) that `add_transform_features_signature` turns into
@@ -20,9 +20,9 @@ import tensorflow_transform as tft
 from tfx.dsl.io import fileio
 
 from tfx_tpu_trainer import errors
-from tfx_tpu_trainer import raw_label
-from tfx_tpu_trainer import schemas as schemas_lib
 from tfx_tpu_trainer import user_module as user_module_lib
+from tfx_tpu_trainer.data import schemas as schemas_lib
+from tfx_tpu_trainer.publishing import serving_inputs
 
 # The input name TF Serving's Classify/Regress APIs and TFMA feed.
 EXAMPLES_INPUT_KEY = 'examples'
@@ -44,20 +44,20 @@ class ServingError(errors.TPUTrainerError):
 def default_serving_input_receiver_fn(
     schemas: schemas_lib.ExampleSchemas,
     label_key: Optional[str],
-    features: Optional[raw_label.ServingFeatures] = None
+    features: Optional[serving_inputs.ServingFeatures] = None
 ) -> ServingInputReceiverFn:
   """Parses the raw features the model serves on; applies the transform graph.
 
   Args:
     schemas: the run's schemas.
     label_key: the label (left out of the served features).
-    features: what to parse (default: `raw_label.find_serving_features`).
+    features: what to parse (default: `serving_inputs.find_serving_features`).
 
   Returns:
     The serving input receiver function.
   """
   if features is None:
-    features = raw_label.find_serving_features(schemas, label_key)
+    features = serving_inputs.find_serving_features(schemas, label_key)
   expected = None
   if schemas.tf_transform_output is not None:
     expected = set(schemas.tf_transform_output.transformed_feature_spec())
@@ -93,7 +93,7 @@ def make_serving_input_receiver_fn(
     label_key: Optional[str],
     params: Dict[str, Any],
     module_fn: Optional[user_module_lib.ModuleFunction] = None,
-    features: Optional[raw_label.ServingFeatures] = None
+    features: Optional[serving_inputs.ServingFeatures] = None
 ) -> ServingInputReceiverFn:
   """The module's `serving_input_receiver_fn`, or the default.
 

@@ -9,8 +9,8 @@ from tensorflow_metadata.proto.v0 import schema_pb2
 import tensorflow_transform as tft
 from tfx.types import artifact_utils
 
-from tfx_tpu_trainer import input_fns
 from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.data import input_fns
 
 
 def _train_files(taxi_artifacts):

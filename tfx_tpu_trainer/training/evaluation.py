@@ -14,10 +14,10 @@ from typing import Any, Dict, Mapping, Optional
 from absl import logging
 import tensorflow as tf
 
-from tfx_tpu_trainer import checkpoints
-from tfx_tpu_trainer import cluster
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
+from tfx_tpu_trainer.training import checkpoints
+from tfx_tpu_trainer.training import cluster
 
 EVAL_NAME = 'eval'
 

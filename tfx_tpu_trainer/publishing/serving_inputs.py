@@ -19,7 +19,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 
 from tfx_tpu_trainer import config as config_lib
-from tfx_tpu_trainer import schemas as schemas_lib
+from tfx_tpu_trainer.data import schemas as schemas_lib
 
 RAW_LABEL_KEY = 'raw_label_key'
 

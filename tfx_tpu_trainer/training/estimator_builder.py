@@ -5,10 +5,10 @@ from typing import Any, Callable, Dict, Optional
 from absl import logging
 import tensorflow as tf
 
-from tfx_tpu_trainer import cluster
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
-from tfx_tpu_trainer import host_loop
+from tfx_tpu_trainer.training import cluster
+from tfx_tpu_trainer.training import host_loop
 
 _INPUT_PIPELINE_CONFIGS = {
     'PER_SHARD_V1': tf.compat.v1.estimator.tpu.InputPipelineConfig.PER_SHARD_V1,
