@@ -10,8 +10,11 @@ The contract (DESIGN.md, "User module contract"):
   LABEL_KEY: optional module attribute naming the label feature.
   trainer_fn(fn_args, schema): the stock TFX Trainer's estimator contract,
     accepted instead of model_fn (see model_fn/stock_trainer.py).
-A module with only the stock Trainer's Keras `run_fn(fn_args)` is refused
-with what to change (`build_keras_model(params)`).
+A module with only the stock Trainer's `run_fn(fn_args)` that trains the
+Estimator of a `(fn_args, schema)` function it calls (TFX's Estimator
+template) is accepted as that function's trainer_fn; another run_fn is
+refused with what to change (`build_keras_model(params)` for Keras, a
+`trainer_fn = ...` line for an Estimator).
 """
 
 import contextlib
@@ -238,14 +241,43 @@ def _stock_trainer_fn(module: types.ModuleType, source: str) -> ModuleFunction:
           f'{TRAINER_FN} in {source} must take (fn_args, schema) as the '
           f"stock TFX Trainer calls it: {e}.") from e
     return ModuleFunction(name=TRAINER_FN, module_file=source, fn=trainer_fn)
-  if callable(getattr(module, RUN_FN, None)):
-    raise UserModuleError(stock_contract.run_fn_message(
-        source, stock_contract.label_key_candidates(module),
-        stock_contract.keras_model_builders(module)))
+  run_fn = getattr(module, RUN_FN, None)
+  if callable(run_fn):
+    return _run_fn_estimator_builder(module, run_fn, source)
   raise UserModuleError(
       f'Module {source} defines neither model_fn(features, labels, mode, '
       'params) nor build_keras_model(params) (nor the stock Trainer\'s '
       'trainer_fn(fn_args, schema)). Define one of them.')
+
+
+def _run_fn_estimator_builder(module: types.ModuleType, run_fn: Any,
+                              source: str) -> ModuleFunction:
+  """The function that builds the Estimator a run_fn trains, as trainer_fn.
+
+  TFX's Estimator template builds its Estimator in
+  `_create_train_and_eval_spec(fn_args, schema)` (the trainer_fn contract)
+  and trains it in run_fn; TPUTrainer takes that Estimator as it takes
+  trainer_fn's, so such a module runs unchanged.
+
+  Raises:
+    UserModuleError: what to change: a Keras run_fn (build_keras_model), or
+      a run_fn whose Estimator cannot be reached (`trainer_fn = ...`).
+  """
+  if not stock_contract.trains_an_estimator(run_fn):
+    builders = stock_contract.keras_model_builders(module)
+    raise UserModuleError(stock_contract.run_fn_message(
+        source, stock_contract.label_keys(module), builders,
+        stock_contract.sparse_columns_in_dense_features(module, builders)))
+  builders = stock_contract.estimator_builders(module, run_fn)
+  if len(builders) != 1:
+    raise UserModuleError(
+        stock_contract.estimator_run_fn_message(source, builders))
+  logging.info(
+      '%s in %s trains the Estimator that %s(fn_args, schema) returns; '
+      'TPUTrainer takes that Estimator as it takes a trainer_fn\'s.',
+      RUN_FN, source, builders[0])
+  return ModuleFunction(name=builders[0], module_file=source,
+                        fn=getattr(module, builders[0]))
 
 
 def _check_signature(fn: Any, name: str, source: str) -> None:

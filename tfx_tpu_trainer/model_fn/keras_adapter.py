@@ -41,6 +41,7 @@ from tensorflow import estimator as tf_estimator
 from tfx_tpu_trainer import user_module as user_module_lib
 from tfx_tpu_trainer.model_fn import checked
 from tfx_tpu_trainer.model_fn import keras_compile
+from tfx_tpu_trainer.model_fn import sparse_columns
 
 KerasModelError = keras_compile.KerasModelError
 ModelFn = checked.ModelFn
@@ -259,9 +260,18 @@ def make_keras_model_fn(
       key = _params_key(params)
       if key not in templates:
         templates[key] = build_template(build_keras_model, params)
+      if params.get('use_tpu'):
+        _check_for_tpu(templates[key])
       return _keras_model_fn(templates[key], features, labels, mode, params)
 
   return model_fn
+
+
+def _check_for_tpu(template: KerasTemplate) -> None:
+  """Names the DenseFeatures columns a TPU cannot run, as the root cause."""
+  columns = sparse_columns.dense_features_columns(template.model)
+  if columns:
+    raise KerasModelError(sparse_columns.dense_features_message(columns))
 
 
 def _params_key(params: Mapping[str, Any]) -> tuple:  # pylint: disable=g-bare-generic

@@ -30,7 +30,6 @@ import attr
 from absl import logging
 import tensorflow as tf
 from tensorflow import estimator as tf_estimator
-from tensorflow.python.feature_column import feature_column_v2 as fc_v2  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.feature_column import feature_column_v2_types as fc_types  # pylint: disable=g-direct-tensorflow-import
 from tfx.components.trainer import fn_args_utils
 
@@ -38,6 +37,7 @@ from tfx_tpu_trainer import user_module as user_module_lib
 from tfx_tpu_trainer.model_fn import checked
 from tfx_tpu_trainer.model_fn import estimator_adapter
 from tfx_tpu_trainer.model_fn import keras_adapter
+from tfx_tpu_trainer.model_fn import sparse_columns
 
 # trainer_fn's result key TFX reads the estimator from.
 ESTIMATOR_KEY = 'estimator'
@@ -82,36 +82,6 @@ def _closure(fn: Callable[..., Any]) -> Dict[str, Any]:
   return values
 
 
-_COLUMN_FUNCTIONS = {
-    'IdentityCategoricalColumn': 'categorical_column_with_identity',
-    'VocabularyListCategoricalColumn': 'categorical_column_with_vocabulary_list',
-    'VocabularyFileCategoricalColumn': 'categorical_column_with_vocabulary_file',
-    'HashedCategoricalColumn': 'categorical_column_with_hash_bucket',
-    'BucketizedColumn': 'bucketized_column',
-    'CrossedColumn': 'crossed_column',
-    'IndicatorColumn': 'indicator_column',
-    'EmbeddingColumn': 'embedding_column',
-    'SharedEmbeddingColumn': 'shared_embedding_column',
-    'WeightedCategoricalColumn': 'weighted_categorical_column',
-    'SequenceCategoricalColumn': 'sequence_categorical_column',
-}
-
-
-def _column_kind(column: Any) -> str:
-  """The tf.feature_column function that makes such a column."""
-  name = type(column).__name__
-  return _COLUMN_FUNCTIONS.get(name, name)
-
-
-def _needs_sparse(column: Any) -> bool:
-  """True for columns that build sparse tensors (a TPU cannot run them)."""
-  if isinstance(column, fc_v2.CategoricalColumn):
-    return True
-  return any(_needs_sparse(parent) for parent in getattr(column, 'parents',
-                                                           ()) or ()
-             if isinstance(parent, fc_types.FeatureColumn))
-
-
 def sparse_feature_columns(model_fn: Callable[..., Any]
                            ) -> Tuple[Tuple[str, str, str], ...]:
   """The categorical columns of a canned Estimator's model_fn.
@@ -124,8 +94,9 @@ def sparse_feature_columns(model_fn: Callable[..., Any]
     if not isinstance(value, (list, tuple)):
       continue
     for column in value:
-      if isinstance(column, fc_types.FeatureColumn) and _needs_sparse(column):
-        found.append((column.name, _column_kind(column), where))
+      if (isinstance(column, fc_types.FeatureColumn) and
+          sparse_columns.needs_sparse(column)):
+        found.append((column.name, sparse_columns.column_kind(column), where))
   return tuple(found)
 
 

@@ -1,0 +1,85 @@
+"""Feature columns a TPU cannot run: categorical (sparse) columns.
+
+A categorical feature column turns ids into a `tf.SparseTensor`, whose
+data-dependent shapes a TPU computation cannot hold. Inside a model they
+show up as dozens of op-level dynamic-shape findings (`Where`, `Unique`,
+`SparseReshape`, ...); their root cause is the column, named here: in a
+canned Estimator's model_fn (stock_trainer) or in a Keras model's
+`tf.keras.layers.DenseFeatures` layers (keras_adapter).
+"""
+
+from typing import Any, List, Sequence, Tuple
+
+import tensorflow as tf
+from tensorflow.python.feature_column import feature_column_v2 as fc_v2  # pylint: disable=g-direct-tensorflow-import
+from tensorflow.python.feature_column import feature_column_v2_types as fc_types  # pylint: disable=g-direct-tensorflow-import
+
+# The attribute where a DenseFeatures layer keeps its columns.
+_LAYER_COLUMNS_ATTRIBUTE = '_feature_columns'
+
+_COLUMN_FUNCTIONS = {
+    'IdentityCategoricalColumn': 'categorical_column_with_identity',
+    'VocabularyListCategoricalColumn': 'categorical_column_with_vocabulary_list',
+    'VocabularyFileCategoricalColumn': 'categorical_column_with_vocabulary_file',
+    'HashedCategoricalColumn': 'categorical_column_with_hash_bucket',
+    'BucketizedColumn': 'bucketized_column',
+    'CrossedColumn': 'crossed_column',
+    'IndicatorColumn': 'indicator_column',
+    'EmbeddingColumn': 'embedding_column',
+    'SharedEmbeddingColumn': 'shared_embedding_column',
+    'WeightedCategoricalColumn': 'weighted_categorical_column',
+    'SequenceCategoricalColumn': 'sequence_categorical_column',
+}
+
+
+def column_kind(column: Any) -> str:
+  """The tf.feature_column function that makes such a column."""
+  name = type(column).__name__
+  return _COLUMN_FUNCTIONS.get(name, name)
+
+
+def needs_sparse(column: Any) -> bool:
+  """True for columns that build sparse tensors (a TPU cannot run them)."""
+  if isinstance(column, fc_v2.CategoricalColumn):
+    return True
+  return any(needs_sparse(parent) for parent in getattr(column, 'parents',
+                                                          ()) or ()
+             if isinstance(parent, fc_types.FeatureColumn))
+
+
+def dense_features_columns(model: tf.keras.Model
+                           ) -> Tuple[Tuple[str, str, str], ...]:
+  """(column name, what it is, layer name) of the sparse columns of a model's
+  DenseFeatures layers (nested models included)."""
+  found = []
+  for layer in _layers(model):
+    for column in getattr(layer, _LAYER_COLUMNS_ATTRIBUTE, None) or ():
+      if isinstance(column, fc_types.FeatureColumn) and needs_sparse(column):
+        found.append((column.name, column_kind(column),
+                      f'{type(layer).__name__} layer {layer.name!r}'))
+  return tuple(found)
+
+
+def _layers(model: tf.keras.Model) -> List[tf.keras.layers.Layer]:
+  layers = []
+  for layer in getattr(model, 'layers', ()):
+    layers.append(layer)
+    if isinstance(layer, tf.keras.Model):
+      layers.extend(_layers(layer))
+  return layers
+
+
+def dense_features_message(columns: Sequence[Tuple[str, str, str]]) -> str:
+  """The one error for a Keras model that reads sparse columns on TPU."""
+  named = ', '.join(f'{name!r} ({kind} in {where})'
+                    for name, kind, where in columns)
+  return (
+      f'its model reads categorical feature column(s) {named}: '
+      'DenseFeatures turns their ids into sparse tensors, whose '
+      'data-dependent shapes a TPU computation cannot hold (the root cause '
+      'of the dynamic-shape ops it makes), so the model cannot train on TPU. '
+      'Give the model a tf.keras.Input per id feature and one-hot it '
+      '(tf.one_hot, or tf.keras.layers.CategoryEncoding) or embed it '
+      '(tf.keras.layers.Embedding), as components/taxi_keras_module.py does; '
+      'keep DenseFeatures for numeric_column only. Or train on CPU with '
+      "custom_config['use_tpu']=False.")
