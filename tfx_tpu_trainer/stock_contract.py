@@ -14,6 +14,7 @@ They run no function of the module but its small name helpers
 import ast
 import dataclasses
 import inspect
+import textwrap
 import types
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Set, Tuple
 
@@ -58,8 +59,14 @@ def _source_tree(module: Any) -> Optional[ast.AST]:
     return None
 
 
-def _evaluate(node: ast.AST, module: Any) -> Optional[str]:
-  """The string a `label_key=` expression gives in the module's namespace."""
+def evaluate_key(node: ast.AST, module: Any) -> Optional[str]:
+  """The string a key expression of the module gives in its namespace.
+
+  Only names, attributes, constants, calls of them without keywords and
+  string concatenation are evaluated (`_transformed_name(_LABEL_KEY)`,
+  `features.LABEL_KEY`); None for anything else, or when it fails (a loop
+  variable).
+  """
   expression = ast.Expression(body=node)
   if not all(isinstance(child, _SAFE_NODES) or isinstance(child, ast.expr_context)
              for child in ast.walk(expression)):
@@ -86,10 +93,52 @@ def input_label_keys(module: Any) -> Tuple[str, ...]:
       continue
     for keyword in node.keywords:
       if keyword.arg == LABEL_KEY_KEYWORD:
-        key = _evaluate(keyword.value, module)
+        key = evaluate_key(keyword.value, module)
         if key is not None and key not in keys:
           keys.append(key)
   return tuple(keys)
+
+
+# The function TFX Transform calls, and how its source names the label.
+PREPROCESSING_FN = 'preprocessing_fn'
+_LABEL_WORD = 'label'
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformOutput:
+  """A feature a preprocessing_fn outputs: `outputs[expression] = ...`."""
+  key: str
+  expression: str
+
+  @property
+  def is_label(self) -> bool:
+    """True when the expression names a label (`outputs[_LABEL_KEY]`)."""
+    return _LABEL_WORD in self.expression.lower()
+
+
+def preprocessing_outputs(module: Any) -> Tuple[TransformOutput, ...]:
+  """The outputs of the module's preprocessing_fn whose keys its source fixes.
+
+  Read from the subscript assignments of preprocessing_fn
+  (`outputs[features.LABEL_KEY] = ...`); keys made in a loop
+  (`outputs[_transformed_name(key)]` for each key) are not known here.
+  """
+  fn = getattr(module, PREPROCESSING_FN, None)
+  try:
+    tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+  except (OSError, TypeError, SyntaxError, ValueError):
+    return ()
+  found = []
+  for node in ast.walk(tree):
+    if not isinstance(node, ast.Assign):
+      continue
+    for target in node.targets:
+      if not isinstance(target, ast.Subscript):
+        continue
+      key = evaluate_key(target.slice, module)
+      if key is not None and key not in [output.key for output in found]:
+        found.append(TransformOutput(key, ast.unparse(target.slice)))
+  return tuple(found)
 
 
 def _constant_label_keys(module: Any) -> List[str]:

@@ -351,6 +351,15 @@ def _import_module_file(module_file: str) -> types.ModuleType:
   return module
 
 
+def import_module_file(module_file: str) -> types.ModuleType:
+  """Imports a module file as the loader does (errors name the file).
+
+  Raises:
+    UserModuleError: the file does not exist or fails to import.
+  """
+  return _import_module_file(module_file)
+
+
 def _describe_import_error(error: BaseException) -> str:
   if isinstance(error, SystemExit):
     return (f'it called sys.exit({error.code!r}) (SystemExit) while being '

@@ -13,6 +13,7 @@ from pipelines import csv_checks
 from pipelines import paths
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer_cli import common
+from tfx_tpu_trainer_cli import module_checks
 
 
 def add_parser(subparsers) -> None:
@@ -43,6 +44,10 @@ def add_parser(subparsers) -> None:
   parser.add_argument('--preprocessing-module-file', default=None,
                       help='Transform module file (default: '
                       'components/taxi_preprocessing.py).')
+  parser.add_argument('--label-key', default=None,
+                      help='The label feature the preprocessing_fn outputs, '
+                      "for TPUTrainer's input (custom_config['label_key']; "
+                      "default: the trainer module's LABEL_KEY).")
   parser.add_argument('--min-accuracy', type=float, default=0.5,
                       help='Evaluator blesses models whose binary accuracy is '
                       'at least this (default: 0.5).')
@@ -74,6 +79,11 @@ def _run_custom_config(args) -> dict:
   }
   if args.use_tpu is not None:
     custom_config['use_tpu'] = args.use_tpu
+  if args.label_key is not None:
+    if not args.label_key.strip():
+      raise common.UsageError('--label-key must name the label feature, got '
+                              f'{args.label_key!r}.')
+    custom_config['label_key'] = args.label_key
   if args.tpu_name:
     custom_config['tpu'] = config_lib.tpu_entry(args.tpu_name, args.tpu_zone,
                                                 args.tpu_project)
@@ -119,24 +129,19 @@ def _validate_run_args(args) -> dict:
       min_accuracy=args.min_accuracy)
   if args.pipeline_name:
     options['pipeline_name'] = args.pipeline_name
-  _check_trainer_module(options['trainer_module_file'])
+  _check_modules(options['trainer_module_file'], preprocessing_module_file,
+                 args.label_key)
   return options
 
 
-def _check_trainer_module(module_file: str) -> None:
-  """Loads the trainer module and checks it against the contract.
-
-  What the TPUTrainer executor checks first, done before any component
-  runs, so a module that breaks the contract fails in seconds, not after
-  Transform. (Checks that need the data, such as the label key, stay in the
-  executor.)
-  """
-  # TFX and TensorFlow load here, after the other arguments are checked.
-  from tfx_tpu_trainer import user_module  # pylint: disable=g-import-not-at-top
-  try:
-    user_module.load_user_module({'module_file': module_file})
-  except user_module.UserModuleError as e:
-    raise common.UsageError(f'--module-file: {e}') from e
+def _check_modules(module_file: str, preprocessing_module_file: str,
+                   label_key: Optional[str]) -> None:
+  """The preprocessing and trainer modules, before any component runs."""
+  preprocessing_module = module_checks.check_preprocessing_module(
+      preprocessing_module_file)
+  module_checks.check_trainer_module(module_file, label_key,
+                                     preprocessing_module,
+                                     preprocessing_module_file)
 
 
 def _check_csv_files(data_root: str, preprocessing_module_file: str) -> None:
