@@ -165,3 +165,15 @@ def test_dense_features_model_builds_on_cpu():
                     tf_estimator.ModeKeys.TRAIN,
                     {'batch_size': 4, 'use_tpu': False})
   assert spec.train_op is not None
+
+
+def test_no_label_key_error_names_the_command_line_flag():
+  from tfx_tpu_trainer import prepare  # pylint: disable=g-import-not-at-top
+  module = _load('unlabeled_keras_module.py')
+  run = prepare.prepare_run(config_lib.TrainerConfig(), module, None)
+  with pytest.raises(config_lib.ConfigError) as error:
+    run.input_fn([], None, training=True, repeat=False, cache='none')
+  assert str(error.value) == (
+      f'No label key: set LABEL_KEY in {module.module_file} or '
+      "custom_config['label_key'] to the label feature (tfx-tpu-trainer run: "
+      '--label-key).')

@@ -21,6 +21,9 @@ from tfx_tpu_trainer.model_fn import stock_trainer
 from tfx_tpu_trainer.publishing import serving
 from tfx_tpu_trainer.publishing import serving_inputs
 
+# Where command-line users set custom_config['label_key'].
+LABEL_KEY_FLAG_NOTE = 'tfx-tpu-trainer run: --label-key'
+
 
 def hyperparameter_values(
     hyperparameters: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
@@ -114,7 +117,7 @@ class PreparedRun:
       raise config_lib.ConfigError(
           f'No label key: set {user_module_lib.LABEL_KEY_ATTRIBUTE} in '
           f"{self.module.module_file} or custom_config['label_key'] to the "
-          'label feature.')
+          f'label feature ({LABEL_KEY_FLAG_NOTE}).')
     if schema is None and self.schemas is not None:
       schema = self.schemas.examples
     return input_fns.make_input_fn(
@@ -205,7 +208,7 @@ def _stock_label_key(module: user_module_lib.UserModule,
       f"{'transformed' if schemas.tf_transform_output else 'examples'} "
       f'schema (features: {sorted(features)}). Set '
       f"custom_config['label_key'] (or {user_module_lib.LABEL_KEY_ATTRIBUTE} "
-      'in the module) to the label feature.')
+      f'in the module) to the label feature ({LABEL_KEY_FLAG_NOTE}).')
 
 
 def _minimal_fn_args(schemas: Optional[schemas_lib.ExampleSchemas]

@@ -174,6 +174,18 @@ def test_canned_v1_summaries_are_dropped_on_tpu_with_a_warning(caplog):
       caplog.text)
 
 
+def test_canned_v1_summaries_are_listed_with_the_drop_option():
+  adapted = estimator_adapter.to_tpu_model_fn(_canned_model_fn(), name=NAME)
+  with pytest.raises(estimator_adapter.AdapterError) as error:
+    _call(adapted, ModeKeys.TRAIN, use_tpu=True, num_shards=8)
+  message = str(error.value)
+  assert message.startswith(f'{NAME} creates the v1 summaries ')
+  assert message.count('Summary)') >= 2
+  assert message.endswith(
+      "for a model_fn you do not edit (a canned Estimator's), drop them with "
+      'a warning: to_tpu_model_fn(model_fn, drop_v1_summaries=True).')
+
+
 def test_own_cross_shard_optimizer_is_not_summed_twice():
   adapted = estimator_adapter.to_tpu_model_fn(
       _model_fn(optimizer='cross_shard'), name=NAME)
@@ -253,9 +265,11 @@ def _keras_mean(labels, probabilities, loss):
      "params['use_tpu']."),
     (_model_fn(summary=True), ModeKeys.TRAIN, True,
      "my_model_fn creates the v1 summary 'train_loss' (ScalarSummary) in mode "
-     "'train'; TPU computations reject v1 summaries and tf.compat.v1.Print. "
-     'Remove it from the model_fn, or compute it in a TPUEstimatorSpec '
-     'host_call with tf.summary (v2).'),
+     "'train'; TPU computations reject v1 summaries. Remove them from the "
+     'model_fn, or compute them in a TPUEstimatorSpec host_call with '
+     "tf.summary (v2); for a model_fn you do not edit (a canned Estimator's), "
+     'drop them with a warning: to_tpu_model_fn(model_fn, '
+     'drop_v1_summaries=True).'),
     (_model_fn(print_op=True), ModeKeys.EVAL, True,
      "my_model_fn creates the op 'Print' (Print) in mode 'eval'; TPU "
      'computations reject v1 summaries and tf.compat.v1.Print. Remove it '

@@ -340,11 +340,20 @@ def _num_shards() -> Optional[int]:
 def _check_tpu_graph(new_ops: List[tf.Operation], mode: str,
                      num_shards: Optional[int], source: str) -> None:
   """The TPU-only checks of the ops the model_fn created."""
+  summaries = [op for op in new_ops if op.type in tpu_facts.V1_SUMMARY_OPS]
+  if summaries:
+    named = ', '.join(f'{op.name!r} ({op.type})' for op in summaries)
+    raise AdapterError(
+        f'{source} creates the v1 summar{"ies" if len(summaries) > 1 else "y"}'
+        f' {named} in mode {mode!r}; TPU computations reject v1 summaries. '
+        'Remove them from the model_fn, or compute them in a '
+        'TPUEstimatorSpec host_call with tf.summary (v2); for a model_fn you '
+        "do not edit (a canned Estimator's), drop them with a warning: "
+        'to_tpu_model_fn(model_fn, drop_v1_summaries=True).')
   for op in new_ops:
     if op.type in tpu_facts.TPU_REJECTED_OPS:
-      what = ('the v1 summary' if op.type in tpu_facts.V1_SUMMARY_OPS else 'the op')
       raise AdapterError(
-          f'{source} creates {what} {op.name!r} ({op.type}) in mode {mode!r}; '
+          f'{source} creates the op {op.name!r} ({op.type}) in mode {mode!r}; '
           'TPU computations reject v1 summaries and tf.compat.v1.Print. '
           'Remove it from the model_fn, or compute it in a TPUEstimatorSpec '
           'host_call with tf.summary (v2).')
