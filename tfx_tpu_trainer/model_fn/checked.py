@@ -1,6 +1,6 @@
 """Wraps the module's `model_fn` so that its failures name the module."""
 
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import tensorflow as tf
 from tensorflow import estimator as tf_estimator
@@ -9,6 +9,8 @@ from tfx_tpu_trainer import user_module as user_module_lib
 
 ModelFn = Callable[..., tf.compat.v1.estimator.tpu.TPUEstimatorSpec]
 _SHAPE_ERROR_WORDS = ('shape', 'rank', 'dimension', 'incompatible')
+# How many feature names a note shows.
+_NAMES_SHOWN = 5
 
 
 def label_shape_hint(labels: Any, error: BaseException) -> str:
@@ -26,6 +28,32 @@ def label_shape_hint(labels: Any, error: BaseException) -> str:
           '[batch, 1], as TFX schemas give a scalar feature the shape [1]; '
           'a model_fn written for [batch] labels can use '
           'tf.reshape(labels, [-1]).)')
+
+
+def features_dict_hint(features: Any, error: BaseException) -> str:
+  """A note for a model_fn that uses `features` as one tensor.
+
+  TPUTrainer's input gives `features` as a dict of the example's features
+  by name; model_fns written after single-tensor inputs (the tensorflow/tpu
+  MNIST model's image) fail with "unsupported operand type(s) for /:
+  'dict' and 'float'".
+  """
+  if (not isinstance(features, Mapping) or
+      not isinstance(error, (TypeError, AttributeError, ValueError)) or
+      "'dict'" not in str(error)):
+    return ''
+  names = sorted(features)
+  shown = ', '.join(repr(name) for name in names[:_NAMES_SHOWN]) + (
+      ', ...' if len(names) > _NAMES_SHOWN else '')
+  return (f' (Note: features is a dict of the example\'s features by name '
+          f'({shown}), not one tensor: take the one the model reads with '
+          f"features[{names[0] if names else 'name'!r}], or combine several "
+          'with tf.concat or tf.stack.)')
+
+
+def model_fn_hints(features: Any, labels: Any, error: BaseException) -> str:
+  """The notes for a model_fn's error: the features dict, the label shape."""
+  return features_dict_hint(features, error) + label_shape_hint(labels, error)
 
 
 def checked_model_fn(model_fn: user_module_lib.ModuleFunction) -> ModelFn:
@@ -50,7 +78,7 @@ def checked_model_fn(model_fn: user_module_lib.ModuleFunction) -> ModelFn:
     except Exception as e:  # pylint: disable=broad-except
       raise model_fn.error(
           f'raised {type(e).__name__} in mode {mode!r}: {e}'
-          f'{label_shape_hint(labels, e)}') from e
+          f'{model_fn_hints(features, labels, e)}') from e
     if isinstance(spec, tf.compat.v1.estimator.tpu.TPUEstimatorSpec):
       return spec
     if isinstance(spec, tf_estimator.EstimatorSpec):

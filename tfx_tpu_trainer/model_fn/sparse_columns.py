@@ -8,7 +8,8 @@ canned Estimator's model_fn (stock_trainer) or in a Keras model's
 `tf.keras.layers.DenseFeatures` layers (keras_adapter).
 """
 
-from typing import Any, List, Sequence, Tuple
+import re
+from typing import Any, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 from tensorflow.python.feature_column import feature_column_v2 as fc_v2  # pylint: disable=g-direct-tensorflow-import
@@ -16,6 +17,13 @@ from tensorflow.python.feature_column import feature_column_v2_types as fc_types
 
 # The attribute where a DenseFeatures layer keeps its columns.
 _LAYER_COLUMNS_ATTRIBUTE = '_feature_columns'
+
+# The name scopes feature columns give their ops: `<key>_indicator/...`,
+# `<key>_embedding/...`, and `<column>/to_sparse_input/...` for the sparse
+# ids of every categorical column; a Keras DenseFeatures layer's own scope.
+_COLUMN_SCOPE = re.compile(
+    r'(?:^|/)([^/]+_(?:indicator|embedding))/|(?:^|/)([^/]+)/to_sparse_input/')
+_DENSE_FEATURES_SCOPE = re.compile(r'(?:^|/)(dense_features(?:_\d+)?)/')
 
 _COLUMN_FUNCTIONS = {
     'IdentityCategoricalColumn': 'categorical_column_with_identity',
@@ -83,3 +91,28 @@ def dense_features_message(columns: Sequence[Tuple[str, str, str]]) -> str:
       '(tf.keras.layers.Embedding), as components/taxi_keras_module.py does; '
       'keep DenseFeatures for numeric_column only. Or train on CPU with '
       "custom_config['use_tpu']=False.")
+
+
+def column_of_op(op_name: str) -> Optional[Tuple[str, Optional[str]]]:
+  """(column, DenseFeatures layer or None) whose sparse ids made the op."""
+  match = _COLUMN_SCOPE.search(op_name)
+  if match is None:
+    return None
+  layer = _DENSE_FEATURES_SCOPE.search(op_name)
+  return match.group(1) or match.group(2), layer.group(1) if layer else None
+
+
+def sparse_op_message(op_name: str, op_type: str, column: str,
+                      layer: Optional[str]) -> str:
+  """The dynamic-shape finding of an op a categorical column made."""
+  where = f" of the DenseFeatures layer {layer!r}" if layer else ''
+  return (
+      f'op {op_name!r} ({op_type}) belongs to the feature column {column!r}'
+      f'{where}: categorical feature columns (indicator_column or '
+      'embedding_column over categorical_column_with_*) turn ids into sparse '
+      'tensors whose size depends on the data, which a TPU computation '
+      'cannot hold. Feed the ids as dense features instead: a '
+      'tf.keras.Input per id feature, one-hot encoded (tf.one_hot, '
+      'tf.keras.layers.CategoryEncoding) or embedded '
+      '(tf.keras.layers.Embedding), as components/taxi_keras_module.py '
+      'does; keep DenseFeatures or input_layer for numeric_column only.')

@@ -143,7 +143,7 @@ def _named_errors(model_fn: Callable[..., Any], source: str):
     except Exception as e:  # pylint: disable=broad-except
       raise StockTrainerError(
           f'{source} raised {type(e).__name__} in mode {mode!r}: {e}'
-          f'{checked.label_shape_hint(labels, e)}') from e
+          f'{checked.model_fn_hints(features, labels, e)}') from e
 
   tpu_model_fn.__doc__ = model_fn.__doc__
   return tpu_model_fn

@@ -30,7 +30,9 @@ from tensorflow.python.tpu import tpu_function  # pylint: disable=g-direct-tenso
 
 from tfx_tpu_trainer import tpu_facts
 from tfx_tpu_trainer.model_fn import estimator_adapter
+from tfx_tpu_trainer.model_fn import sparse_columns
 from tfx_tpu_trainer.preflight import report as preflight_report
+from tfx_tpu_trainer.preflight import xla_errors
 
 Finding = preflight_report.Finding
 ERROR = preflight_report.ERROR
@@ -239,7 +241,14 @@ def _dynamic_shape_findings(ops: Sequence[tf.Operation],
     if op.type in _SHAPE_OPS or not op.outputs:
       continue
     dynamic = [t for t in op.outputs if _is_dynamic(t)]
-    if dynamic and not any(_is_dynamic(t) for t in op.inputs):
+    if not dynamic or any(_is_dynamic(t) for t in op.inputs):
+      continue
+    column = sparse_columns.column_of_op(op.name)
+    if column is not None:
+      findings.append(Finding(
+          'dynamic-shape', ERROR,
+          sparse_columns.sparse_op_message(op.name, op.type, *column), phase))
+    else:
       findings.append(Finding(
           'dynamic-shape', ERROR,
           f'op {op.name!r} ({op.type}) makes tensor {dynamic[0].name!r} of '
@@ -362,6 +371,7 @@ def _error_lines(message: str) -> str:
       if line.strip() and not line.startswith((' ', '\t')) and
       not line.startswith(('Detected at node', 'Node:', 'Graph execution',
                            'The op is created at', 'dummy_file_name',
+                           'Stack trace for op definition', 'File "',
                            'Run with TF_DUMP_GRAPH', '\ttf2xla'))
   ]
   text = ' '.join(lines[:2]) if lines else message.strip()
@@ -388,10 +398,15 @@ def xla_error_findings(error: Exception, phase: str,
     return findings
   node = _NODE.search(message)
   where = f' at op {node.group(1)!r}' if node else ''
+  frame = xla_errors.user_frame(message)
+  made_by = (f', made by {frame.describe()}' if frame else
+             ' (an op the model_fn made; the op name says where)')
+  meaning = xla_errors.explanation(message)
   return [Finding(
       'xla-compile', ERROR,
-      f'the {phase} step failed to compile or run with XLA{where}: '
-      f'{type(error).__name__}: {_error_lines(message)}', phase)]
+      f'the {phase} step failed to compile or run with XLA{where}{made_by}.'
+      + (f' {meaning}' if meaning else '') +
+      f' XLA said: {type(error).__name__}: {_error_lines(message)}', phase)]
 
 
 HostFn = Callable[[List[tf.Tensor]], Tuple[List[Any], List[Any]]]
