@@ -106,7 +106,7 @@ def check_trainer_module(module_file: str, label_key: Optional[str],
     names, source = [module.label_key], f'LABEL_KEY in {module_file}'
   else:
     names = list(module.label_key_candidates)
-    source = f'the label constants of {module_file}'
+    source = f'named by {module_file}'
   if not names:
     raise common.UsageError(
         f'{MODULE_FLAG}: module {module_file} names no label (no '

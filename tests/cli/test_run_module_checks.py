@@ -119,7 +119,7 @@ def test_stock_module_label_candidates_are_checked(tmp_path, capsys):
   preprocessing = _path('tips_label_preprocessing.py')
   err = _fails(tmp_path, capsys, ['--module-file', module,
                                   '--preprocessing-module-file', preprocessing])
-  assert (f"--module-file: the label 'big_tipper' (the label constants of "
+  assert (f"--module-file: the label 'big_tipper' (named by "
           f'{module}) is not among the features Transform will write' in err)
 
 
