@@ -177,3 +177,27 @@ def test_no_label_key_error_names_the_command_line_flag():
       f'No label key: set LABEL_KEY in {module.module_file} or '
       "custom_config['label_key'] to the label feature (tfx-tpu-trainer run: "
       '--label-key).')
+
+
+@pytest.mark.slow
+def test_estimator_run_fn_module_trains_unchanged_through_the_executor(
+    taxi_artifacts, tmp_path):
+  import json  # pylint: disable=g-import-not-at-top
+  from tfx.utils import path_utils  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer import executor  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.publishing import export  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.publishing import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
+  from tests.fixtures import pipeline_outputs  # pylint: disable=g-import-not-at-top
+  run = pipeline_outputs.trainer_run(
+      taxi_artifacts, str(tmp_path), _path('estimator_run_fn_module.py'),
+      custom_config={'train_batch_size': 16, 'eval_batch_size': 16},
+      train_steps=6, eval_steps=2)
+  executor.Executor().Do(run.input_dict, run.output_dict, run.exec_properties)
+  with open(os.path.join(run.model_run.uri,
+                         metrics_lib.METRICS_FILE_NAME)) as f:
+    metrics = json.load(f)
+  assert metrics['global_step'] == 6
+  assert {'accuracy', 'auc', 'average_loss'} <= set(metrics)
+  assert export.saved_model_tag_sets(
+      path_utils.serving_model_path(run.model.uri)) == [('serve',),
+                                                         ('serve', 'tpu')]
