@@ -23,6 +23,7 @@ from tfx_tpu_trainer.data import input_fns
 from tfx_tpu_trainer.data import schemas as schemas_lib
 from tfx_tpu_trainer.kubeflow import step_outputs as kfp_outputs
 from tfx_tpu_trainer.preflight import checks as preflight_checks
+from tfx_tpu_trainer.preflight import cpu_graphs
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
 from tfx_tpu_trainer.training import checkpoints
@@ -109,7 +110,7 @@ def _check_before_training(fn_args: fn_args_utils.FnArgs,
   if config.use_tpu:
     preflight_checks.check_before_training(run, config, sample_train_fn)
   else:
-    preflight_checks.check_graphs_before_training(run, config, sample_eval_fn)
+    cpu_graphs.check_graphs_before_training(run, config, sample_eval_fn)
 
 
 def _train(fn_args: fn_args_utils.FnArgs, config: config_lib.TrainerConfig,
