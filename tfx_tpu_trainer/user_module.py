@@ -1,6 +1,6 @@
 """Loads a TPUTrainer user module and checks it against the module contract.
 
-The contract (DESIGN.md, "User module contract"):
+The contract (README, "The module file"; docs/bring_your_model.md):
   model_fn(features, labels, mode, params[, config]) -> TPUEstimatorSpec,
     required unless build_keras_model is given.
   build_keras_model(params) -> compiled tf.keras model (instead of model_fn).
