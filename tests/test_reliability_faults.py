@@ -24,9 +24,9 @@ from tfx_tpu_trainer.training import evaluation
 
 from tests.conftest import TEST_MODULES_DIR
 from tests.fixtures import pipeline_outputs
+from tests.fixtures.run_settings import LINEAR_MODULE
+from tests.fixtures.run_settings import SMALL_BATCHES
 
-LINEAR_MODULE = os.path.join(TEST_MODULES_DIR, 'linear_module.py')
-SMALL_BATCHES = {'train_batch_size': 16, 'eval_batch_size': 16}
 from_custom_config = config_lib.TrainerConfig.from_custom_config
 
 

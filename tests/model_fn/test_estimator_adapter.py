@@ -7,7 +7,6 @@ import threading
 import numpy as np
 import pytest
 import tensorflow as tf
-from tensorflow.python.tpu import tpu_function  # pylint: disable=g-direct-tensorflow-import
 from tfx.utils import path_utils
 
 from tfx_tpu_trainer import estimator_adapter
@@ -16,6 +15,7 @@ from tfx_tpu_trainer.model_fn import patches
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
 
+from tests.fixtures import model_fn_graphs
 from tests.fixtures import pipeline_outputs
 from tests.conftest import TEST_MODULES_DIR
 
@@ -79,18 +79,8 @@ def _model_fn(optimizer='sgd', summary=False, print_op=False,
 
 def _call(model_fn, mode, use_tpu=False, num_shards=None):
   """Calls model_fn in a new graph; returns the graph and the spec."""
-  graph = tf.Graph()
-  with graph.as_default():
-    tf.compat.v1.train.create_global_step()
-    kwargs = dict(features={'x': tf.constant(X)},
-                  labels=tf.constant(LABELS), mode=mode,
-                  params={'batch_size': 8, 'use_tpu': use_tpu})
-    if num_shards:
-      with tpu_function.tpu_shard_context(num_shards):
-        spec = model_fn(**kwargs)
-    else:
-      spec = model_fn(**kwargs)
-  return graph, spec
+  return model_fn_graphs.call_in_graph(model_fn, mode, {'x': X}, LABELS,
+                                       use_tpu, num_shards)
 
 
 def _run_metrics(graph, metric_ops):
