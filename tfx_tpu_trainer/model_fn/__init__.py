@@ -6,6 +6,7 @@
   keras_compile      reads a Keras model's compile settings (optimizer, loss,
                      metrics) into their TPU counterparts.
   estimator_adapter  an Estimator model_fn (EstimatorSpec) as a TPU model_fn.
-  stock_trainer      a stock-Trainer module's Estimator (trainer_fn) adapted.
+  stock_trainer      a stock-Trainer module's (`trainer_fn`) estimator, adapted.
+  patches            patches of TensorFlow scoped to one call in one thread.
   sparse_columns     categorical feature columns, a TPU's root cause named.
 """

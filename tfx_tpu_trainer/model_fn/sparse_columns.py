@@ -102,17 +102,20 @@ def column_of_op(op_name: str) -> Optional[Tuple[str, Optional[str]]]:
   return match.group(1) or match.group(2), layer.group(1) if layer else None
 
 
-def sparse_op_message(op_name: str, op_type: str, column: str,
-                      layer: Optional[str]) -> str:
-  """The dynamic-shape finding of an op a categorical column made."""
+# What replaces the categorical columns behind a dynamic-shape op.
+SPARSE_OP_FIX = (
+    'Feed the ids as dense features instead: a tf.keras.Input per id '
+    'feature, one-hot encoded (tf.one_hot, tf.keras.layers.CategoryEncoding) '
+    'or embedded (tf.keras.layers.Embedding), as '
+    'components/taxi_keras_module.py does; keep DenseFeatures or input_layer '
+    'for numeric_column only.')
+
+
+def sparse_op_cause(column: str, layer: Optional[str]) -> str:
+  """Why an op a categorical column made has a data-dependent shape."""
   where = f" of the DenseFeatures layer {layer!r}" if layer else ''
   return (
-      f'op {op_name!r} ({op_type}) belongs to the feature column {column!r}'
-      f'{where}: categorical feature columns (indicator_column or '
-      'embedding_column over categorical_column_with_*) turn ids into sparse '
-      'tensors whose size depends on the data, which a TPU computation '
-      'cannot hold. Feed the ids as dense features instead: a '
-      'tf.keras.Input per id feature, one-hot encoded (tf.one_hot, '
-      'tf.keras.layers.CategoryEncoding) or embedded '
-      '(tf.keras.layers.Embedding), as components/taxi_keras_module.py '
-      'does; keep DenseFeatures or input_layer for numeric_column only.')
+      f'belongs to the feature column {column!r}{where}: categorical feature '
+      'columns (indicator_column or embedding_column over '
+      'categorical_column_with_*) turn ids into sparse tensors whose size '
+      'depends on the data, which a TPU computation cannot hold.')
