@@ -51,10 +51,10 @@ def check_preprocessing_module(module_file: str) -> types.ModuleType:
         f'{usage} returning the dict of transformed features in it, or pass '
         f'the module that defines it with {PREPROCESSING_FLAG}.')
   try:
-    parameters = inspect.signature(fn).parameters
-    kwargs = ({_CUSTOM_CONFIG_ARG: None} if _CUSTOM_CONFIG_ARG in parameters
-              else {})
-    inspect.signature(fn).bind(None, **kwargs)
+    signature = inspect.signature(fn)
+    kwargs = ({_CUSTOM_CONFIG_ARG: None}
+              if _CUSTOM_CONFIG_ARG in signature.parameters else {})
+    signature.bind(None, **kwargs)
   except (TypeError, ValueError) as e:
     raise common.UsageError(
         f'{PREPROCESSING_FLAG}: {name} in {module_file} must be a function '
