@@ -23,6 +23,12 @@ Keys (all optional; defaults in brackets):
   eval_on_tpu [true], export_to_tpu [true], export_saved_model_api_version [1].
   eval_strategy ["train_and_evaluate"]: or "alternate" (train/evaluate in
     turns, one cycle per `save_checkpoints_steps`).
+  eval_every_steps [None: evaluate when the estimator's throttle allows,
+    and at the end]: evaluate every N training steps. Evaluation reads
+    checkpoints, so it sets `save_checkpoints_steps` to N (a different
+    `save_checkpoints_steps` is an error) and evaluates at every one.
+  show_progress [true]: a live progress bar on a terminal, periodic lines
+    in logs, and a line per evaluation (training/progress.py).
   save_checkpoints_steps [None: estimator default], keep_checkpoint_max
     [None: estimator default, 5]; keep_checkpoint_max 0 keeps every
     checkpoint (TensorFlow's convention).
@@ -107,6 +113,8 @@ class TrainerConfig:
   export_to_tpu: bool = True
   export_saved_model_api_version: int = 1
   eval_strategy: str = 'train_and_evaluate'
+  eval_every_steps: Optional[int] = None
+  show_progress: bool = True
   save_checkpoints_steps: Optional[int] = None
   keep_checkpoint_max: Optional[int] = None
   label_key: Optional[str] = None
@@ -180,8 +188,10 @@ class TrainerConfig:
         eval_strategy=_choice('eval_strategy',
                               raw.get('eval_strategy', 'train_and_evaluate'),
                               EVAL_STRATEGIES),
-        save_checkpoints_steps=_optional_positive_int(
-            'save_checkpoints_steps', raw.get('save_checkpoints_steps')),
+        eval_every_steps=_optional_positive_int(
+            'eval_every_steps', raw.get('eval_every_steps')),
+        show_progress=_bool('show_progress', raw.get('show_progress', True)),
+        save_checkpoints_steps=_save_checkpoints_steps(raw),
         keep_checkpoint_max=_optional_non_negative_int(
             'keep_checkpoint_max', raw.get('keep_checkpoint_max')),
         label_key=_optional_str('label_key', raw.get('label_key')),
@@ -308,6 +318,23 @@ def _optional_non_negative_int(key: str, value: Any) -> Optional[int]:
         f'{value!r}.')
   _check_int64(key, value)
   return value
+
+
+def _save_checkpoints_steps(raw: Mapping[str, Any]) -> Optional[int]:
+  """save_checkpoints_steps, which eval_every_steps sets (evals need one)."""
+  steps = _optional_positive_int('save_checkpoints_steps',
+                                 raw.get('save_checkpoints_steps'))
+  every = _optional_positive_int('eval_every_steps',
+                                 raw.get('eval_every_steps'))
+  if every is None:
+    return steps
+  if steps is not None and steps != every:
+    raise ConfigError(
+        f"custom_config['eval_every_steps']={every} and "
+        f"['save_checkpoints_steps']={steps} differ: an evaluation reads a "
+        'checkpoint, so eval_every_steps sets save_checkpoints_steps. Drop '
+        'save_checkpoints_steps, or give both the same value.')
+  return every
 
 
 def _checkpoint_dir(value: Any) -> Optional[str]:
