@@ -209,7 +209,7 @@ def render_html(plots: Sequence[Plot], final_metrics: Mapping[str, Any],
   return '\n'.join(parts)
 
 
-_CSS = ('body{font-family:sans-serif;margin:1.5em;max-width:70em}'
+_CSS = ('body{font-family:sans-serif;margin:1.5em;max-width:90em}'
         'table{border-collapse:collapse}td,th{border:1px solid #ccc;'
         'padding:2px 8px;text-align:left}figure{display:inline-block;'
         'margin:0 1em 1em 0}img{max-width:100%}.where{color:#666}'

@@ -108,6 +108,8 @@ class ProgressReporter:
     self._first = None  # (time, step) when the first session started.
     self._last = None  # (time, step) of the last update.
     self._examples_per_sec = None
+    self._rate_from_start = False
+    self._last_is_start = False
     self._loss = None
     self._last_line = -math.inf
 
@@ -135,6 +137,7 @@ class ProgressReporter:
             file=self._stream, dynamic_ncols=True, mininterval=0,
             smoothing=_RATE_SMOOTHING, desc='Training')
     self._last = (now, step)
+    self._last_is_start = True
 
   def update(self, step: int, loss: Optional[float],
              final: bool = False) -> None:
@@ -145,10 +148,13 @@ class ProgressReporter:
     last_time, last_step = self._last
     if now > last_time and step > last_step:
       rate = (step - last_step) * self.batch_size / (now - last_time)
+      # The first interval holds the session's start-up: replace, not blend.
       self._examples_per_sec = (
-          rate if self._examples_per_sec is None else
-          _RATE_SMOOTHING * rate +
+          rate if self._examples_per_sec is None or self._rate_from_start
+          else _RATE_SMOOTHING * rate +
           (1 - _RATE_SMOOTHING) * self._examples_per_sec)
+      self._rate_from_start = self._last_is_start
+    self._last_is_start = False
     self._last = (now, step)
     if loss is not None:
       self._loss = loss
@@ -192,9 +198,11 @@ class ProgressReporter:
     return f'{rate} examples/s, loss {loss}'
 
   def _line(self, text: str, always_to_stream: bool = False) -> None:
+    """Logs `text`; shows it too unless it is a progress line under a bar."""
     logging.info('%s', text)
     if self._bar is not None:
-      self._bar.write(text, file=self._stream)
+      if always_to_stream:
+        self._bar.write(text, file=self._stream)
     elif self._explicit_stream is not None and (always_to_stream or
                                                 not self._terminal):
       print(text, file=self._explicit_stream, flush=True)
