@@ -82,6 +82,13 @@ def test_taxi_module_on_transformed_examples(taxi_artifacts, tmp_path):
   assert any(name.startswith('events.out.tfevents') for name in
              model_run_files)
   assert os.listdir(os.path.join(run.model_run.uri, 'eval_eval'))
+  # The training report, its curves embedded and as files.
+  with open(os.path.join(run.model_run.uri, 'training_report.html')) as f:
+    page = f.read()
+  assert page.count('src="data:image/png;base64,') >= 5
+  assert '<tr><th>train_args.num_steps</th><td>30</td></tr>' in page
+  assert {'loss.png', 'steps_per_sec.png', 'eval_auc.png'} <= set(
+      os.listdir(os.path.join(run.model_run.uri, 'training_report')))
 
 
 def test_raw_examples_without_transform(taxi_artifacts, tmp_path):

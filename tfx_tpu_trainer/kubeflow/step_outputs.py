@@ -304,7 +304,11 @@ def restore_previous_outputs(metadata_handle, execution_id: Optional[int],
   logging.info('Execution %d had already succeeded; its metrics (%s) and '
                'TensorBoard view (%s) are shown again.', execution_id,
                metrics_file, model_run_uri)
-  write_kfp_ui_outputs(metrics, model_run_uri, paths)
+  from tfx_tpu_trainer.publishing import report as report_lib  # pylint: disable=g-import-not-at-top
+  report_path = report_lib.report_path(model_run_uri)
+  write_kfp_ui_outputs(metrics, model_run_uri, paths,
+                       report_path=(report_path if fileio.exists(report_path)
+                                    else None))
   merge_ui_metadata(paths.ui_metadata_path, [{
       'storage': 'inline', 'type': 'markdown',
       'source': (f'Execution {execution_id} had already succeeded; this retry '
