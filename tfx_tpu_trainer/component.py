@@ -2,12 +2,14 @@
 
 import os
 
+from tfx import types
 from tfx.components.trainer import component as trainer_component
 from tfx.components.util import udf_utils
 from tfx.dsl.components.base import executor_spec
 
 from tfx_tpu_trainer import executor
 from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.kubeflow import v2_metrics
 
 
 class TPUTrainer(trainer_component.Trainer):
@@ -15,7 +17,9 @@ class TPUTrainer(trainer_component.Trainer):
 
   Takes exactly the Trainer's arguments (`examples`, `transform_graph`,
   `schema`, `base_model`, `hyperparameters`, `module_file`, `train_args`,
-  `eval_args`, `custom_config`) and has its outputs (`model`, `model_run`).
+  `eval_args`, `custom_config`) and has its outputs (`model`, `model_run`),
+  plus `metrics`: the final evaluation as a `system.Metrics` artifact, which
+  the KFP v2 and Vertex UIs show as the run's metrics (kubeflow/v2_metrics.py).
   The module defines `model_fn(features, labels, mode, params)` returning a
   `TPUEstimatorSpec`; `custom_config` keys are documented in
   `tfx_tpu_trainer.config`.
@@ -34,3 +38,7 @@ class TPUTrainer(trainer_component.Trainer):
           module_file)
     super().__init__(*args, module_file=module_file,
                      custom_config=custom_config, **kwargs)
+    # Trainer builds its own TrainerSpec; the compilers read node.outputs.
+    self.spec.outputs[v2_metrics.OUTPUT_KEY] = types.Channel(
+        type=v2_metrics.Metrics).as_output_channel(self,
+                                                   v2_metrics.OUTPUT_KEY)

@@ -24,6 +24,7 @@ from tfx_tpu_trainer.data import data_checks
 from tfx_tpu_trainer.data import input_fns
 from tfx_tpu_trainer.data import schemas as schemas_lib
 from tfx_tpu_trainer.kubeflow import step_outputs as kfp_outputs
+from tfx_tpu_trainer.kubeflow import v2_metrics
 from tfx_tpu_trainer.preflight import checks as preflight_checks
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
@@ -92,7 +93,8 @@ class Executor(trainer_executor.GenericExecutor):
     _publish(estimator, run.serving_input_receiver_fn, final_metrics, model,
              fn_args, resumable_dir,
              report_config=_report_config(config, fn_args, run),
-             timings={'training and evaluation': time.time() - train_start})
+             timings={'training and evaluation': time.time() - train_start},
+             metrics_output=_single_output(output_dict, v2_metrics.OUTPUT_KEY))
 
 
 def _check_before_training(fn_args: fn_args_utils.FnArgs,
@@ -134,7 +136,8 @@ def _train(fn_args: fn_args_utils.FnArgs, config: config_lib.TrainerConfig,
 
 
 def _publish(estimator, serving_input_receiver_fn, final_metrics, model,
-             fn_args, resumable_dir, report_config=None, timings=None) -> None:
+             fn_args, resumable_dir, report_config=None, timings=None,
+             metrics_output=None) -> None:
   """Fills model_run, exports the model last, then marks the checkpoints.
 
   The training report (report.py) is written into model_run before the
@@ -156,11 +159,18 @@ def _publish(estimator, serving_input_receiver_fn, final_metrics, model,
       staging_record=(os.path.join(resumable_dir, checkpoints.STAGING_RECORD)
                       if resumable_dir else None))
   metrics_lib.record_on_artifact(metrics, model)
+  v2_metrics.record_metrics(metrics, metrics_output)
   kfp_outputs.write_kfp_ui_outputs(metrics, fn_args.model_run_dir,
                                    report_path=report_path)
   logging.info('Final evaluation: %s (written to %s).', metrics, metrics_path)
   if resumable_dir:
     checkpoints.mark_exported(resumable_dir, model.uri)
+
+
+def _single_output(output_dict, key: str) -> Optional[types.Artifact]:
+  """The one artifact of an optional output (None when not declared)."""
+  artifacts = output_dict.get(key) or []
+  return artifacts[0] if len(artifacts) == 1 else None
 
 
 def _report_config(config: config_lib.TrainerConfig,
