@@ -219,8 +219,10 @@ class TrainerConfig:
     iterations = self.host_loop_iterations
     if (iterations > 1 and self.save_checkpoints_steps is not None and
         self.save_checkpoints_steps % iterations):
+      key = ('eval_every_steps' if self.eval_every_steps else
+             'save_checkpoints_steps')
       raise ConfigError(
-          f"custom_config['save_checkpoints_steps']="
+          f"custom_config['{key}']="
           f'{self.save_checkpoints_steps} is not a multiple of '
           f"custom_config['host_iterations_per_loop']={iterations}: "
           'checkpoints are written at the ends of host loops. Use a '
