@@ -59,13 +59,20 @@ def _train(tmp_path, reporter, clock, steps=20):
   return hook
 
 
-def test_hook_adds_no_fetch_before_the_interval_has_passed(tmp_path):
+def test_hook_fetches_only_the_first_and_the_last_run_within_the_interval(
+    tmp_path):
   stream = io.StringIO()
   reporter = progress.ProgressReporter(20, 4, stream=stream)
+  # The clock never moves: the interval never passes.
   hook = _train(tmp_path, reporter, clock=lambda: 0.0)
-  assert hook.fetching_runs == 0
-  # The final step comes from the hook's end(), outside the training runs.
-  assert 'Training: step 20/20 (100%)' in stream.getvalue()
+  # 20 runs of one step: the first, and the one foreseen to be the last
+  # (the step read with a run may be the step before it: a run of margin).
+  assert hook.fetching_runs in (2, 3)
+  lines = stream.getvalue().splitlines()
+  assert lines[0].startswith('Training: step ')
+  assert ', ? examples/s, loss ' in lines[0]
+  assert lines[-1].startswith('Training: step 20/20 (100%), ')
+  assert 'loss ?' not in lines[-1]
 
 
 def test_hook_fetches_step_and_loss_once_per_interval(tmp_path):
@@ -123,10 +130,13 @@ def test_eta_from_examples_per_second():
   reporter = progress.ProgressReporter(1000, 10, stream=io.StringIO(),
                                        clock=_Clock(1.0))
   reporter.start(0)
-  reporter.update(100, 0.5)  # 100 steps/s.
+  reporter.update(100, 0.5)  # From the session start: no rate yet.
   assert reporter.progress_line(100) == (
-      'Training: step 100/1000 (10%), 1,000 examples/s, loss 0.5, '
-      'ETA 0:00:09')
+      'Training: step 100/1000 (10%), ? examples/s, loss 0.5, ETA ?')
+  reporter.update(200, 0.25)  # 100 steps/s.
+  assert reporter.progress_line(200) == (
+      'Training: step 200/1000 (20%), 1,000 examples/s, loss 0.25, '
+      'ETA 0:00:08')
 
 
 def test_console_context_sends_progress_to_the_given_stream():

@@ -29,8 +29,6 @@ import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from absl import logging
-from matplotlib import figure as figure_lib
-from matplotlib.backends import backend_agg
 from tfx.dsl.io import fileio
 
 from tfx_tpu_trainer.publishing import training_events
@@ -156,6 +154,10 @@ def _eval_plots(evals: training_events.Scalars,
 def plot_png(title: str, series: Mapping[str, training_events.Series]
             ) -> bytes:
   """A line plot (value over step) of each series, as PNG bytes."""
+  # Imported here: matplotlib loads only when a report is drawn, and a
+  # failure to load it is a report failure (logged), not an executor one.
+  from matplotlib import figure as figure_lib  # pylint: disable=g-import-not-at-top
+  from matplotlib.backends import backend_agg  # pylint: disable=g-import-not-at-top
   fig = figure_lib.Figure(figsize=(6.4, 3.6), dpi=100)
   backend_agg.FigureCanvasAgg(fig)
   axes = fig.add_subplot(1, 1, 1)

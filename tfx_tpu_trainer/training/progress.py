@@ -10,9 +10,10 @@ time left, and one line per evaluation with its metrics:
     when one was given, as `tfx-tpu-trainer run` does).
 
 It adds no fetch to training steps: `ProgressHook.before_run` asks the
-session for the global step and the loss only when the interval has passed
-(one clock read per step otherwise), so almost every `session.run` is
-exactly what it would be without it. With `iterations_per_loop` (TPU) or
+session for the global step and the loss only when the interval has passed,
+on a session's first run and on the run it expects to be the last (one
+clock read per step otherwise), so almost every `session.run` is exactly
+what it would be without it. With `iterations_per_loop` (TPU) or
 `host_iterations_per_loop` > 1 a run is many steps: the hook sees the loop
 ends only, as every other hook does.
 
@@ -108,7 +109,6 @@ class ProgressReporter:
     self._first = None  # (time, step) when the first session started.
     self._last = None  # (time, step) of the last update.
     self._examples_per_sec = None
-    self._rate_from_start = False
     self._last_is_start = False
     self._loss = None
     self._last_line = -math.inf
@@ -146,14 +146,13 @@ class ProgressReporter:
     if self._last is None:
       self.start(step)
     last_time, last_step = self._last
-    if now > last_time and step > last_step:
+    # Not from the session's start: that interval holds its start-up.
+    if not self._last_is_start and now > last_time and step > last_step:
       rate = (step - last_step) * self.batch_size / (now - last_time)
-      # The first interval holds the session's start-up: replace, not blend.
       self._examples_per_sec = (
-          rate if self._examples_per_sec is None or self._rate_from_start
-          else _RATE_SMOOTHING * rate +
+          rate if self._examples_per_sec is None else
+          _RATE_SMOOTHING * rate +
           (1 - _RATE_SMOOTHING) * self._examples_per_sec)
-      self._rate_from_start = self._last_is_start
     self._last_is_start = False
     self._last = (now, step)
     if loss is not None:
@@ -209,13 +208,21 @@ class ProgressReporter:
 
 
 class ProgressHook(tf.compat.v1.train.SessionRunHook):
-  """Fetches the global step and the loss every `interval_secs`, no oftener."""
+  """Fetches the global step and the loss every `interval_secs`, no oftener.
+
+  Besides: on the first run of a session (the loss from the start) and on
+  the run expected to be the last (the final loss), which it foresees from
+  the steps the runs between two fetches took. Other runs fetch nothing.
+  """
 
   def __init__(self, reporter: ProgressReporter, clock=time.monotonic):
     self._reporter = reporter
     self._clock = clock
     self._next_fetch = 0.0
     self._fetches = None
+    self._step = None  # The step at the last fetch.
+    self._runs = 0  # Runs since the last fetch.
+    self._steps_per_run = 1.0
 
   def begin(self):
     global_step = tf.compat.v1.train.get_global_step()
@@ -226,12 +233,19 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
 
   def after_create_session(self, session, coord):
     del coord
-    self._reporter.start(int(session.run(self._fetches['step'])))
-    self._next_fetch = self._clock() + self._reporter.interval_secs
+    self._step = int(session.run(self._fetches['step']))
+    self._runs = 0
+    self._reporter.start(self._step)
+    self._next_fetch = 0.0  # The first run fetches.
 
   def before_run(self, run_context):
     del run_context
-    if self._clock() < self._next_fetch:
+    self._runs += 1
+    # The step fetched with a run may be read before the run's steps (as
+    # StopAtStepHook notes): a run of margin, so the last run is not missed.
+    if (self._clock() < self._next_fetch and
+        self._step + (self._runs + 1) * self._steps_per_run <
+        self._reporter.train_steps):
       return None
     return tf.compat.v1.train.SessionRunArgs(self._fetches)
 
@@ -240,8 +254,12 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
     results = run_values.results
     if results is None:
       return
+    step = int(results['step'])
+    if step > self._step:
+      self._steps_per_run = (step - self._step) / self._runs
+    self._step, self._runs = step, 0
     self._next_fetch = self._clock() + self._reporter.interval_secs
-    self._reporter.update(int(results['step']), _float(results.get('loss')))
+    self._reporter.update(step, _float(results.get('loss')))
 
   def end(self, session):
     # The step only: running the loss again would compute another batch (in
