@@ -92,6 +92,7 @@ def test_terminal_bar_prints_evaluations_above_it():
   reporter = progress.ProgressReporter(100, 32, stream=stream,
                                        clock=_Clock(0.5))
   reporter.start(0)
+  reporter.update(25, 0.5)
   reporter.update(50, 0.25)
   reporter.evaluation({'global_step': 50, 'accuracy': np.float32(0.75),
                        'auc': 0.8125})
@@ -100,9 +101,13 @@ def test_terminal_bar_prints_evaluations_above_it():
   output = stream.getvalue()
   assert 'Evaluation at step 50: accuracy=0.75, auc=0.8125\n' in output
   assert '50/100' in output and '100/100' in output
-  assert 'loss 0.125' in output
-  # 50 steps of 32 examples in 0.5 s (one clock read per update).
-  assert '3,200 examples/s' in output
+  # 25 steps of 32 examples in 0.5 s (one clock read per update); the final
+  # update (after the last evaluation) does not change the rate.
+  final_bar = output.split('\r')[-1]
+  assert '100/100' in final_bar
+  assert final_bar.endswith('1,600 examples/s, loss 0.125]\n')
+  # Progress lines stay in the log under a bar: only evaluations print.
+  assert 'Training: step' not in output
 
 
 def test_plain_lines_when_not_a_terminal():

@@ -146,8 +146,10 @@ class ProgressReporter:
     if self._last is None:
       self.start(step)
     last_time, last_step = self._last
-    # Not from the session's start: that interval holds its start-up.
-    if not self._last_is_start and now > last_time and step > last_step:
+    # Not from the session's start (its start-up), nor to its end (which
+    # follows the final checkpoint's evaluation).
+    if (not self._last_is_start and not final and now > last_time and
+        step > last_step):
       rate = (step - last_step) * self.batch_size / (now - last_time)
       self._examples_per_sec = (
           rate if self._examples_per_sec is None else
