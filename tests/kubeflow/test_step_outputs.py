@@ -109,14 +109,15 @@ def test_a_large_training_report_is_named_by_its_path(paths, tmp_path,
       'type': 'web-app', 'source': str(report)}
 
 
-def test_a_missing_training_report_is_left_out(paths, tmp_path, caplog):
+def test_a_missing_training_report_is_left_out(paths, tmp_path,
+                                               absl_warnings):
   missing = str(tmp_path / 'no_report.html')
   kfp_outputs.write_kfp_ui_outputs({'auc': 0.5}, 'gs://b/run', paths=paths,
                                    report_path=missing)
   assert _read(paths.ui_metadata_path) == {
       'outputs': [{'type': 'tensorboard', 'source': 'gs://b/run'}]}
   assert (f'The training report {missing} is not shown in the KFP UI'
-          in caplog.text)
+          in absl_warnings.text)
   assert _read(paths.metrics_path)['metrics'][0]['name'] == 'auc'
 
 
