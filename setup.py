@@ -2,7 +2,7 @@
 
 import setuptools
 
-# Each pin has its reason in ../shared/DESIGN.md ("The stack").
+# Each pin has its reason in docs/architecture.md ("The stack").
 INSTALL_REQUIRES = [
     'tfx[kfp]==1.15.1',
     'tensorflow==2.15.1',
