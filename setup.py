@@ -10,6 +10,9 @@ INSTALL_REQUIRES = [
     'tensorflow-transform==1.15.0',
     'apache-beam[gcp]==2.59.0',
     'kfp==1.8.22',
+    # The training progress bar and the training report's plots.
+    'tqdm',
+    'matplotlib',
 ]
 
 setuptools.setup(

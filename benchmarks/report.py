@@ -20,6 +20,9 @@ TPU_KERAS = 'tpu_keras'      # TPUTrainer, components/taxi_keras_module.py
 LIMIT = 'compute_limit'      # the Keras model's step in a tf.function loop
 INPUT = 'input'              # read + parse + batch, no model
 TRAINER_INPUT = 'trainer_input'  # TPUTrainer's input chain, no model
+# TPUTrainer (model_fn module) with custom_config show_progress=false: the
+# progress-off row beside TPU (progress on, its default), at batch 40.
+TPU_NO_PROGRESS = 'tpu_no_progress'
 STOCK_40 = f'{STOCK}@40'
 TPU_40 = f'{TPU}@40'
 INPUT_40 = f'{INPUT}@40'

@@ -104,6 +104,11 @@ _TPU_TRAINER_CONFIG = flags.DEFINE_string(
     'tpu_trainer_config', json.dumps(TPU_TRAINER_CONFIG), 'JSON dict merged '
     'into the TPUTrainer custom_config (e.g. \'{"host_iterations_per_loop": '
     '1}\' for the one-step-per-run estimator loop).')
+_PROGRESS_ROW = flags.DEFINE_boolean(
+    'progress_row', True, 'Also measure TPUTrainer (model_fn module, batch '
+    '40) with the training progress off (custom_config show_progress=false) '
+    'beside its default run with progress on: the tpu_no_progress@40 row and '
+    'the tpu_trainer@40/tpu_no_progress@40 ratio.')
 _TIMEOUT = flags.DEFINE_float(
     'timeout', None, 'Seconds before a subprocess is killed (default: '
     'never; a loaded machine is slow, not broken).')
@@ -116,19 +121,35 @@ def _setting(flag: flags.FlagHolder, key: str) -> Any:
   return flag.value
 
 
-def _measurements(large_batch: int) -> List[Tuple[str, int]]:
+def _measurements(large_batch: int,
+                  progress_row: bool = False) -> List[Tuple[str, int]]:
   """(measurement kind, batch) in the order one repeat takes them."""
   result = []
   for batch in (40, large_batch):
     result.extend((kind, batch) for kind in (
         report.STOCK, report.KERAS_FIT, report.KERAS_FIT_SPE, report.TPU,
         report.TPU_KERAS, report.LIMIT, report.INPUT))
+    if progress_row and batch == 40:
+      result.insert(result.index((report.TPU, 40)) + 1,
+                    (report.TPU_NO_PROGRESS, 40))
   return result + [(report.TRAINER_INPUT, large_batch)]
+
+
+def _is_trainer(kind: str) -> bool:
+  return kind in report.TRAINERS or kind == report.TPU_NO_PROGRESS
+
+
+def _progress_off(tpu_trainer_config: str) -> str:
+  """The TPUTrainer config with the progress off."""
+  return json.dumps(dict(json.loads(tpu_trainer_config), show_progress=False))
 
 
 def _measure_args(kind: str, steps_per_execution: int,
                   tpu_trainer_config: str) -> List[str]:
   """benchmarks.measure's --kind and the flags of one measurement kind."""
+  if kind == report.TPU_NO_PROGRESS:
+    return ['--kind=tpu_trainer', '--module=tpu',
+            f'--tpu_trainer_config={_progress_off(tpu_trainer_config)}']
   if kind in (report.TPU, report.TPU_KERAS):
     return ['--kind=tpu_trainer',
             f'--module={"keras" if kind == report.TPU_KERAS else "tpu"}',
@@ -231,7 +252,8 @@ def _measure(work_dir: str, kind: str, batch_size: int, repeat: int,
 def long_steps(kind: str, batch_size: int,
                step_counts: Dict[str, int]) -> int:
   """The long-run step count of a measurement (see the step flags)."""
-  fast = kind in report.TPU_TRAINERS or kind == report.LIMIT
+  fast = kind in report.TPU_TRAINERS + (report.LIMIT,
+                                        report.TPU_NO_PROGRESS)
   large = batch_size != 40
   return step_counts[('fast_' if fast else '') +
                      ('large_batch_steps' if large else 'steps')]
@@ -250,7 +272,7 @@ def _measure_kind(work_dir: str, kind: str, batch_size: int, repeat: int,
   """
   args = _measure_args(kind, steps_per_execution, tpu_trainer_config)
   steps = long_steps(kind, batch_size, step_counts)
-  if kind not in report.TRAINERS:
+  if not _is_trainer(kind):
     if kind == report.LIMIT:
       args.append(f'--short_steps={short_steps}')
     return _measure(work_dir, kind, batch_size, repeat, steps, eval_steps,
@@ -283,6 +305,9 @@ def _ratio_pairs(large_batch: int) -> List[Tuple[str, str]]:
     pairs.append((at(report.KERAS_FIT_SPE), at(report.STOCK)))
   pairs.append((report.name(report.TRAINER_INPUT, large_batch),
                 report.name(report.INPUT, large_batch)))
+  # Progress on (the default) over progress off: 1.0 is no cost.
+  pairs.append((report.name(report.TPU, 40),
+                report.name(report.TPU_NO_PROGRESS, 40)))
   return pairs
 
 
@@ -291,7 +316,8 @@ def run(repeats: int, step_counts: Dict[str, int], eval_steps: int,
         tpu_trainer_config: str = json.dumps(TPU_TRAINER_CONFIG),
         short_steps: int = 300,
         steps_per_execution: int = 100,
-        only: Optional[List[str]] = None) -> Dict[str, Any]:
+        only: Optional[List[str]] = None,
+        progress_row: bool = False) -> Dict[str, Any]:
   """Prepares the data and takes every measurement `repeats` times.
 
   The measurements of one repeat run back to back, and repeats follow each
@@ -310,6 +336,7 @@ def run(repeats: int, step_counts: Dict[str, int], eval_steps: int,
     short_steps: training steps of the short trainer runs.
     steps_per_execution: the tuned native-Keras Trainer's setting.
     only: measure only these kinds (None: all).
+    progress_row: also measure TPUTrainer at batch 40 with progress off.
 
   Returns:
     The whole result: settings, machine, data, runs, summary, ratios,
@@ -319,7 +346,8 @@ def run(repeats: int, step_counts: Dict[str, int], eval_steps: int,
   machine = _machine()
   git_state = _git_state()
   data = _prepare_data(work_dir, rows, timeout)
-  measurements = [(kind, batch) for kind, batch in _measurements(large_batch)
+  measurements = [(kind, batch) for kind, batch in
+                  _measurements(large_batch, progress_row)
                   if not only or kind in only]
   runs: Dict[str, List[Dict[str, Any]]] = {
       report.name(kind, batch): [] for kind, batch in measurements
@@ -460,7 +488,8 @@ def main(argv: List[str]) -> None:
   try:
     results = run(repeats, step_counts, eval_steps, _LARGE_BATCH.value, rows,
                   work_dir, _TIMEOUT.value, _TPU_TRAINER_CONFIG.value,
-                  short_steps, _STEPS_PER_EXECUTION.value, _ONLY.value)
+                  short_steps, _STEPS_PER_EXECUTION.value, _ONLY.value,
+                  _PROGRESS_ROW.value)
   except BaseException:
     print(f'The work dir {work_dir} is kept (logs under logs/ and runs/).')
     raise

@@ -54,6 +54,7 @@ from tfx_tpu_trainer import TPUTrainer
 from tfx_tpu_trainer.kubeflow import kfp_v2_protos
 from tfx_tpu_trainer.kubeflow import options as kubeflow_options
 from tfx_tpu_trainer.kubeflow import scheduling as kubeflow
+from tfx_tpu_trainer.kubeflow import v2_metrics
 
 RUNNERS = kubeflow_options.RUNNERS
 DEFAULT_IMAGE = kubeflow_options.DEFAULT_IMAGE
@@ -367,6 +368,14 @@ def _compile_v2(options: CompileOptions, pod: kubeflow.TrainerPod,
   with open(os.path.join(staging, runner_output)) as f:
     job = json.load(f)
   executor = trainer_executor_label(job['pipelineSpec'], trainer.id)
+  # The trainer's system.Metrics output needs the `system` module at start.
+  trainer_container = _container(job['pipelineSpec'], executor)
+  command = v2_metrics.trainer_step_command(trainer_container['command'])
+  if command is None:
+    raise ValueError(f'The v2 trainer step runs {trainer_container["command"]}'
+                     f', not TFX\'s {v2_metrics.KFP_V2_ENTRYPOINT}; its '
+                     'system.Metrics output could not be read back.')
+  trainer_container['command'] = command
   for container in _containers(job['pipelineSpec']):
     container['env'] = [{'name': k, 'value': v} for k, v in STEP_ENV.items()]
 

@@ -21,6 +21,7 @@ from tfx.types import artifact_utils
 from pipelines import taxi_pipeline
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
+from tfx_tpu_trainer.publishing import report as report_lib
 
 # No Beam arguments: the DirectRunner's defaults are in-memory, one worker.
 # Any Beam argument makes TFX package itself as a `tfx_ephemeral` sdist per
@@ -67,6 +68,7 @@ class RunSummary:
   model_path: str
   tensorboard_dir: str
   seconds: float
+  report_path: Optional[str] = None
 
 
 class ComponentProgress:
@@ -228,7 +230,12 @@ def _summarize(connection_config, run_id: str, seconds: float) -> RunSummary:
                              if pushed_path else []),
       model_path=model.uri,
       tensorboard_dir=model_run.uri,
-      seconds=seconds)
+      seconds=seconds,
+      report_path=_existing(report_lib.report_path(model_run.uri)))
+
+
+def _existing(path: str) -> Optional[str]:
+  return path if os.path.isfile(path) else None
 
 
 def _evaluator_metrics(evaluation_uri: str) -> Dict[str, float]:

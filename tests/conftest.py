@@ -1,6 +1,7 @@
 """Shared fixtures: a small slice of the taxi data through real TFX components."""
 
 import csv
+import logging as python_logging
 import os
 import sys
 from typing import Optional
@@ -59,3 +60,19 @@ def taxi_artifacts(tmp_path_factory, taxi_data_dir):
   logging.set_verbosity(logging.WARNING)
   root = str(tmp_path_factory.mktemp('taxi_pipeline'))
   return pipeline_outputs.run_data_components(root, taxi_data_dir)
+
+
+@pytest.fixture
+def absl_warnings(caplog):
+  """caplog that sees absl's WARNING records whatever earlier tests set.
+
+  Some tests leave the absl logger not propagating, or at a higher level;
+  this attaches caplog's handler to it directly.
+  """
+  absl_logger = python_logging.getLogger('absl')
+  absl_logger.addHandler(caplog.handler)
+  try:
+    with caplog.at_level(python_logging.WARNING, logger='absl'):
+      yield caplog
+  finally:
+    absl_logger.removeHandler(caplog.handler)

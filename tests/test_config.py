@@ -20,6 +20,20 @@ def test_defaults():
   assert config.export_saved_model_api_version == 1
   assert config.input_cache == 'auto'
   assert config.params == {}
+  assert config.show_progress is True
+  assert config.eval_every_steps is None
+
+
+@pytest.mark.parametrize('custom_config,save_checkpoints_steps', [
+    ({'eval_every_steps': 200}, 200),
+    ({'eval_every_steps': 200, 'save_checkpoints_steps': 200}, 200),
+    ({'save_checkpoints_steps': 300}, 300),
+])
+def test_eval_every_steps_sets_the_checkpoint_steps(custom_config,
+                                                    save_checkpoints_steps):
+  config = from_custom_config(custom_config, environ={})
+  assert config.save_checkpoints_steps == save_checkpoints_steps
+  assert config.eval_every_steps == custom_config.get('eval_every_steps')
 
 
 def test_use_tpu_is_automatic_from_tpu_name_or_environment():
@@ -58,6 +72,16 @@ def test_tpu_spec_accepts_dict_and_name():
      "custom_config['train_batch_size']=60 does not divide by num_shards=8"),
     ({'use_tpu': True, 'num_shards': 8, 'predict_batch_size': 4},
      "custom_config['predict_batch_size']=4 does not divide by num_shards=8"),
+    ({'eval_every_steps': 0},
+     "custom_config['eval_every_steps'] must be a positive integer, got 0"),
+    ({'eval_every_steps': 100, 'save_checkpoints_steps': 50},
+     "custom_config['eval_every_steps']=100 and ['save_checkpoints_steps']=50 "
+     'differ: an evaluation reads a checkpoint'),
+    ({'eval_every_steps': 150, 'host_iterations_per_loop': 100},
+     "custom_config['eval_every_steps']=150 is not a multiple of "
+     "custom_config['host_iterations_per_loop']=100"),
+    ({'show_progress': 'no'},
+     "custom_config['show_progress'] must be true or false, got 'no'"),
 ])
 def test_invalid_config_names_the_key(custom_config, message):
   with pytest.raises(ConfigError) as error:

@@ -82,6 +82,18 @@ def test_taxi_module_on_transformed_examples(taxi_artifacts, tmp_path):
   assert any(name.startswith('events.out.tfevents') for name in
              model_run_files)
   assert os.listdir(os.path.join(run.model_run.uri, 'eval_eval'))
+  # The training report, its curves embedded and as files.
+  with open(os.path.join(run.model_run.uri, 'training_report.html')) as f:
+    page = f.read()
+  assert '<tr><th>train_args.num_steps</th><td>30</td></tr>' in page
+  # Loss and each eval metric; the estimator writes global_step/sec every
+  # 100 steps, so a 30-step run has none, and the report says so.
+  assert page.count('src="data:image/png;base64,') == 4
+  assert ('No training &quot;global_step/sec&quot; values in the event '
+          'files') in page
+  assert sorted(os.listdir(os.path.join(run.model_run.uri,
+                                        'training_report'))) == [
+      'eval_accuracy.png', 'eval_auc.png', 'eval_loss.png', 'loss.png']
 
 
 def test_raw_examples_without_transform(taxi_artifacts, tmp_path):

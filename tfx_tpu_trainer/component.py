@@ -2,6 +2,7 @@
 
 import os
 
+from tfx import types
 from tfx.components.trainer import component as trainer_component
 from tfx.dsl.components.base import executor_spec
 from tfx.types import component_spec
@@ -9,10 +10,11 @@ from tfx.types import standard_component_specs
 
 from tfx_tpu_trainer import executor
 from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.kubeflow import v2_metrics
 
 
 class TPUTrainerSpec(standard_component_specs.TrainerSpec):
-  """The Trainer's spec plus the name of the user's module file.
+  """The Trainer's spec plus the user's module file and a metrics output.
 
   `user_module_file` (`user_module.USER_MODULE_FILE_KEY`): the `module_file`
   as the user gave it, made absolute. TFX packages a module_file as a wheel
@@ -25,6 +27,11 @@ class TPUTrainerSpec(standard_component_specs.TrainerSpec):
       user_module.USER_MODULE_FILE_KEY:
           component_spec.ExecutionParameter(type=str, optional=True),
   }
+  OUTPUTS = {
+      **standard_component_specs.TrainerSpec.OUTPUTS,
+      v2_metrics.OUTPUT_KEY: component_spec.ChannelParameter(
+          type=v2_metrics.Metrics),
+  }
 
 
 class TPUTrainer(trainer_component.Trainer):
@@ -32,7 +39,9 @@ class TPUTrainer(trainer_component.Trainer):
 
   Takes exactly the Trainer's arguments (`examples`, `transform_graph`,
   `schema`, `base_model`, `hyperparameters`, `module_file`, `train_args`,
-  `eval_args`, `custom_config`) and has its outputs (`model`, `model_run`).
+  `eval_args`, `custom_config`) and has its outputs (`model`, `model_run`),
+  plus `metrics`: the final evaluation as a `system.Metrics` artifact, which
+  the KFP v2 and Vertex UIs show as the run's metrics (kubeflow/v2_metrics.py).
   The module defines `model_fn(features, labels, mode, params)` returning a
   `TPUEstimatorSpec`; `custom_config` keys are documented in
   `tfx_tpu_trainer.config`. Its spec is `TPUTrainerSpec`: the Trainer's exec
@@ -46,11 +55,14 @@ class TPUTrainer(trainer_component.Trainer):
     super().__init__(*args, module_file=module_file, **kwargs)
     # TFX's Trainer.__init__ builds a TrainerSpec; the same values, with the
     # user's module file named, make this component's TPUTrainerSpec.
+    # It also declares the `metrics` output (system.Metrics, KFP v2 UIs).
     self.spec = TPUTrainerSpec(
         **self.spec.inputs, **self.spec.outputs, **self.spec.exec_properties,
         **{user_module.USER_MODULE_FILE_KEY: (
             os.path.abspath(module_file) if isinstance(module_file, str)
-            else None)})
+            else None),
+           v2_metrics.OUTPUT_KEY: types.Channel(type=v2_metrics.Metrics)})
+    self.spec.migrate_output_channels(self)
 
   def _validate_spec(self, spec):
     """Accepts the Trainer's own spec, which `__init__` then extends."""

@@ -95,6 +95,20 @@ def _optional_non_negative_int(key: str, value: Any) -> Optional[int]:
   return value
 
 
+def _save_checkpoints_steps(every: Optional[int],
+                            steps: Optional[int]) -> Optional[int]:
+  """save_checkpoints_steps, which eval_every_steps sets (evals need one)."""
+  if every is None:
+    return steps
+  if steps is not None and steps != every:
+    raise ConfigError(
+        f"custom_config['eval_every_steps']={every} and "
+        f"['save_checkpoints_steps']={steps} differ: an evaluation reads a "
+        'checkpoint, so eval_every_steps sets save_checkpoints_steps. Drop '
+        'save_checkpoints_steps, or give both the same value.')
+  return every
+
+
 def _checkpoint_dir(value: Any) -> Optional[str]:
   value = _optional_str('checkpoint_dir', value)
   if value is not None and not (is_uri(value) or os.path.isabs(value)):
@@ -267,6 +281,19 @@ class TrainerConfig:
       'train_and_evaluate', check=lambda k, v: _choice(k, v, EVAL_STRATEGIES),
       help='`alternate`: `train(max_steps)` / `evaluate(steps)` in turns, a '
       'cycle per `save_checkpoints_steps`')
+  eval_every_steps: Optional[int] = _key(
+      None, check=_optional_positive_int, shown_default='none',
+      help='evaluate every N training steps (evaluation reads checkpoints, so '
+      'this sets `save_checkpoints_steps` to N, and a different '
+      '`save_checkpoints_steps` is an error; `train_and_evaluate` then '
+      'evaluates every checkpoint, with no time throttle)')
+  show_progress: bool = _key(
+      True, check=_bool,
+      help='live progress (training/progress.py): a tqdm bar on a terminal, a '
+      'plain log line every 15 s elsewhere, a line per evaluation; it fetches '
+      'the step and loss at most every 0.5 s (terminal) or 15 s, and on a '
+      "session's first and last run, never on other steps (see "
+      'docs/performance.md)')
   save_checkpoints_steps: Optional[int] = _key(
       None, check=_optional_positive_int, shown_default='estimator default',
       help='checkpoint frequency in steps')
@@ -351,6 +378,8 @@ class TrainerConfig:
     values['tpu'] = tpu
     if values.get('use_tpu') is None:
       values['use_tpu'] = tpu is not None
+    values['save_checkpoints_steps'] = _save_checkpoints_steps(
+        values.get('eval_every_steps'), values.get('save_checkpoints_steps'))
     config = cls(**values)
     config.check_shard_divisibility()
     config.check_host_loop()
@@ -366,8 +395,10 @@ class TrainerConfig:
     iterations = self.host_loop_iterations
     if (iterations > 1 and self.save_checkpoints_steps is not None and
         self.save_checkpoints_steps % iterations):
+      key = ('eval_every_steps' if self.eval_every_steps else
+             'save_checkpoints_steps')
       raise ConfigError(
-          f"custom_config['save_checkpoints_steps']="
+          f"custom_config['{key}']="
           f'{self.save_checkpoints_steps} is not a multiple of '
           f"custom_config['host_iterations_per_loop']={iterations}: "
           'checkpoints are written at the ends of host loops. Use a '

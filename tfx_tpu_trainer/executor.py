@@ -1,7 +1,9 @@
 """The TPUTrainer executor: trains a TPUEstimator from a user module."""
 
 import contextlib
+import dataclasses
 import os
+import time
 from typing import Any, Dict, List, Optional
 
 from absl import logging
@@ -22,10 +24,12 @@ from tfx_tpu_trainer.data import data_checks
 from tfx_tpu_trainer.data import input_fns
 from tfx_tpu_trainer.data import schemas as schemas_lib
 from tfx_tpu_trainer.kubeflow import step_outputs as kfp_outputs
+from tfx_tpu_trainer.kubeflow import v2_metrics
 from tfx_tpu_trainer.preflight import checks as preflight_checks
 from tfx_tpu_trainer.preflight import cpu_graphs
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
+from tfx_tpu_trainer.publishing import report as report_lib
 from tfx_tpu_trainer.training import checkpoints
 from tfx_tpu_trainer.training import cluster
 from tfx_tpu_trainer.training import estimator_builder
@@ -80,15 +84,19 @@ class Executor(trainer_executor.GenericExecutor):
         output_dict[standard_component_specs.MODEL_KEY])
     resumable_dir = checkpoints.resumable_model_dir(self._context, model.uri,
                                                     config.checkpoint_dir)
+    train_start = time.time()
     estimator, final_metrics = _train(fn_args, config, run, train_input_fn,
                                       eval_input_fn,
                                       resumable_dir or fn_args.model_run_dir)
     if not is_chief():
       logging.info('Not the chief: export and metrics are left to the chief.')
       return
-    # Publish: metrics, then the model (the commit point), then MLMD.
+    # Publish: metrics and report, then the model (the commit point), MLMD.
     _publish(estimator, run.serving_input_receiver_fn, final_metrics, model,
-             fn_args, resumable_dir)
+             fn_args, resumable_dir,
+             report_config=_report_config(config, fn_args, run),
+             timings={'training and evaluation': time.time() - train_start},
+             metrics_output=_single_output(output_dict, v2_metrics.OUTPUT_KEY))
 
 
 def _check_before_training(fn_args: fn_args_utils.FnArgs,
@@ -130,8 +138,12 @@ def _train(fn_args: fn_args_utils.FnArgs, config: config_lib.TrainerConfig,
 
 
 def _publish(estimator, serving_input_receiver_fn, final_metrics, model,
-             fn_args, resumable_dir) -> None:
+             fn_args, resumable_dir, report_config=None, timings=None,
+             metrics_output=None) -> None:
   """Fills model_run, exports the model last, then marks the checkpoints.
+
+  The training report (report.py) is written into model_run before the
+  export; a failure to write it is logged, never raised.
 
   The checkpoints stay until a later pipeline run (checkpoints.py): the
   orchestrator has yet to publish this execution, and a retry of this run
@@ -141,15 +153,41 @@ def _publish(estimator, serving_input_receiver_fn, final_metrics, model,
     checkpoints.copy_into_model_run(resumable_dir, fn_args.model_run_dir)
   metrics = metrics_lib.to_python(final_metrics or {})
   metrics_path = metrics_lib.write_metrics_json(metrics, fn_args.model_run_dir)
+  report_path = report_lib.write_report_safely(
+      fn_args.model_run_dir, final_metrics=metrics, config=report_config,
+      timings=timings)
   export.export_serving_model(
       estimator, serving_input_receiver_fn, fn_args.serving_model_dir,
       staging_record=(os.path.join(resumable_dir, checkpoints.STAGING_RECORD)
                       if resumable_dir else None))
   metrics_lib.record_on_artifact(metrics, model)
-  kfp_outputs.write_kfp_ui_outputs(metrics, fn_args.model_run_dir)
+  v2_metrics.record_metrics(metrics, metrics_output)
+  kfp_outputs.write_kfp_ui_outputs(metrics, fn_args.model_run_dir,
+                                   report_path=report_path)
   logging.info('Final evaluation: %s (written to %s).', metrics, metrics_path)
   if resumable_dir:
     checkpoints.mark_exported(resumable_dir, model.uri)
+
+
+def _single_output(output_dict, key: str) -> Optional[types.Artifact]:
+  """The one artifact of an optional output (None when not declared)."""
+  artifacts = output_dict.get(key) or []
+  return artifacts[0] if len(artifacts) == 1 else None
+
+
+def _report_config(config: config_lib.TrainerConfig,
+                   fn_args: fn_args_utils.FnArgs,
+                   run: prepare.PreparedRun) -> Dict[str, Any]:
+  """The settings the training report lists."""
+  settings = {f'custom_config.{name}': value
+              for name, value in dataclasses.asdict(config).items()}
+  settings.update({
+      'train_args.num_steps': fn_args.train_steps,
+      'eval_args.num_steps': fn_args.eval_steps,
+      'module_file': run.module.module_file,
+      'label_key': run.label_key,
+  })
+  return settings
 
 
 def _check_splits(input_dict, exec_properties) -> None:

@@ -18,3 +18,14 @@ def positive_int(text: str) -> int:
   if value <= 0:
     raise argparse.ArgumentTypeError(f'must be a positive integer, got {value}')
   return value
+
+
+def non_negative_int(text: str) -> int:
+  """argparse type: an integer >= 0."""
+  try:
+    value = int(text)
+  except ValueError:
+    raise argparse.ArgumentTypeError(f'{text!r} is not an integer') from None
+  if value < 0:
+    raise argparse.ArgumentTypeError(f'must be an integer >= 0, got {value}')
+  return value

@@ -2,6 +2,7 @@
 
 import contextlib
 import glob
+import math
 import os
 import shlex
 import sys
@@ -14,6 +15,10 @@ from pipelines import paths
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer_cli import common
 from tfx_tpu_trainer_cli import module_checks
+
+# Without --eval-every-steps, training evaluates this many times (and the
+# training report's evaluation curves have this many points).
+DEFAULT_EVALUATIONS = 5
 
 
 def add_parser(subparsers) -> None:
@@ -36,6 +41,15 @@ def add_parser(subparsers) -> None:
                       help='Pipeline name (default: taxi_tpu).')
   parser.add_argument('--train-steps', type=common.positive_int, default=1000)
   parser.add_argument('--eval-steps', type=common.positive_int, default=50)
+  parser.add_argument(
+      '--eval-every-steps', type=common.non_negative_int, default=None,
+      help='Evaluate every N training steps (the eval curves of the '
+      f'training report); 0: only at the end (default: {DEFAULT_EVALUATIONS} '
+      'evaluations, every ceil(train-steps / '
+      f'{DEFAULT_EVALUATIONS}) steps).')
+  parser.add_argument('--no-progress', dest='show_progress',
+                      action='store_false',
+                      help='Do not show the training progress bar/lines.')
   parser.add_argument('--train-batch-size', type=common.positive_int, default=64)
   parser.add_argument('--eval-batch-size', type=common.positive_int, default=64)
   parser.add_argument('--module-file', default=None,
@@ -76,7 +90,11 @@ def _run_custom_config(args) -> dict:
   custom_config = {
       'train_batch_size': args.train_batch_size,
       'eval_batch_size': args.eval_batch_size,
+      'show_progress': args.show_progress,
   }
+  eval_every_steps = _eval_every_steps(args)
+  if eval_every_steps:
+    custom_config['eval_every_steps'] = eval_every_steps
   if args.use_tpu is not None:
     custom_config['use_tpu'] = args.use_tpu
   if args.label_key is not None:
@@ -92,6 +110,18 @@ def _run_custom_config(args) -> dict:
   if args.use_tpu and not (args.tpu_name or os.environ.get('TPU_NAME')):
     raise common.UsageError('--use-tpu needs --tpu-name (or TPU_NAME set).')
   return custom_config
+
+
+def _eval_every_steps(args) -> Optional[int]:
+  """--eval-every-steps, or DEFAULT_EVALUATIONS spread over training."""
+  if args.eval_every_steps is None:
+    return math.ceil(args.train_steps / DEFAULT_EVALUATIONS)
+  if args.eval_every_steps > args.train_steps:
+    raise common.UsageError(
+        f'--eval-every-steps {args.eval_every_steps} is more than '
+        f'--train-steps {args.train_steps}: training would evaluate only at '
+        'the end. Use at most --train-steps, or 0 to evaluate only at the end.')
+  return args.eval_every_steps or None
 
 
 def _validate_run_args(args) -> dict:
@@ -169,11 +199,13 @@ def _run(args) -> int:
     try:
       # TFX and TensorFlow load here, after the arguments are checked.
       from pipelines import local_runner  # pylint: disable=g-import-not-at-top
+      from tfx_tpu_trainer.training import progress  # pylint: disable=g-import-not-at-top
       if not args.verbose:
         _quiet_tensorflow()
-      summary = local_runner.run(
-          local_runner.local_options(output_root, **options),
-          printer=lambda line, **_: print(line, file=console, flush=True))
+      with progress.console(console):
+        summary = local_runner.run(
+            local_runner.local_options(output_root, **options),
+            printer=lambda line, **_: print(line, file=console, flush=True))
     except Exception as e:  # pylint: disable=broad-except
       traceback.print_exc()
       print(f'\nThe pipeline failed: {type(e).__name__}: {e}\n'
@@ -233,6 +265,7 @@ def _print_summary(summary) -> None:
   print(f'  Trained model:          {summary.model_path}')
   print(f'  TensorBoard logs:       tensorboard --logdir '
         f'{shlex.quote(summary.tensorboard_dir)}')
+  print(f'  Training report:        {summary.report_path or "none (see the log)"}')
 
 
 # Modules that each define `add_parser(subparsers)` for one more subcommand;

@@ -26,6 +26,10 @@ def _exit_code(argv):
     (['--use-tpu'], '--use-tpu needs --tpu-name'),
     (['--tpu-zone', 'us-central1-b'], '--tpu-zone and --tpu-project need --tpu-name'),
     (['--min-accuracy', '1.5'], '--min-accuracy must lie in [0, 1]'),
+    (['--eval-every-steps', '-1'],
+     'argument --eval-every-steps: must be an integer >= 0, got -1'),
+    (['--train-steps', '10', '--eval-every-steps', '20'],
+     '--eval-every-steps 20 is more than --train-steps 10'),
 ])
 def test_bad_arguments_exit_non_zero_and_write_nothing(tmp_path, capsys,
                                                        monkeypatch, argv,
@@ -131,3 +135,33 @@ def test_tensorboard_command_quotes_the_path(capsys):
       seconds=1.0))
   assert ("tensorboard --logdir '/out dir/model_run/2'"
           in capsys.readouterr().out)
+
+
+@pytest.mark.parametrize('report_path,shown', [
+    ('/out/model_run/2/training_report.html',
+     'Training report:        /out/model_run/2/training_report.html'),
+    (None, 'Training report:        none (see the log)'),
+])
+def test_summary_names_the_training_report(capsys, report_path, shown):
+  from tfx_tpu_trainer_cli import run  # pylint: disable=g-import-not-at-top
+  from pipelines import local_runner  # pylint: disable=g-import-not-at-top
+  run._print_summary(local_runner.RunSummary(  # pylint: disable=protected-access
+      trainer_metrics={}, evaluator_metrics={}, blessed=False, pushed=False,
+      pushed_model_path=None, pushed_model_tag_sets=[],
+      model_path='/out/model/1', tensorboard_dir='/out/model_run/2',
+      seconds=1.0, report_path=report_path))
+  assert shown in capsys.readouterr().out
+
+
+@pytest.mark.parametrize('argv,expected', [
+    (['--train-steps', '1000'], 200),
+    (['--train-steps', '7'], 2),
+    (['--train-steps', '1000', '--eval-every-steps', '250'], 250),
+    (['--train-steps', '1000', '--eval-every-steps', '0'], None),
+])
+def test_eval_every_steps_default_spreads_evaluations(argv, expected):
+  from tfx_tpu_trainer_cli import run  # pylint: disable=g-import-not-at-top
+  args = cli.build_parser().parse_args(['run'] + argv)
+  config = run._run_custom_config(args)  # pylint: disable=protected-access
+  assert config.get('eval_every_steps') == expected
+  assert config['show_progress'] is True

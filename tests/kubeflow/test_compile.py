@@ -310,6 +310,28 @@ def test_v2_kfp_spec_tpu_scheduling_on_the_trainer_only(v2_outputs):
       '/tfx-tpu-trainer/components/taxi_tpu_module.py')
 
 
+def test_v2_trainer_outputs_system_metrics_and_runs_through_its_entrypoint(
+    v2_outputs):
+  documents, job = v2_outputs
+  for spec in (documents[0], job['pipelineSpec']):
+    trainer = _executor_label(spec, 'TPUTrainer')
+    component = spec['root']['dag']['tasks']['TPUTrainer']['componentRef'][
+        'name']
+    outputs = spec['components'][component]['outputDefinitions']['artifacts']
+    assert sorted(outputs) == ['metrics', 'model', 'model_run']
+    # The KFP v2 launcher names the MLMD type after the schema's title.
+    schema = yaml.safe_load(
+        outputs['metrics']['artifactType']['instanceSchema'])
+    assert schema['title'] == 'system.Metrics'
+    for name, executor in spec['deploymentSpec']['executors'].items():
+      command = executor['container']['command']
+      if name == trainer:
+        assert command == ['python', '-m', 'tfx_tpu_trainer.kubeflow.v2_metrics']
+      else:
+        assert command[-1] == (
+            'tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor')
+
+
 def test_v2_vertex_job_machine_fields_on_the_trainer_only(v2_outputs):
   _, job = v2_outputs
   spec = job['pipelineSpec']

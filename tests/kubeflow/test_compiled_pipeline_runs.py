@@ -148,6 +148,11 @@ def test_cpu_pipeline_runs_every_step_and_a_retried_trainer_exits_0(
   assert types.count('tensorboard') == 1 and 'markdown' in types
   tensorboard = [o for o in ui['outputs'] if o['type'] == 'tensorboard'][0]
   assert os.path.isdir(tensorboard['source'])
+  # The training report beside it, inline, with its plots embedded.
+  [report] = [o for o in ui['outputs'] if o['type'] == 'web-app']
+  assert report['storage'] == 'inline'
+  assert '<h1>Training report</h1>' in report['source']
+  assert 'src="data:image/png;base64,' in report['source']
   for result in results:  # Every step's UI metadata is valid JSON.
     assert isinstance(_read_json(
         result.root_file('/mlpipeline-ui-metadata.json'))['outputs'], list)
@@ -162,6 +167,7 @@ def test_cpu_pipeline_runs_every_step_and_a_retried_trainer_exits_0(
   assert _read_json(retry.root_file('/mlpipeline-metrics.json')) == metrics
   retry_ui = _read_json(retry.root_file('/mlpipeline-ui-metadata.json'))
   assert tensorboard in retry_ui['outputs']
+  assert report in retry_ui['outputs']
   assert os.listdir(serving) == versions  # Nothing trained or pushed again.
 
 

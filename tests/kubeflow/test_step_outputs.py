@@ -87,6 +87,40 @@ def test_writes_metrics_and_tensorboard(paths, tmp_path):
   assert oct(os.stat(paths.metrics_path).st_mode & 0o777) == '0o644'
 
 
+def test_training_report_is_a_web_app_beside_tensorboard(paths, tmp_path):
+  report = tmp_path / 'training_report.html'
+  report.write_text('<html><body><h1>Training report</h1></body></html>')
+  kfp_outputs.write_kfp_ui_outputs({'auc': 0.5}, 'gs://b/run', paths=paths,
+                                   report_path=str(report))
+  assert _read(paths.ui_metadata_path) == {'outputs': [
+      {'type': 'tensorboard', 'source': 'gs://b/run'},
+      {'type': 'web-app', 'storage': 'inline',
+       'source': '<html><body><h1>Training report</h1></body></html>'}]}
+
+
+def test_a_large_training_report_is_named_by_its_path(paths, tmp_path,
+                                                      monkeypatch):
+  monkeypatch.setattr(kfp_outputs, 'MAX_INLINE_REPORT_BYTES', 10)
+  report = tmp_path / 'training_report.html'
+  report.write_text('<html>' + 'x' * 20 + '</html>')
+  kfp_outputs.write_kfp_ui_outputs({}, 'gs://b/run', paths=paths,
+                                   report_path=str(report))
+  assert _read(paths.ui_metadata_path)['outputs'][1] == {
+      'type': 'web-app', 'source': str(report)}
+
+
+def test_a_missing_training_report_is_left_out(paths, tmp_path,
+                                               absl_warnings):
+  missing = str(tmp_path / 'no_report.html')
+  kfp_outputs.write_kfp_ui_outputs({'auc': 0.5}, 'gs://b/run', paths=paths,
+                                   report_path=missing)
+  assert _read(paths.ui_metadata_path) == {
+      'outputs': [{'type': 'tensorboard', 'source': 'gs://b/run'}]}
+  assert (f'The training report {missing} is not shown in the KFP UI'
+          in absl_warnings.text)
+  assert _read(paths.metrics_path)['metrics'][0]['name'] == 'auc'
+
+
 def test_merges_into_existing_ui_metadata(paths):
   markdown = {'type': 'markdown', 'storage': 'inline', 'source': '# hi'}
   with open(paths.ui_metadata_path, 'w') as f:
@@ -222,6 +256,8 @@ def _store_with_trainer_execution(tmp_path, metrics):
 def test_retry_restores_the_succeeded_executions_metrics(paths, tmp_path):
   handle, execution_id, model_run = _store_with_trainer_execution(
       tmp_path, {'accuracy': 0.875, 'global_step': 100})
+  with open(os.path.join(model_run, 'training_report.html'), 'w') as f:
+    f.write('<html>the report</html>')
   try:
     assert kfp_outputs.restore_previous_outputs(handle, execution_id, paths)
   finally:
@@ -231,6 +267,8 @@ def test_retry_restores_the_succeeded_executions_metrics(paths, tmp_path):
       {'name': 'global_step', 'numberValue': 100, 'format': 'RAW'}]}
   outputs = _read(paths.ui_metadata_path)['outputs']
   assert {'type': 'tensorboard', 'source': model_run} in outputs
+  assert {'type': 'web-app', 'storage': 'inline',
+          'source': '<html>the report</html>'} in outputs
   assert any(o['type'] == 'markdown' and 'had already succeeded' in
              o['source'] for o in outputs)
 

@@ -9,4 +9,6 @@
                 (including retries whose execution had already succeeded).
   kfp_v2_protos today's KFP v2 PipelineSpec/PlatformSpec and kfp-kubernetes
                 protobufs (from `proto/`), beside the pinned kfp's older ones.
+  v2_metrics    the trainer's `system.Metrics` output (KFP v2 / Vertex UIs)
+                and the v2 trainer step's entrypoint.
 """

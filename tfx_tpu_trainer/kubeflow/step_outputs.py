@@ -57,6 +57,10 @@ TRAINER_STEP_COMMAND = ('python', '-m', TRAINER_STEP_ENTRYPOINT)
 # KFP's API server accepts these names and at most 50 metrics per run.
 _METRIC_NAME = re.compile(r'^[a-zA-Z]([-_a-zA-Z0-9]{0,62}[a-zA-Z0-9])?$')
 MAX_METRICS = 50
+# A training report up to this size is inlined into the UI metadata (the
+# viewer then needs no access to the artifact store); a larger one is named
+# by its path, which the KFP UI reads from the artifact store.
+MAX_INLINE_REPORT_BYTES = 4 * 1024 * 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,28 +128,52 @@ def tensorboard_output(tensorboard_dir: str) -> Dict[str, str]:
   return {'type': 'tensorboard', 'source': tensorboard_dir}
 
 
+def report_output(report_path: str) -> Optional[Dict[str, str]]:
+  """A `mlpipeline-ui-metadata` entry: the HTML training report (web-app).
+
+  Inline (the page itself) up to MAX_INLINE_REPORT_BYTES, else its path.
+  None when the report cannot be read (it is then simply not shown).
+  """
+  from tfx.dsl.io import fileio  # pylint: disable=g-import-not-at-top
+  try:
+    if fileio.stat(report_path).length > MAX_INLINE_REPORT_BYTES:
+      return {'type': 'web-app', 'source': report_path}
+    with fileio.open(report_path, 'r') as f:
+      return {'type': 'web-app', 'storage': 'inline', 'source': f.read()}
+  except (OSError, ValueError) as e:  # fileio: NotFoundError is an OSError.
+    logging.warning('The training report %s is not shown in the KFP UI: %s',
+                    report_path, e)
+    return None
+
+
 def write_kfp_ui_outputs(metrics: Mapping[str, Any],
                          tensorboard_dir: str,
-                         paths: Optional[KfpOutputPaths] = None) -> None:
+                         paths: Optional[KfpOutputPaths] = None,
+                         report_path: Optional[str] = None) -> None:
   """Writes the KFP UI metrics and a TensorBoard view; no-op outside KFP v1.
 
   Writes `metrics` to the metrics file (replacing it) and merges a
-  TensorBoard entry into the UI metadata file (keeping its entries). Both
-  writes are atomic. Failures are logged, not raised: the model is trained.
+  TensorBoard entry, and the training report when given, into the UI
+  metadata file (keeping its entries). Both writes are atomic. Failures are
+  logged, not raised: the model is trained.
 
   Args:
     metrics: the final evaluation metrics, name -> number.
     tensorboard_dir: the TensorBoard log directory (the `model_run` dir).
     paths: where to write; default: `kfp_v1_step_paths()`, and nothing is
       written when that is None.
+    report_path: the HTML training report (report.py), shown as a web-app.
   """
   paths = paths or kfp_v1_step_paths()
   if paths is None:
     return
+  outputs = [tensorboard_output(tensorboard_dir)]
+  report = report_output(report_path) if report_path else None
+  if report:
+    outputs.append(report)
   try:
     _write_json_atomically(paths.metrics_path, kfp_metrics(metrics))
-    merge_ui_metadata(paths.ui_metadata_path,
-                      [tensorboard_output(tensorboard_dir)])
+    merge_ui_metadata(paths.ui_metadata_path, outputs)
   except OSError as e:
     logging.warning('Could not write the KFP UI outputs (%s, %s): %s',
                     paths.metrics_path, paths.ui_metadata_path, e)
@@ -276,7 +304,11 @@ def restore_previous_outputs(metadata_handle, execution_id: Optional[int],
   logging.info('Execution %d had already succeeded; its metrics (%s) and '
                'TensorBoard view (%s) are shown again.', execution_id,
                metrics_file, model_run_uri)
-  write_kfp_ui_outputs(metrics, model_run_uri, paths)
+  from tfx_tpu_trainer.publishing import report as report_lib  # pylint: disable=g-import-not-at-top
+  report_path = report_lib.report_path(model_run_uri)
+  write_kfp_ui_outputs(metrics, model_run_uri, paths,
+                       report_path=(report_path if fileio.exists(report_path)
+                                    else None))
   merge_ui_metadata(paths.ui_metadata_path, [{
       'storage': 'inline', 'type': 'markdown',
       'source': (f'Execution {execution_id} had already succeeded; this retry '

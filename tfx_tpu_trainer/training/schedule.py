@@ -10,6 +10,7 @@ from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer.data import input_fns
 from tfx_tpu_trainer.training import cluster
 from tfx_tpu_trainer.training import evaluation
+from tfx_tpu_trainer.training import progress
 
 EVAL_NAME = evaluation.EVAL_NAME
 
@@ -25,7 +26,9 @@ def train_and_evaluate(estimator: tf.compat.v1.estimator.tpu.TPUEstimator,
   "train_and_evaluate" runs `tf.estimator.train_and_evaluate`; "alternate"
   runs `train(max_steps)` and `evaluate(steps)` in turns, one cycle per
   `save_checkpoints_steps` (one cycle when unset), which avoids re-initialising
-  the TPU system inside training.
+  the TPU system inside training. With `eval_every_steps`, both evaluate at
+  every checkpoint (train_and_evaluate: no throttle). With `show_progress`,
+  progress.py shows the steps and a line per evaluation.
 
   Args:
     estimator: the TPUEstimator.
@@ -41,22 +44,43 @@ def train_and_evaluate(estimator: tf.compat.v1.estimator.tpu.TPUEstimator,
     infinite metrics are refused); None where this task does not publish
     (a worker or evaluator of a distributed run).
   """
-  if config.eval_strategy == 'alternate':
-    metrics = _alternate(estimator, config, train_input_fn, eval_input_fn,
-                         train_steps, eval_steps)
-  else:
-    train_spec = tf_estimator.TrainSpec(train_input_fn, max_steps=train_steps)
-    eval_spec = tf_estimator.EvalSpec(
-        eval_input_fn, steps=eval_steps, name=EVAL_NAME, start_delay_secs=0,
-        throttle_secs=cluster.eval_throttle_secs())
-    result = tf_estimator.train_and_evaluate(estimator, train_spec, eval_spec)
-    metrics = result[0] if result else None
+  reporter = (progress.ProgressReporter(train_steps, config.train_batch_size)
+              if config.show_progress else None)
+  try:
+    if config.eval_strategy == 'alternate':
+      metrics = _alternate(estimator, config, train_input_fn, eval_input_fn,
+                           train_steps, eval_steps, reporter)
+    else:
+      train_spec = tf_estimator.TrainSpec(
+          train_input_fn, max_steps=train_steps,
+          hooks=[reporter.hook()] if reporter else [])
+      eval_spec = tf_estimator.EvalSpec(
+          eval_input_fn, steps=eval_steps, name=EVAL_NAME, start_delay_secs=0,
+          throttle_secs=_throttle_secs(config),
+          exporters=[reporter.exporter()] if reporter else None)
+      result = tf_estimator.train_and_evaluate(estimator, train_spec,
+                                               eval_spec)
+      metrics = result[0] if result else None
+  finally:
+    if reporter:
+      reporter.close()
   return evaluation.final_metrics(estimator, config, eval_input_fn,
                                   eval_steps, metrics)
 
 
+def _throttle_secs(config: config_lib.TrainerConfig) -> int:
+  """With eval_every_steps, training evaluates every checkpoint it saves.
+
+  An evaluator task keeps its short poll (0 would poll without pause).
+  """
+  throttle = cluster.eval_throttle_secs()
+  if config.eval_every_steps and throttle == cluster.DEFAULT_THROTTLE_SECS:
+    return 0
+  return throttle
+
+
 def _alternate(estimator, config, train_input_fn, eval_input_fn, train_steps,
-               eval_steps):
+               eval_steps, reporter=None):
   cycle = config.save_checkpoints_steps or train_steps
   current = _global_step(estimator)
   metrics = None
@@ -64,10 +88,13 @@ def _alternate(estimator, config, train_input_fn, eval_input_fn, train_steps,
     target = min(current + cycle, train_steps)
     logging.info('Training from step %d to %d of %d.', current, target,
                  train_steps)
-    estimator.train(train_input_fn, max_steps=target)
+    estimator.train(train_input_fn, max_steps=target,
+                    hooks=[reporter.hook()] if reporter else None)
     metrics = estimator.evaluate(eval_input_fn, steps=eval_steps,
                                  name=EVAL_NAME)
     logging.info('Evaluation at step %d: %s', target, metrics)
+    if reporter:
+      reporter.evaluation(metrics)
     current = target
   if metrics is None:
     metrics = estimator.evaluate(eval_input_fn, steps=eval_steps,

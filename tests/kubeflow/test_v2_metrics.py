@@ -1,0 +1,90 @@
+"""The trainer's `system.Metrics` output, as TFX's KFP v2 entrypoint handles it."""
+
+import sys
+import types as python_types
+
+from google.protobuf import json_format
+from kfp.pipeline_spec import pipeline_spec_pb2 as pipeline_pb2
+import pytest
+from tfx import types
+from tfx.orchestration.kubeflow.v2 import compiler_utils
+from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_entrypoint_utils
+from tfx.types import standard_artifacts
+
+from tfx_tpu_trainer import TPUTrainer
+from tfx_tpu_trainer.kubeflow import v2_metrics
+
+
+def _runtime_metrics_artifact():
+  """The trainer's `metrics` output as the KFP v2 executor input gives it."""
+  schema = compiler_utils.get_artifact_schema(v2_metrics.Metrics)
+  return json_format.ParseDict(
+      {'artifacts': [{
+          'name': 'projects/p/artifacts/1', 'uri': 'gs://b/metrics/1',
+          'type': {'instanceSchema': schema}, 'metadata': {}}]},
+      pipeline_pb2.ArtifactList())
+
+
+def test_compiled_schema_titles_the_output_system_metrics():
+  assert compiler_utils.get_artifact_schema(v2_metrics.Metrics) == (
+      'title: system.Metrics\ntype: object\n')
+
+
+def test_tfx_v2_entrypoint_reads_it_back_only_with_the_system_module(
+    monkeypatch):
+  monkeypatch.delitem(sys.modules, 'system', raising=False)
+  artifacts = {'metrics': _runtime_metrics_artifact()}
+  with pytest.raises(ImportError, match='Could not import system.Metrics'):
+    kubeflow_v2_entrypoint_utils.parse_raw_artifact_dict(artifacts, {})
+  v2_metrics.install_system_module()
+  v2_metrics.install_system_module()  # Twice is fine.
+  parsed = kubeflow_v2_entrypoint_utils.parse_raw_artifact_dict(artifacts, {})
+  [artifact] = parsed['metrics']
+  assert isinstance(artifact, v2_metrics.Metrics)
+  assert artifact.uri == 'gs://b/metrics/1'
+
+
+def test_another_system_module_is_an_error(monkeypatch):
+  monkeypatch.setitem(sys.modules, 'system',
+                      python_types.ModuleType('system'))
+  with pytest.raises(ImportError, match="A module named 'system'"):
+    v2_metrics.install_system_module()
+
+
+def test_recorded_metrics_reach_the_kfp_v2_executor_output():
+  output = v2_metrics.Metrics()
+  output.uri = 'gs://b/metrics/1'
+  output.id = 7
+  v2_metrics.record_metrics(
+      {'accuracy': 0.875, 'global_step': 100, 'auc': float('nan'),
+       'loss': float('inf'), 'flag': True, 'note': 'text'}, output)
+  # What TFX's v2 entrypoint hands KFP: the metadata becomes the MLMD
+  # artifact's custom properties, which the KFP v2 UI shows as metrics.
+  result = kubeflow_v2_entrypoint_utils.translate_executor_output(
+      {'metrics': [output]}, {7: 'projects/p/artifacts/1'})
+  [runtime] = result['metrics'].artifacts
+  assert json_format.MessageToDict(runtime.metadata) == {
+      'accuracy': 0.875, 'global_step': 100.0}
+  assert runtime.name == 'projects/p/artifacts/1'
+
+
+def test_no_metrics_output_records_nothing():
+  v2_metrics.record_metrics({'accuracy': 0.5}, None)
+
+
+def test_trainer_step_command():
+  assert v2_metrics.trainer_step_command(
+      ['python', '-m', v2_metrics.KFP_V2_ENTRYPOINT]) == [
+          'python', '-m', 'tfx_tpu_trainer.kubeflow.v2_metrics']
+  assert v2_metrics.trainer_step_command(['my-entrypoint']) is None
+
+
+def test_tpu_trainer_declares_the_metrics_output():
+  trainer = TPUTrainer(
+      examples=types.Channel(type=standard_artifacts.Examples),
+      module_file=__file__)
+  assert sorted(trainer.outputs) == ['metrics', 'model', 'model_run']
+  metrics = trainer.outputs['metrics']
+  assert metrics.type is v2_metrics.Metrics
+  assert metrics.producer_component_id == trainer.id
+  assert metrics.output_key == 'metrics'

@@ -1,0 +1,202 @@
+"""The training report: HTML with embedded plots, and what it says is missing."""
+
+import base64
+import html as html_lib
+import os
+import re
+
+import pytest
+import tensorflow as tf
+
+from tfx_tpu_trainer.publishing import report
+from tfx_tpu_trainer.publishing import training_events
+
+PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
+
+
+def _write_events(directory, points):
+  """Writes `points` [(step, {tag: value})] as v1 scalar summaries."""
+  os.makedirs(directory, exist_ok=True)
+  with tf.Graph().as_default():  # FileWriter is graph-mode only.
+    writer = tf.compat.v1.summary.FileWriter(str(directory))
+    for step, values in points:
+      summary = tf.compat.v1.Summary(value=[
+          tf.compat.v1.Summary.Value(tag=tag, simple_value=value)
+          for tag, value in values.items()])
+      writer.add_summary(summary, step)
+    writer.close()
+
+
+def _training(model_run, steps=(100, 200, 300)):
+  _write_events(model_run, [(step, {'loss': 1.0 / step,
+                                    'global_step/sec': 50.0 + step})
+                            for step in steps])
+
+
+def _evaluations(model_run, steps=(100, 200, 300)):
+  _write_events(os.path.join(model_run, 'eval_eval'),
+                [(step, {'accuracy': 0.5 + step / 1000, 'auc': 0.6,
+                         'loss': 0.7, 'global_step': step})
+                 for step in steps])
+
+
+def _missing(html):
+  match = re.search(r'<h2>What is missing</h2><ul>(.*?)</ul>', html, re.S)
+  return ([html_lib.unescape(item) for item in
+           re.findall(r'<li>(.*?)</li>', match.group(1))] if match else [])
+
+
+def _embedded_pngs(html):
+  return [base64.b64decode(data) for data in
+          re.findall(r'src="data:image/png;base64,([^"]+)"', html)]
+
+
+def test_report_has_curves_tables_and_png_files(tmp_path):
+  model_run = str(tmp_path / 'model_run')
+  _training(model_run)
+  _evaluations(model_run)
+  path = report.write_report(
+      model_run, final_metrics={'accuracy': 0.8, 'global_step': 300},
+      config={'custom_config.train_batch_size': 64},
+      timings={'training and evaluation': 75.0})
+  assert path == os.path.join(model_run, 'training_report.html')
+  html = open(path).read()
+  assert _missing(html) == []
+  # Loss, steps/s, and each eval metric but the step: accuracy, auc, loss.
+  pngs = _embedded_pngs(html)
+  assert len(pngs) == 5 and all(p.startswith(PNG_SIGNATURE) for p in pngs)
+  assert sorted(os.listdir(os.path.join(model_run, 'training_report'))) == [
+      'eval_accuracy.png', 'eval_auc.png', 'eval_loss.png', 'loss.png',
+      'steps_per_sec.png']
+  for caption in ('Training loss', 'Training speed (steps/s)',
+                  'Evaluation: accuracy', 'Evaluation: auc',
+                  'Evaluation: loss'):
+    assert f'<figcaption>{caption}</figcaption>' in html
+  assert '<tr><th>accuracy</th><td>0.8</td></tr>' in html
+  assert '<tr><th>custom_config.train_batch_size</th><td>64</td></tr>' in html
+  assert ('<tr><th>training and evaluation</th><td>75.0 s (0:01:15)</td>'
+          '</tr>') in html
+  assert 'first to last training event' in html
+  assert not [name for name in os.listdir(model_run) if name.endswith('.tmp')]
+
+
+def test_no_event_files_still_gives_a_report_saying_so(tmp_path):
+  model_run = str(tmp_path / 'model_run')
+  os.makedirs(model_run)
+  html = open(report.write_report(model_run, final_metrics={})).read()
+  assert _missing(html) == [
+      f'No event files in {model_run}.',
+      f'No event files in {os.path.join(model_run, "eval_eval")}.',
+      'No training "loss" values in the event files: the "Training loss" '
+      'plot is missing.',
+      'No training "global_step/sec" values in the event files: the '
+      '"Training speed (steps/s)" plot is missing.',
+      'No evaluation metrics in the event files: the evaluation curves are '
+      'missing.',
+      'No final evaluation metrics were recorded.',
+  ]
+  assert 'No curves: the event files held no values to plot.' in html
+  assert _embedded_pngs(html) == []
+
+
+def test_zero_evaluations(tmp_path):
+  model_run = str(tmp_path / 'model_run')
+  _training(model_run)
+  html = open(report.write_report(model_run, final_metrics={'auc': 0.5})
+             ).read()
+  assert _missing(html) == [
+      f'No event files in {os.path.join(model_run, "eval_eval")}.',
+      'No evaluation metrics in the event files: the evaluation curves are '
+      'missing.']
+  assert len(_embedded_pngs(html)) == 2
+
+
+def test_a_single_evaluation_is_named_as_one_point(tmp_path):
+  model_run = str(tmp_path / 'model_run')
+  _training(model_run)
+  _evaluations(model_run, steps=(300,))
+  html = open(report.write_report(model_run, final_metrics={'auc': 0.6})
+             ).read()
+  assert _missing(html) == [
+      'Only one evaluation (step 300): each evaluation curve is a single '
+      "point. Evaluate during training with custom_config['eval_every_steps']"
+      '.']
+
+
+def test_unreadable_event_files(tmp_path):
+  model_run = str(tmp_path / 'model_run')
+  _training(model_run)
+  [events] = [name for name in os.listdir(model_run)
+              if name.startswith('events.out.tfevents')]
+  data = open(os.path.join(model_run, events), 'rb').read()
+  # A truncated copy: the records before the cut still count.
+  with open(os.path.join(model_run, events + '.truncated'), 'wb') as f:
+    f.write(data[:len(data) - 10])
+  eval_dir = os.path.join(model_run, 'eval_eval')
+  os.makedirs(eval_dir)
+  with open(os.path.join(eval_dir, 'events.out.tfevents.1.garbage'),
+            'wb') as f:
+    f.write(b'this is not a TFRecord file at all' * 3)
+  html = open(report.write_report(model_run, final_metrics={'auc': 0.5})
+             ).read()
+  missing = _missing(html)
+  assert len(missing) == 3
+  assert missing[0].startswith(
+      f'{os.path.join(model_run, events)}.truncated could not be read after 3 '
+      'record(s) (')
+  assert missing[0].endswith('); what it held after that is missing.')
+  assert missing[1].startswith(
+      f'{eval_dir}/events.out.tfevents.1.garbage could not be read after 0 '
+      'record(s) (')
+  assert missing[2].startswith('No evaluation metrics in the event files')
+  # The intact file still gives both training plots.
+  assert len(_embedded_pngs(html)) == 2
+
+
+def test_non_finite_values_are_left_out_and_named(tmp_path):
+  model_run = str(tmp_path / 'model_run')
+  _write_events(model_run, [(1, {'loss': 0.5}), (2, {'loss': float('nan')}),
+                            (3, {'loss': float('inf')}), (4, {'loss': 0.25}),
+                            (4, {'global_step/sec': 10.0})])
+  _evaluations(model_run)
+  html = open(report.write_report(
+      model_run, final_metrics={'auc': float('nan'), 'accuracy': 0.5})).read()
+  assert _missing(html) == [
+      'loss: 2 non-finite value(s) (NaN or infinity) at step(s) 2, 3 left '
+      'out of the plot.',
+      "Final metrics ['auc'] are not finite numbers."]
+  scalars = training_events.read_scalars(model_run)
+  assert scalars.series['loss'] == [(1, 0.5), (4, 0.25)]
+  assert '<tr><th>auc</th><td>nan</td></tr>' in html
+
+
+def test_tf2_tensor_summaries_are_read(tmp_path):
+  writer = tf.summary.create_file_writer(str(tmp_path))
+  with writer.as_default():
+    for step in (1, 2):
+      tf.summary.scalar('loss', 1.0 / step, step=step)
+  writer.close()
+  assert training_events.read_scalars(str(tmp_path)).series == {
+      'loss': [(1, 1.0), (2, 0.5)]}
+
+
+def test_a_report_that_cannot_be_written_is_logged_not_raised(
+    tmp_path, absl_warnings):
+  blocked = tmp_path / 'model_run'
+  blocked.write_text('a file where the model_run directory should be')
+  assert report.write_report_safely(str(blocked), final_metrics={}) is None
+  assert (f'The training report could not be written in {blocked}'
+          in absl_warnings.text)
+  assert 'training and its outputs are not affected' in absl_warnings.text
+
+
+@pytest.mark.parametrize('tag,file_name', [
+    ('auc_precision_recall', 'eval_auc_precision_recall.png'),
+    ('label/mean', 'eval_label_mean.png'),
+])
+def test_eval_plot_file_names(tmp_path, tag, file_name):
+  model_run = str(tmp_path)
+  _write_events(os.path.join(model_run, 'eval_eval'),
+                [(1, {tag: 0.5}), (2, {tag: 0.6})])
+  report.write_report(model_run)
+  assert file_name in os.listdir(os.path.join(model_run, 'training_report'))

@@ -1,0 +1,190 @@
+"""Live training progress: the bar, the plain lines, and the hook's fetches."""
+
+import io
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfx_tpu_trainer.training import progress
+
+
+class _Terminal(io.StringIO):
+
+  def isatty(self):
+    return True
+
+
+class _Clock:
+  """A clock that moves by `step` seconds each time it is read."""
+
+  def __init__(self, step):
+    self.now, self.step = 0.0, step
+
+  def __call__(self):
+    self.now += self.step
+    return self.now
+
+
+def _model_fn(features, labels, mode):
+  weights = tf.compat.v1.get_variable('w', [1, 1])
+  loss = tf.reduce_mean(tf.square(tf.matmul(features['x'], weights) - labels))
+  train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
+      loss, global_step=tf.compat.v1.train.get_global_step())
+  return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+
+def _input_fn():
+  x = np.ones((8, 1), np.float32)
+  return tf.data.Dataset.from_tensor_slices(({'x': x}, 2 * x)).repeat().batch(4)
+
+
+class _CountingHook(progress.ProgressHook):
+  """The real hook, counting the runs it adds fetches to."""
+
+  fetching_runs = 0
+
+  def before_run(self, run_context):
+    args = super().before_run(run_context)
+    if args is not None:
+      self.fetching_runs += 1
+    return args
+
+
+def _train(tmp_path, reporter, clock, steps=20):
+  hook = _CountingHook(reporter, clock=clock)
+  estimator = tf.compat.v1.estimator.Estimator(_model_fn, str(tmp_path))
+  estimator.train(_input_fn, max_steps=steps, hooks=[hook])
+  reporter.close()
+  return hook
+
+
+def test_hook_fetches_only_the_first_and_the_last_run_within_the_interval(
+    tmp_path):
+  stream = io.StringIO()
+  reporter = progress.ProgressReporter(20, 4, stream=stream)
+  # The clock never moves: the interval never passes.
+  hook = _train(tmp_path, reporter, clock=lambda: 0.0)
+  # 20 runs of one step: the first, and the one foreseen to be the last
+  # (the step read with a run may be the step before it: a run of margin).
+  assert hook.fetching_runs in (2, 3)
+  lines = stream.getvalue().splitlines()
+  assert lines[0].startswith('Training: step ')
+  assert ', ? examples/s, loss ' in lines[0]
+  assert lines[-1].startswith('Training: step 20/20 (100%), ')
+  assert 'loss ?' not in lines[-1]
+
+
+def test_hook_fetches_step_and_loss_once_per_interval(tmp_path):
+  stream = _Terminal()
+  reporter = progress.ProgressReporter(20, 4, stream=stream)
+  # Each clock read is 1 s later: past the terminal interval on every run.
+  hook = _train(tmp_path, reporter, clock=_Clock(1.0))
+  assert hook.fetching_runs == 20
+  output = stream.getvalue()
+  assert 'Training: 100%' in output and '20/20' in output
+  assert 'examples/s, loss ' in output and 'loss ?' not in output.split(
+      '\r')[-1]
+
+
+def test_terminal_bar_prints_evaluations_above_it():
+  stream = _Terminal()
+  reporter = progress.ProgressReporter(100, 32, stream=stream,
+                                       clock=_Clock(0.5))
+  reporter.start(0)
+  reporter.update(25, 0.5)
+  reporter.update(50, 0.25)
+  reporter.evaluation({'global_step': 50, 'accuracy': np.float32(0.75),
+                       'auc': 0.8125})
+  reporter.update(100, 0.125, final=True)
+  reporter.close()
+  output = stream.getvalue()
+  assert 'Evaluation at step 50: accuracy=0.75, auc=0.8125\n' in output
+  assert '50/100' in output and '100/100' in output
+  # 25 steps of 32 examples in 0.5 s (one clock read per update); the final
+  # update (after the last evaluation) does not change the rate.
+  final_bar = output.split('\r')[-1]
+  assert '100/100' in final_bar
+  assert final_bar.endswith('1,600 examples/s, loss 0.125]\n')
+  # Progress lines stay in the log under a bar: only evaluations print.
+  assert 'Training: step' not in output
+
+
+def test_plain_lines_when_not_a_terminal():
+  stream = io.StringIO()
+  clock = _Clock(progress.LINE_INTERVAL_SECS / 3)
+  reporter = progress.ProgressReporter(300, 10, stream=stream, clock=clock)
+  reporter.start(0)
+  for step in range(30, 301, 30):
+    reporter.update(step, 1.0 / step, final=step == 300)
+  reporter.evaluation({'global_step': 300, 'loss': float('nan')})
+  reporter.close()
+  lines = stream.getvalue().splitlines()
+  # A line per LINE_INTERVAL_SECS (every third update) and the final one.
+  assert lines[0].startswith('Training: step 30/300 (10%), ')
+  assert [line.split(' (')[0] for line in lines[:-1]] == [
+      'Training: step 30/300', 'Training: step 120/300',
+      'Training: step 210/300', 'Training: step 300/300']
+  assert lines[-2].startswith('Training: step 300/300 (100%), ')
+  assert lines[-2].endswith('ETA 0:00:00')
+  assert lines[-1] == 'Evaluation at step 300: loss=nan'
+  assert '\r' not in stream.getvalue()
+
+
+def test_eta_from_examples_per_second():
+  reporter = progress.ProgressReporter(1000, 10, stream=io.StringIO(),
+                                       clock=_Clock(1.0))
+  reporter.start(0)
+  reporter.update(100, 0.5)  # From the session start: no rate yet.
+  assert reporter.progress_line(100) == (
+      'Training: step 100/1000 (10%), ? examples/s, loss 0.5, ETA ?')
+  reporter.update(200, 0.25)  # 100 steps/s.
+  assert reporter.progress_line(200) == (
+      'Training: step 200/1000 (20%), 1,000 examples/s, loss 0.25, '
+      'ETA 0:00:08')
+
+
+def test_console_context_sends_progress_to_the_given_stream():
+  stream = io.StringIO()
+  with progress.console(stream):
+    reporter = progress.ProgressReporter(10, 1, clock=_Clock(100.0))
+  reporter.start(0)
+  reporter.update(10, 0.5, final=True)
+  assert 'Training: step 10/10 (100%)' in stream.getvalue()
+  assert progress._console is None  # pylint: disable=protected-access
+
+
+def test_evaluation_reporter_is_an_exporter_of_train_and_evaluate(tmp_path):
+  stream = io.StringIO()
+  reporter = progress.ProgressReporter(6, 4, stream=stream)
+
+  def model_fn(features, labels, mode):
+    spec = _model_fn(features, labels, mode)
+    return spec._replace(eval_metric_ops={
+        'mse': tf.compat.v1.metrics.mean_squared_error(
+            labels, tf.zeros_like(labels))})
+
+  estimator = tf.compat.v1.estimator.Estimator(
+      model_fn, str(tmp_path),
+      config=tf.estimator.RunConfig(save_checkpoints_steps=3))
+  tf.estimator.train_and_evaluate(
+      estimator,
+      tf.estimator.TrainSpec(_input_fn, max_steps=6,
+                             hooks=[reporter.hook()]),
+      tf.estimator.EvalSpec(_input_fn, steps=1, throttle_secs=0,
+                            exporters=[reporter.exporter()]))
+  reporter.close()
+  evaluations = [line for line in stream.getvalue().splitlines()
+                 if line.startswith('Evaluation')]
+  # One line per checkpoint (every 3 steps); labels 2 against zeros: mse 4.
+  assert [line.split(':')[0] for line in evaluations] == [
+      'Evaluation at step 3', 'Evaluation at step 6']
+  assert all(line.endswith(', mse=4') for line in evaluations)
+
+
+@pytest.mark.parametrize('value,expected', [
+    ({'global_step': 7, 'b': 2, 'a': np.float64(0.5)}, 'a=0.5, b=2'),
+    ({'vector': np.ones(3), 'x': 'text'}, ''),
+])
+def test_format_metrics(value, expected):
+  assert progress.format_metrics(value) == expected

@@ -1,0 +1,104 @@
+"""The trainer's final metrics as a `system.Metrics` artifact (KFP v2, Vertex).
+
+The KFP v2 UI shows scalar metrics (run details, run comparison) only for
+artifacts whose MLMD type is `system.Metrics`, reading each number from the
+artifact's custom properties; TFX's outputs (`tfx.Model`, `tfx.ModelRun`)
+show nothing there. How a TFX 1.15 output becomes one:
+
+  * compile: TFX's v2 compiler (tfx/orchestration/kubeflow/v2/
+    compiler_utils.get_artifact_schema) writes a custom artifact type as the
+    generic schema with `title: <TYPE_NAME>`; `system.Metrics` passes its
+    name check, so the output's `instanceSchema` is `title: system.Metrics`;
+  * run: the KFP v2 launcher names the MLMD artifact type after that title
+    (backend/src/v2/metadata/client.go, SchemaToArtifactType), and records
+    the RuntimeArtifact's `metadata`, which TFX's v2 entrypoint fills from
+    the artifact's custom properties, as its custom properties;
+  * but TFX's v2 entrypoint reads a custom type back by importing the title
+    as `<module>.<class>` (kubeflow_v2_entrypoint_utils._retrieve_class_path):
+    `system.Metrics`. So the trainer step runs through `main` here, which
+    provides a module `system` (in this process only) before TFX's
+    entrypoint starts.
+
+`system.ClassificationMetrics` (confusion matrix, ROC) needs the confusion
+matrix or thresholded rates as structs, which the Estimator's metrics do not
+hold; `system.HTML` needs the artifact URI to be the HTML file itself, while
+TFX gives every output a directory. Neither is written (docs/kubeflow.md).
+"""
+
+import sys
+import types as python_types
+from typing import Any, Mapping, Optional, Sequence
+
+from tfx.types import artifact
+
+OUTPUT_KEY = 'metrics'
+SYSTEM_MODULE = 'system'
+KFP_V2_ENTRYPOINT = 'tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor'
+TRAINER_STEP_ENTRYPOINT = 'tfx_tpu_trainer.kubeflow.v2_metrics'
+
+
+class Metrics(artifact.Artifact):
+  """Scalar metrics, one custom property each: KFP's `system.Metrics`."""
+  TYPE_NAME = 'system.Metrics'
+
+
+def install_system_module() -> None:
+  """Makes `import system; system.Metrics` work in this process.
+
+  What TFX's v2 entrypoint imports for an artifact titled `system.Metrics`.
+  A module `system` that is already importable is left alone when it has
+  `Metrics`; one without it is an error (two meanings of one name).
+
+  Raises:
+    ImportError: another module named `system` without `Metrics` is loaded.
+  """
+  existing = sys.modules.get(SYSTEM_MODULE)
+  if existing is not None:
+    if getattr(existing, 'Metrics', None) is not Metrics:
+      raise ImportError(
+          f'A module named {SYSTEM_MODULE!r} ({existing!r}) is already '
+          'loaded; TFX\'s KFP v2 entrypoint would read the trainer\'s '
+          "system.Metrics output from it. Rename that module.")
+    return
+  module = python_types.ModuleType(
+      SYSTEM_MODULE, 'KFP v2 system artifact types (tfx_tpu_trainer).')
+  module.Metrics = Metrics
+  sys.modules[SYSTEM_MODULE] = module
+
+
+def record_metrics(metrics: Mapping[str, Any],
+                   output: Optional[artifact.Artifact]) -> None:
+  """Sets each finite number of `metrics` as a custom property of `output`."""
+  if output is None:
+    return
+  for name, value in metrics.items():
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+      continue
+    if value != value or value in (float('inf'), float('-inf')):
+      continue  # KFP shows numbers; NaN and infinity are left out.
+    output.set_float_custom_property(name, float(value))
+
+
+def trainer_step_command(command: Sequence[str]) -> Optional[list]:
+  """The trainer's v2 container command through `main`, or None if unknown.
+
+  Args:
+    command: the command TFX's v2 compiler wrote (`python -m <entrypoint>`).
+  """
+  if list(command[-2:]) != ['-m', KFP_V2_ENTRYPOINT]:
+    return None
+  return list(command[:-1]) + [TRAINER_STEP_ENTRYPOINT]
+
+
+def main() -> None:
+  """The trainer's KFP v2 step: `system` module, then TFX's v2 entrypoint."""
+  install_system_module()
+  # pylint: disable-next=g-import-not-at-top
+  from absl import app
+  from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_run_executor  # pylint: disable=g-import-not-at-top
+  app.run(kubeflow_v2_run_executor.main,
+          flags_parser=kubeflow_v2_run_executor._parse_flags)  # pylint: disable=protected-access
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,303 @@
+"""Live progress of training: a tqdm bar on a terminal, periodic lines elsewhere.
+
+`ProgressReporter` shows steps done / total, examples/s, the loss and the
+time left, and one line per evaluation with its metrics:
+
+  * on a terminal, a tqdm bar, redrawn at most every
+    `TERMINAL_INTERVAL_SECS`; evaluation lines are printed above it;
+  * elsewhere (a log file, CI, a Kubeflow pod), a plain line every
+    `LINE_INTERVAL_SECS`, through absl logging (and to the console stream
+    when one was given, as `tfx-tpu-trainer run` does).
+
+It adds no fetch to training steps: `ProgressHook.before_run` asks the
+session for the global step and the loss only when the interval has passed,
+on a session's first run and on the run it expects to be the last (one
+clock read per step otherwise), so almost every `session.run` is exactly
+what it would be without it. With `iterations_per_loop` (TPU) or
+`host_iterations_per_loop` > 1 a run is many steps: the hook sees the loop
+ends only, as every other hook does.
+
+The loss shown is the one the estimator trains on: `Estimator` adds the
+model_fn's loss to the `LOSSES` collection last, just before the hooks begin.
+
+Evaluations reach the reporter through `EvaluationReporter`, an
+`tf.estimator.Exporter` that exports nothing: `train_and_evaluate` hands
+every exporter the metrics of each evaluation it runs.
+"""
+
+import contextlib
+import datetime
+import math
+import sys
+import time
+from typing import Any, Iterator, Mapping, Optional, TextIO
+
+from absl import logging
+import tensorflow as tf
+import tqdm
+
+# How often a terminal bar is redrawn, and how often a plain line is written.
+TERMINAL_INTERVAL_SECS = 0.5
+LINE_INTERVAL_SECS = 15.0
+# The weight of the newest interval in the smoothed examples/s.
+_RATE_SMOOTHING = 0.3
+EXPORTER_NAME = 'tfx_tpu_trainer_progress'
+
+# Where progress goes when no stream is given: set by `console()`.
+_console: Optional[TextIO] = None
+
+
+@contextlib.contextmanager
+def console(stream: TextIO) -> Iterator[None]:
+  """Sends progress of trainings run inside the block to `stream`.
+
+  For a program that sends its stdout/stderr to a log file and keeps the
+  terminal for its own lines (`tfx-tpu-trainer run`).
+
+  Args:
+    stream: the console; a bar when it is a terminal, plain lines otherwise.
+
+  Yields:
+    Nothing.
+  """
+  global _console
+  saved, _console = _console, stream
+  try:
+    yield
+  finally:
+    _console = saved
+
+
+def format_metrics(metrics: Mapping[str, Any]) -> str:
+  """`name=value, ...` of the scalar metrics, sorted; the step left out."""
+  parts = []
+  for name, value in sorted(metrics.items()):
+    if name == tf.compat.v1.GraphKeys.GLOBAL_STEP:
+      continue
+    try:
+      number = float(value)
+    except (TypeError, ValueError):
+      continue
+    parts.append(f'{name}={number:.4g}')
+  return ', '.join(parts)
+
+
+def _duration(seconds: Optional[float]) -> str:
+  if seconds is None or not math.isfinite(seconds):
+    return '?'
+  return str(datetime.timedelta(seconds=int(round(seconds))))
+
+
+class ProgressReporter:
+  """Shows one training's progress: a bar or lines, and evaluation lines.
+
+  Attributes:
+    train_steps: the global step training ends at.
+    batch_size: the global training batch size (for examples/s).
+  """
+
+  def __init__(self, train_steps: int, batch_size: int,
+               stream: Optional[TextIO] = None,
+               clock=time.monotonic):
+    self.train_steps = train_steps
+    self.batch_size = batch_size
+    self._explicit_stream = stream or _console
+    self._stream = self._explicit_stream or sys.stderr
+    self._terminal = _is_terminal(self._stream)
+    self._clock = clock
+    self._bar = None
+    self._first = None  # (time, step) when the first session started.
+    self._last = None  # (time, step) of the last update.
+    self._examples_per_sec = None
+    self._last_is_start = False
+    self._loss = None
+    self._last_line = -math.inf
+
+  @property
+  def interval_secs(self) -> float:
+    """How often the hook should fetch the step and the loss."""
+    return TERMINAL_INTERVAL_SECS if self._terminal else LINE_INTERVAL_SECS
+
+  def hook(self) -> 'ProgressHook':
+    """A SessionRunHook that feeds this reporter (one per `train` call)."""
+    return ProgressHook(self)
+
+  def exporter(self) -> 'EvaluationReporter':
+    """An Exporter that reports each evaluation of `train_and_evaluate`."""
+    return EvaluationReporter(self)
+
+  def start(self, step: int) -> None:
+    """Training (re)starts at `step`."""
+    now = self._clock()
+    if self._first is None:
+      self._first = (now, step)
+      if self._terminal:
+        self._bar = tqdm.tqdm(
+            total=self.train_steps, initial=step, unit='step',
+            file=self._stream, dynamic_ncols=True, mininterval=0,
+            smoothing=_RATE_SMOOTHING, desc='Training')
+    self._last = (now, step)
+    self._last_is_start = True
+
+  def update(self, step: int, loss: Optional[float],
+             final: bool = False) -> None:
+    """Training has reached `step` with `loss`."""
+    now = self._clock()
+    if self._last is None:
+      self.start(step)
+    last_time, last_step = self._last
+    # Not from the session's start (its start-up), nor to its end (which
+    # follows the final checkpoint's evaluation).
+    if (not self._last_is_start and not final and now > last_time and
+        step > last_step):
+      rate = (step - last_step) * self.batch_size / (now - last_time)
+      self._examples_per_sec = (
+          rate if self._examples_per_sec is None else
+          _RATE_SMOOTHING * rate +
+          (1 - _RATE_SMOOTHING) * self._examples_per_sec)
+    self._last_is_start = False
+    self._last = (now, step)
+    if loss is not None:
+      self._loss = loss
+    if self._bar is not None:
+      self._bar.set_postfix_str(self._postfix(), refresh=False)
+      self._bar.update(max(0, step - self._bar.n))
+    if final or now - self._last_line >= LINE_INTERVAL_SECS:
+      self._last_line = now
+      self._line(self.progress_line(step))
+
+  def progress_line(self, step: int) -> str:
+    """`step S/T (P%), N examples/s, loss L, ETA H:MM:SS`."""
+    percent = 100.0 * step / self.train_steps if self.train_steps else 100.0
+    eta = None
+    if self._examples_per_sec:
+      eta = ((self.train_steps - step) * self.batch_size /
+             self._examples_per_sec)
+    return (f'Training: step {step}/{self.train_steps} ({percent:.0f}%), '
+            f'{self._postfix()}, ETA {_duration(eta)}')
+
+  def evaluation(self, metrics: Mapping[str, Any]) -> None:
+    """Prints a line for an evaluation's metrics."""
+    step = metrics.get(tf.compat.v1.GraphKeys.GLOBAL_STEP, '?')
+    self._line(f'Evaluation at step {step}: {format_metrics(metrics)}',
+               always_to_stream=True)
+
+  def close(self) -> None:
+    """Ends the bar (training is over or failed)."""
+    if self._bar is not None:
+      self._bar.close()
+      self._bar = None
+    if self._first is not None and self._last is not None:
+      (start, first_step), (end, last_step) = self._first, self._last
+      logging.info('Training progress: steps %d to %d in %s.', first_step,
+                   last_step, _duration(end - start))
+
+  def _postfix(self) -> str:
+    rate = ('?' if self._examples_per_sec is None else
+            f'{self._examples_per_sec:,.0f}')
+    loss = '?' if self._loss is None else f'{self._loss:.4g}'
+    return f'{rate} examples/s, loss {loss}'
+
+  def _line(self, text: str, always_to_stream: bool = False) -> None:
+    """Logs `text`; shows it too unless it is a progress line under a bar."""
+    logging.info('%s', text)
+    if self._bar is not None:
+      if always_to_stream:
+        self._bar.write(text, file=self._stream)
+    elif self._explicit_stream is not None and (always_to_stream or
+                                                not self._terminal):
+      print(text, file=self._explicit_stream, flush=True)
+
+
+class ProgressHook(tf.compat.v1.train.SessionRunHook):
+  """Fetches the global step and the loss every `interval_secs`, no oftener.
+
+  Besides: on the first run of a session (the loss from the start) and on
+  the run expected to be the last (the final loss), which it foresees from
+  the steps the runs between two fetches took. Other runs fetch nothing.
+  """
+
+  def __init__(self, reporter: ProgressReporter, clock=time.monotonic):
+    self._reporter = reporter
+    self._clock = clock
+    self._next_fetch = 0.0
+    self._fetches = None
+    self._step = None  # The step at the last fetch.
+    self._runs = 0  # Runs since the last fetch.
+    self._steps_per_run = 1.0
+
+  def begin(self):
+    global_step = tf.compat.v1.train.get_global_step()
+    losses = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.LOSSES)
+    self._fetches = {'step': global_step}
+    if losses:
+      self._fetches['loss'] = losses[-1]
+
+  def after_create_session(self, session, coord):
+    del coord
+    self._step = int(session.run(self._fetches['step']))
+    self._runs = 0
+    self._reporter.start(self._step)
+    self._next_fetch = 0.0  # The first run fetches.
+
+  def before_run(self, run_context):
+    del run_context
+    self._runs += 1
+    # The step fetched with a run may be read before the run's steps (as
+    # StopAtStepHook notes): a run of margin, so the last run is not missed.
+    if (self._clock() < self._next_fetch and
+        self._step + (self._runs + 1) * self._steps_per_run <
+        self._reporter.train_steps):
+      return None
+    return tf.compat.v1.train.SessionRunArgs(self._fetches)
+
+  def after_run(self, run_context, run_values):
+    del run_context
+    results = run_values.results
+    if results is None:
+      return
+    step = int(results['step'])
+    if step > self._step:
+      self._steps_per_run = (step - self._step) / self._runs
+    self._step, self._runs = step, 0
+    self._next_fetch = self._clock() + self._reporter.interval_secs
+    self._reporter.update(step, _float(results.get('loss')))
+
+  def end(self, session):
+    # The step only: running the loss again would compute another batch (in
+    # a host loop, train another loop); the last fetched loss stands.
+    self._reporter.update(int(session.run(self._fetches['step'])), None,
+                          final=True)
+
+
+class EvaluationReporter(tf.estimator.Exporter):
+  """An Exporter that exports nothing and reports the evaluation's metrics."""
+
+  def __init__(self, reporter: ProgressReporter):
+    self._reporter = reporter
+
+  @property
+  def name(self) -> str:
+    return EXPORTER_NAME
+
+  def export(self, estimator, export_path, checkpoint_path, eval_result,
+             is_the_final_export):
+    del estimator, export_path, checkpoint_path, is_the_final_export
+    self._reporter.evaluation(eval_result or {})
+    return None
+
+
+def _float(value) -> Optional[float]:
+  if value is None:
+    return None
+  try:
+    return float(value)
+  except (TypeError, ValueError):
+    return None
+
+
+def _is_terminal(stream) -> bool:
+  try:
+    return bool(stream.isatty())
+  except (AttributeError, ValueError):  # No isatty, or a closed stream.
+    return False
