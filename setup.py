@@ -1,6 +1,18 @@
 """Package definition for tfx-tpu-trainer."""
 
+import os
+import re
+
 import setuptools
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _version() -> str:
+  """tfx_tpu_trainer/version.py's __version__, read without importing it."""
+  with open(os.path.join(_HERE, 'tfx_tpu_trainer', 'version.py')) as f:
+    return re.search(r"^__version__ = '([^']+)'", f.read(), re.M).group(1)
+
 
 # Each pin has its reason in ../shared/DESIGN.md ("The stack").
 INSTALL_REQUIRES = [
@@ -14,7 +26,7 @@ INSTALL_REQUIRES = [
 
 setuptools.setup(
     name='tfx-tpu-trainer',
-    version='0.1.0',
+    version=_version(),
     description=('A TFX Trainer component that trains a TPUEstimator from a '
                  'user module and exports a dual-tag (serve, serve+tpu) '
                  'SavedModel.'),

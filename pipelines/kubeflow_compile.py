@@ -93,6 +93,9 @@ class CompileOptions:
   preprocessing_fn: str = PREPROCESSING_FN
   trainer_module_file: str = IMAGE_TRAINER_MODULE_FILE
   beam_args: Tuple[str, ...] = ()  # added to CLUSTER_BEAM_PIPELINE_ARGS
+  # Folders in the image added to every step's PYTHONPATH (after
+  # IMAGE_COMPONENTS_DIR), e.g. that of another preprocessing module.
+  python_path: Tuple[str, ...] = ()
 
   @property
   def trainer_pod(self) -> kubeflow.TrainerPod:
@@ -165,6 +168,15 @@ def vertex_accelerator_type(options: CompileOptions) -> Optional[str]:
   return compiler.vertex_accelerator_type(kubeflow_options(options))
 
 
+def step_env(options: CompileOptions) -> Dict[str, str]:
+  """STEP_ENV, with `options.python_path` added to its PYTHONPATH."""
+  env = dict(STEP_ENV)
+  extra = [p for p in options.python_path if p != IMAGE_COMPONENTS_DIR]
+  if extra:
+    env['PYTHONPATH'] = ':'.join([env['PYTHONPATH']] + extra)
+  return env
+
+
 def kubeflow_options(options: CompileOptions) -> compiler.KubeflowOptions:
   """The library's compile options for the taxi pipeline."""
   return compiler.KubeflowOptions(
@@ -178,7 +190,7 @@ def kubeflow_options(options: CompileOptions) -> compiler.KubeflowOptions:
       vertex_accelerator_type=(options.vertex_accelerator_type
                                if options.use_tpu else None),
       beam_args=tuple(options.beam_args),
-      step_env=tuple(STEP_ENV.items()),
+      step_env=tuple(step_env(options).items()),
       use_gcp_sa=options.use_gcp_sa)
 
 

@@ -327,7 +327,11 @@ def tpu_custom_config(custom_config: Mapping[str, Any],
       config[TPU_KEY] = config_lib.tpu_entry(name, options.tpu_zone,
                                              options.tpu_project)
   try:
-    config_lib.TrainerConfig.from_custom_config(config, environ={})
+    # Keys with a leading _ are the component's own (e.g. the kept
+    # module_file name), which the executor drops before validating.
+    config_lib.TrainerConfig.from_custom_config(
+        {k: v for k, v in config.items() if not k.startswith('_')},
+        environ={})
   except config_lib.ConfigError as e:
     raise CompileError(f'TPUTrainer {trainer_id!r}: {e}') from e
   return config
