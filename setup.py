@@ -24,6 +24,12 @@ INSTALL_REQUIRES = [
     'kfp==1.8.22',
 ]
 
+# Source folder -> package in the installed tree.
+BUNDLED = {
+    'tfx_tpu_trainer_cli.bundled.pipelines': 'pipelines',
+    'tfx_tpu_trainer_cli.bundled.components': 'components',
+}
+
 setuptools.setup(
     name='tfx-tpu-trainer',
     version=_version(),
@@ -31,10 +37,15 @@ setuptools.setup(
                  'user module and exports a dual-tag (serve, serve+tpu) '
                  'SavedModel.'),
     python_requires='>=3.10,<3.11',
-    # `pipelines` holds the bundled pipeline definitions; they find the module
-    # files of `components/` beside them, so install in editable mode.
+    # The bundled pipelines (`pipelines/`) and their module files
+    # (`components/`) install inside the CLI's package, where no other
+    # distribution's top-level `pipelines` can clash with them; paths.py finds
+    # components/ beside pipelines/ in both layouts.
     packages=setuptools.find_packages(
-        include=['tfx_tpu_trainer', 'tfx_tpu_trainer.*', 'tfx_tpu_trainer_cli', 'pipelines']),
+        include=['tfx_tpu_trainer', 'tfx_tpu_trainer.*', 'tfx_tpu_trainer_cli',
+                 'tfx_tpu_trainer_cli.*']) + list(BUNDLED),
+    package_dir=BUNDLED,
+    package_data={'tfx_tpu_trainer.kubeflow': ['proto/*.proto']},
     install_requires=INSTALL_REQUIRES,
     extras_require={'test': ['pytest']},
     entry_points={

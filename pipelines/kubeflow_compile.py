@@ -22,7 +22,7 @@ import dataclasses
 import posixpath
 from typing import Any, Dict, Optional, Tuple
 
-from pipelines import taxi_pipeline
+from tfx_tpu_trainer_cli.bundled.pipelines import taxi_pipeline
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer.kubeflow import compiled_files
 from tfx_tpu_trainer.kubeflow import compiler

@@ -23,7 +23,7 @@ from tfx.orchestration.portable import runtime_parameter_utils
 from tfx.orchestration.portable import tfx_runner
 from tfx.types import artifact_utils
 
-from pipelines import taxi_pipeline
+from tfx_tpu_trainer_cli.bundled.pipelines import taxi_pipeline
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
 

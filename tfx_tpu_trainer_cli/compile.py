@@ -271,7 +271,7 @@ def _flags(flags) -> str:
 
 
 def _output_path(args, runner: str, pipeline_name: str) -> str:
-  from pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli.bundled.pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
   name = args.output_file or kubeflow_compile.default_output_file(
       runner, pipeline_name)
   extensions = kubeflow_compile.OUTPUT_EXTENSIONS[runner]
@@ -319,7 +319,7 @@ _DATAFLOW_REQUIRED = ('project', 'region', 'temp_location')
 
 def _beam_args(values: Sequence[str]) -> List[str]:
   """Each --beam-arg is one `--name=value` (or `--flag`) Beam knows."""
-  from pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli.bundled.pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
   if not values:
     return []
   parser = _beam_option_parser()
@@ -418,12 +418,12 @@ def validate_compile_args(args):
     args: the parsed `compile` arguments, without --pipeline.
 
   Returns:
-    `pipelines.kubeflow_compile.CompileOptions`.
+    `tfx_tpu_trainer_cli.bundled.pipelines.kubeflow_compile.CompileOptions`.
 
   Raises:
     common.UsageError: naming the bad option.
   """
-  from pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli.bundled.pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer import config as config_lib  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer.kubeflow import compiler  # pylint: disable=g-import-not-at-top
 
@@ -539,7 +539,7 @@ def _compile(args) -> int:
   if args.pipeline:
     return _compile_user_pipeline(args)
   options = validate_compile_args(args)
-  from pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli.bundled.pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
   _warn_tpu_node(options.trainer_pod)
   result = kubeflow_compile.compile_pipeline(options)
   _print_summary(result)

@@ -13,8 +13,8 @@ import time
 import traceback
 from typing import Optional
 
-from pipelines import csv_checks
-from pipelines import paths
+from tfx_tpu_trainer_cli.bundled.pipelines import csv_checks
+from tfx_tpu_trainer_cli.bundled.pipelines import paths
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer_cli import common
 
@@ -55,6 +55,16 @@ def add_parser(subparsers) -> None:
   parser.add_argument('--preprocessing-module-file', default=None,
                       help='Transform module file (default: '
                       'components/taxi_preprocessing.py).')
+  parser.add_argument(
+      '--eval-label-key', default=None,
+      help='The label the Evaluator reads, a transformed feature (default: '
+      'the trainer\'s label key: custom_config label_key, the module\'s '
+      'LABEL_KEY, or a stock module\'s transformed _LABEL_KEY).')
+  parser.add_argument(
+      '--eval-prediction-key', default=None,
+      help='The output of the model\'s serving_default signature the '
+      'Evaluator reads (default: the first of scores, outputs, predictions, '
+      'logistic, probabilities, logits it has, as TFMA looks for them).')
   parser.add_argument('--min-accuracy', type=float, default=None,
                       help='Evaluator blesses models whose binary accuracy is '
                       'at least this (default: 0.5).')
@@ -83,6 +93,8 @@ _BUNDLED_ONLY = {
     '--module-file': ('module_file', None),
     '--preprocessing-module-file': ('preprocessing_module_file', None),
     '--min-accuracy': ('min_accuracy', 0.5),
+    '--eval-label-key': ('eval_label_key', None),
+    '--eval-prediction-key': ('eval_prediction_key', None),
     '--use-tpu/--no-use-tpu': ('use_tpu', None),
     '--tpu-name': ('tpu_name', None),
     '--tpu-zone': ('tpu_zone', None),
@@ -167,7 +179,36 @@ def _validate_run_args(args) -> dict:
   if args.pipeline_name:
     options['pipeline_name'] = args.pipeline_name
   _check_trainer_module(options['trainer_module_file'])
+  options.update(_evaluator_options(args, options))
   return options
+
+
+def _evaluator_options(args, options) -> dict:
+  """The Evaluator's keys, following the trainer module (evaluator_keys.py).
+
+  The bundled modules keep the pipeline's own keys; another module, another
+  preprocessing module or an override is traced before any component runs.
+  """
+  if (args.module_file is None and args.preprocessing_module_file is None and
+      args.eval_label_key is None and args.eval_prediction_key is None):
+    return {}
+  from tfx_tpu_trainer_cli.bundled.pipelines import evaluator_keys  # pylint: disable=g-import-not-at-top
+  try:
+    keys = evaluator_keys.evaluator_keys(
+        options['trainer_module_file'], options['preprocessing_module_file'],
+        options['data_root'], options['custom_config'],
+        label_override=args.eval_label_key,
+        prediction_override=args.eval_prediction_key)
+  except evaluator_keys.EvaluatorKeyError as e:
+    raise common.UsageError(str(e)) from e
+  except Exception as e:  # pylint: disable=broad-except
+    raise common.UsageError(
+        f'--module-file: the Evaluator\'s keys could not be found from '
+        f'{options["trainer_module_file"]}: {type(e).__name__}: {e}') from e
+  return dict(eval_label_key=keys.label_key,
+              eval_prediction_key=keys.prediction_key,
+              eval_preprocessing_function_names=(
+                  keys.preprocessing_function_names))
 
 
 def _check_trainer_module(module_file: str,
@@ -226,7 +267,7 @@ def _run(args) -> int:
   with _output_to_log(log_path, enabled=not args.verbose) as console:
     try:
       # TFX and TensorFlow load here, after the arguments are checked.
-      from pipelines import local_runner  # pylint: disable=g-import-not-at-top
+      from tfx_tpu_trainer_cli.bundled.pipelines import local_runner  # pylint: disable=g-import-not-at-top
       if not args.verbose:
         _quiet_tensorflow()
       summary = run_it(

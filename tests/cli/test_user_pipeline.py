@@ -300,11 +300,11 @@ def test_user_pipeline_name_must_suit_kfp_v2(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_run_pipeline_runs_the_user_pipeline_to_a_pushed_model(
-    penguin_env, capsys):
+    penguin_env, capfd):
   output_root = penguin_env / 'run_out'
   assert cli.main(['run', '--pipeline', _spec(penguin_env), '--output-root',
                    str(output_root)]) == 0
-  out = capsys.readouterr().out
+  out = capfd.readouterr().out  # Progress lines go to file descriptor 1.
   assert "Running pipeline 'penguin-tpu' from" in out
   assert '[5/7] TPUTrainer done in' in out
   assert 'Blessed:                yes' in out

@@ -26,7 +26,7 @@ import time
 
 import pytest
 
-from pipelines import paths as repo_paths
+from tfx_tpu_trainer_cli.bundled.pipelines import paths as repo_paths
 from tests.fixtures import argo_pod
 from tfx_tpu_trainer_cli import main as cli
 
@@ -93,7 +93,7 @@ def _compile(work, data_root, name, *argv):
       '--train-steps', str(TRAIN_STEPS), '--eval-steps', '5',
       '--train-batch-size', '32', '--eval-batch-size', '32'] +
                   list(argv)) == 0
-  from pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli.bundled.pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
   return kubeflow_compile.read_argo_workflow(str(out / 'workflow.tar.gz'))
 
 
