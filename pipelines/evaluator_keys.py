@@ -24,13 +24,15 @@ reads follow the module, decided before any component runs:
   `predictions`) is left to TFMA's own search.
 """
 
+import contextlib
 import csv
 import dataclasses
 import glob
 import importlib.util
 import os
+import sys
 import tempfile
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple
 
 from tfx_tpu_trainer import errors
 
@@ -56,6 +58,18 @@ class EvaluatorKeys:
   preprocessing_function_names: Tuple[str, ...] = ()
   # The serving_default outputs found, () when not traced.
   serving_outputs: Tuple[str, ...] = ()
+
+
+@contextlib.contextmanager
+def _beside(path: str) -> Iterator[None]:
+  """The module's folder first on sys.path (it may import its siblings)."""
+  directory = os.path.dirname(os.path.abspath(path))
+  sys.path.insert(0, directory)
+  try:
+    yield
+  finally:
+    with contextlib.suppress(ValueError):
+      sys.path.remove(directory)
 
 
 def _load(path: str, name: str):
@@ -97,8 +111,8 @@ def transformed_features(preprocessing_module_file: str,
   """Name -> traced output tensor of the module's preprocessing_fn."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from tensorflow_transform import impl_helper  # pylint: disable=g-import-not-at-top
-  module = _load(preprocessing_module_file, '_evaluator_keys_preprocessing')
-  with tf.Graph().as_default():
+  with _beside(preprocessing_module_file), tf.Graph().as_default():
+    module = _load(preprocessing_module_file, '_evaluator_keys_preprocessing')
     _, _, outputs = impl_helper.trace_preprocessing_function(
         module.preprocessing_fn, raw_feature_spec(data_root),
         use_tf_compat_v1=True)

@@ -90,3 +90,9 @@ def test_run_from_another_directory_pushes_a_model(installed):
   pushed = [line.split()[-1] for line in result.stdout.splitlines()
             if line.startswith('  Pushed model:')][0]
   assert os.path.isfile(os.path.join(elsewhere, pushed, 'saved_model.pb'))
+  # The README's client: one raw tf.Example to the pushed {serve} model.
+  client = _run(installed, str(venv / 'bin' / 'python'),
+                os.path.join(REPO, 'examples', 'predict_taxi.py'),
+                os.path.dirname(os.path.join(elsewhere, pushed)))
+  assert client.returncode == 0, client.stderr[-3000:]
+  assert 'probabilities: [[' in client.stdout

@@ -14,6 +14,9 @@ run and the cluster compile:
   PENGUIN_PIPELINE_ROOT  default ./penguin_output/pipeline_root
   PENGUIN_SERVING_DIR    default <pipeline root>/serving_model
   PENGUIN_TRAIN_STEPS    default 500
+  PENGUIN_MODULE_FILE    default penguin_tpu_module.py beside this file; for
+                         module files baked into an image (compile
+                         --module-files-in-image), their path in the image
 """
 
 import os
@@ -46,6 +49,7 @@ def create_pipeline(data_root: str = None, pipeline_root: str = None,
   serving_model_dir = serving_model_dir or _env(
       'PENGUIN_SERVING_DIR', os.path.join(pipeline_root, 'serving_model'))
   train_steps = train_steps or int(_env('PENGUIN_TRAIN_STEPS', '500'))
+  module_file = _env('PENGUIN_MODULE_FILE', MODULE_FILE)
 
   example_gen = tfx.components.CsvExampleGen(input_base=data_root)
   statistics_gen = tfx.components.StatisticsGen(
@@ -56,9 +60,9 @@ def create_pipeline(data_root: str = None, pipeline_root: str = None,
   transform = tfx.components.Transform(
       examples=example_gen.outputs['examples'],
       schema=schema_gen.outputs['schema'],
-      module_file=MODULE_FILE)
+      module_file=module_file)
   trainer = TPUTrainer(
-      module_file=MODULE_FILE,
+      module_file=module_file,
       examples=transform.outputs['transformed_examples'],
       transform_graph=transform.outputs['transform_graph'],
       schema=schema_gen.outputs['schema'],

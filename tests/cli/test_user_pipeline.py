@@ -317,3 +317,11 @@ def test_run_pipeline_runs_the_user_pipeline_to_a_pushed_model(
       out)
   # No metadata config in the pipeline: SQLite under --output-root.
   assert (output_root / 'metadata' / 'penguin-tpu' / 'metadata.db').exists()
+
+
+def test_readme_shows_the_example_pipeline_as_it_is():
+  with open(os.path.join(REPO, 'README.md')) as f:
+    readme = f.read()
+  with open(os.path.join(EXAMPLE_DIR, 'penguin_pipeline.py')) as f:
+    example = f.read()
+  assert f'```python\n{example}```\n' in readme
