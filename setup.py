@@ -14,7 +14,7 @@ def _version() -> str:
     return re.search(r"^__version__ = '([^']+)'", f.read(), re.M).group(1)
 
 
-# Each pin has its reason in ../shared/DESIGN.md ("The stack").
+# Each pin has its reason in docs/architecture.md ("The stack").
 INSTALL_REQUIRES = [
     'tfx[kfp]==1.15.1',
     'tensorflow==2.15.1',

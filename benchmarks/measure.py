@@ -324,6 +324,7 @@ def run_compute_limit(spec: Dict[str, Any], batch_size: int, steps: int,
   from tfx.components.trainer import fn_args_utils
   from tfx_tpu_trainer.data import input_fns
   from tfx_tpu_trainer.data import schemas as schemas_lib
+  from tfx_tpu_trainer.model_fn import keras_adapter
   sys.path.insert(0, os.path.dirname(TPU_MODULE_FILES['keras']))
   import taxi_keras_module
   # pylint: enable=g-import-not-at-top
@@ -340,12 +341,8 @@ def run_compute_limit(spec: Dict[str, Any], batch_size: int, steps: int,
       repeat=True, cache='serialized')({'batch_size': batch_size})
   features, label = next(iter(dataset))
   model = taxi_keras_module.build_keras_model({})
-  inputs = {}
-  for name, keras_input in zip(model.input_names, model.inputs):
-    value = tf.cast(features[name], keras_input.dtype)
-    if keras_input.shape.rank == 2 and value.shape.rank == 1:
-      value = tf.expand_dims(value, -1)
-    inputs[name] = tf.constant(value)
+  inputs = {name: tf.constant(value) for name, value in
+            keras_adapter.conform_features(model, features).items()}
   labels = tf.constant(tf.reshape(tf.cast(label, tf.float32), [-1, 1]))
   loss_fn = tf.keras.losses.BinaryCrossentropy()
   optimizer = model.optimizer

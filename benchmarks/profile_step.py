@@ -188,12 +188,8 @@ def profile(spec, module: str, batch_size: int, steps: int,
         ('limit_lib', lambda model: keras_compile.read_optimizer(
             model.optimizer).build(None))):
       model = taxi_keras_module.build_keras_model({})
-      inputs = {}
-      for input_name, keras_input in zip(model.input_names, model.inputs):
-        value = tf.cast(features[input_name], keras_input.dtype)
-        if keras_input.shape.rank == 2 and value.shape.rank == 1:
-          value = tf.expand_dims(value, -1)
-        inputs[input_name] = tf.constant(value)
+      inputs = {name: tf.constant(value) for name, value in
+                keras_adapter.conform_features(model, features).items()}
       labels = tf.constant(label.reshape([-1, 1]).astype('float32'))
       loss_fn = tf.keras.losses.BinaryCrossentropy()
       optimizer = optimizer_fn(model) if optimizer_fn else model.optimizer

@@ -105,3 +105,29 @@ def test_gke_tpu_node_endpoint_names_the_tpu():
   named = from_custom_config(
       {}, environ={'TPU_NAME': 'a', 'KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS': 'b'})
   assert named.tpu.name == 'a'
+
+
+def test_every_key_is_declared_once_with_its_check_and_help():
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  for field in dataclasses.fields(config_lib.TrainerConfig):
+    assert callable(field.metadata[config_lib.CHECK]), field.name
+    assert field.metadata[config_lib.HELP].strip(), field.name
+  # The defaults of the parser are the fields' defaults.
+  assert from_custom_config({}, environ={}) == config_lib.TrainerConfig()
+
+
+def test_readme_table_of_keys_is_rendered_from_the_fields():
+  import os  # pylint: disable=g-import-not-at-top
+  readme = os.path.join(os.path.dirname(os.path.dirname(__file__)),
+                        'README.md')
+  with open(readme) as f:
+    text = f.read()
+  table = config_lib.keys_table()
+  assert table in text, (
+      'README.md\'s custom_config table differs from the TrainerConfig '
+      'fields; paste the output of `python -m tfx_tpu_trainer.config` under '
+      '"### custom_config":\n' + table)
+  assert table.startswith('| key | default | meaning |\n')
+  assert "| `train_batch_size` | `64` |" in table
+  assert '| `per_host_input` | `PER_HOST_V2` |' in table
+  assert '| `allow_nonfinite_metrics` | `false` |' in table

@@ -1,4 +1,4 @@
-"""The pinned stack of DESIGN.md is what the virtual environment holds."""
+"""The pinned stack (docs/architecture.md) is what the environment holds."""
 
 import importlib.metadata
 import sys

@@ -17,10 +17,10 @@ from tfx_tpu_trainer.publishing import metrics as metrics_lib
 
 from tests.fixtures import pipeline_outputs
 from tests.conftest import TEST_MODULES_DIR
+from tests.fixtures.run_settings import SMALL_BATCHES
 
 pytestmark = pytest.mark.slow
 
-SMALL_BATCHES = {'train_batch_size': 16, 'eval_batch_size': 16}
 
 
 def _module(name):

@@ -111,9 +111,16 @@ def test_component_keeps_the_module_file_for_packaged_runs(monkeypatch):
   examples = channel_utils.as_channel([standard_artifacts.Examples()])
   trainer = component.TPUTrainer(module_file='my_module.py', examples=examples,
                                  custom_config={'train_batch_size': 8})
+  # An exec property declared in the component's spec, not a config key.
+  assert isinstance(trainer.spec, component.TPUTrainerSpec)
+  assert user_module.USER_MODULE_FILE_KEY in (
+      component.TPUTrainer.SPEC_CLASS.PARAMETERS)
+  assert trainer.exec_properties[user_module.USER_MODULE_FILE_KEY] == (
+      os.path.abspath('my_module.py'))
   assert json.loads(trainer.exec_properties['custom_config']) == {
-      'train_batch_size': 8,
-      user_module.MODULE_FILE_NAME_KEY: os.path.abspath('my_module.py')}
+      'train_batch_size': 8}
+  assert trainer.exec_properties['module_file'] == 'my_module.py'
+  assert trainer.outputs['model'].producer_component_id == trainer.id
 
 
 def test_packaged_module_is_named_by_its_module_file(tmp_path):
@@ -127,11 +134,9 @@ def test_packaged_module_is_named_by_its_module_file(tmp_path):
 
 
 @pytest.mark.parametrize('exec_properties,expected', [
-    ({'module_path': 'm@/p/x.whl',
-      'custom_config': '{"_module_file": "/home/me/m.py", "a": 1}'},
-     '/home/me/m.py'),
-    ({'module_path': 'm@/p/x.whl', 'custom_config': {'_module_file': '/h/m.py'}},
-     '/h/m.py'),
+    ({'module_path': 'm@/p/x.whl', 'user_module_file': '/home/me/m.py',
+      'custom_config': '{"a": 1}'}, '/home/me/m.py'),
+    ({'module_file': '/h/m.py', 'user_module_file': '/h/m.py'}, '/h/m.py'),
     ({'module_file': '/h/m.py', 'custom_config': 'null'}, '/h/m.py'),
     ({'module_path': 'm@/p/x.whl', 'custom_config': 'not json'}, 'm@/p/x.whl'),
     ({}, 'the user module'),

@@ -27,9 +27,9 @@ from tfx_tpu_trainer.training import checkpoints
 from tests.fixtures import pipeline_outputs
 from tests.conftest import REPO_ROOT
 from tests.conftest import TEST_MODULES_DIR
+from tests.fixtures.run_settings import LINEAR_MODULE
+from tests.fixtures.run_settings import SMALL_BATCHES
 
-LINEAR_MODULE = os.path.join(TEST_MODULES_DIR, 'linear_module.py')
-SMALL_BATCHES = {'train_batch_size': 16, 'eval_batch_size': 16}
 
 
 def _context(run_id, node_id='TPUTrainer', pipeline_name='taxi'):

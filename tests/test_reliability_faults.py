@@ -24,9 +24,9 @@ from tfx_tpu_trainer.training import evaluation
 
 from tests.conftest import TEST_MODULES_DIR
 from tests.fixtures import pipeline_outputs
+from tests.fixtures.run_settings import LINEAR_MODULE
+from tests.fixtures.run_settings import SMALL_BATCHES
 
-LINEAR_MODULE = os.path.join(TEST_MODULES_DIR, 'linear_module.py')
-SMALL_BATCHES = {'train_batch_size': 16, 'eval_batch_size': 16}
 from_custom_config = config_lib.TrainerConfig.from_custom_config
 
 
@@ -158,16 +158,15 @@ def test_module_exit_fails_the_execution(taxi_artifacts, tmp_path,
 def test_module_exit_in_a_packaged_run_names_the_users_module_file(
     taxi_artifacts, tmp_path):
   # As in a pipeline run: TFX packages module_file as a wheel and passes
-  # 'name@wheel'; TPUTrainer kept the user's path in custom_config.
+  # 'name@wheel'; TPUTrainer names the user's path in an exec property.
   module_file = os.path.join(TEST_MODULES_DIR, 'exits_in_model_fn.py')
   _, module_path = udf_utils.package_user_module_file(
       'TPUTrainer', module_file, str(tmp_path / 'root'))
   run = pipeline_outputs.trainer_run(
       taxi_artifacts, str(tmp_path / 'out'), module_file,
-      custom_config=dict(SMALL_BATCHES, **{
-          user_module.MODULE_FILE_NAME_KEY: module_file}),
-      train_steps=5, eval_steps=1)
-  exec_properties = dict(run.exec_properties, module_path=module_path)
+      custom_config=SMALL_BATCHES, train_steps=5, eval_steps=1)
+  exec_properties = dict(run.exec_properties, module_path=module_path,
+                         **{user_module.USER_MODULE_FILE_KEY: module_file})
   del exec_properties['module_file']
   with pytest.raises(errors.ModuleExitError) as error:
     executor.Executor().Do(run.input_dict, run.output_dict, exec_properties)

@@ -3,34 +3,57 @@
 import os
 
 from tfx.components.trainer import component as trainer_component
-from tfx.components.util import udf_utils
 from tfx.dsl.components.base import executor_spec
+from tfx.types import component_spec
+from tfx.types import standard_component_specs
 
 from tfx_tpu_trainer import executor
 from tfx_tpu_trainer import user_module
 
 
+class TPUTrainerSpec(standard_component_specs.TrainerSpec):
+  """The Trainer's spec plus the name of the user's module file.
+
+  `user_module_file` (`user_module.USER_MODULE_FILE_KEY`): the `module_file`
+  as the user gave it, made absolute. TFX packages a module_file as a wheel
+  and then hands the executor only `module_path` (`name@<wheel>`); errors
+  name the user's file from this property (`user_module.module_name`).
+  """
+
+  PARAMETERS = {
+      **standard_component_specs.TrainerSpec.PARAMETERS,
+      user_module.USER_MODULE_FILE_KEY:
+          component_spec.ExecutionParameter(type=str, optional=True),
+  }
+
+
 class TPUTrainer(trainer_component.Trainer):
-  """Trains a TPUEstimator from a module's model_fn (see DESIGN.md).
+  """Trains a TPUEstimator from a module's model_fn.
 
   Takes exactly the Trainer's arguments (`examples`, `transform_graph`,
   `schema`, `base_model`, `hyperparameters`, `module_file`, `train_args`,
   `eval_args`, `custom_config`) and has its outputs (`model`, `model_run`).
   The module defines `model_fn(features, labels, mode, params)` returning a
   `TPUEstimatorSpec`; `custom_config` keys are documented in
-  `tfx_tpu_trainer.config`.
+  `tfx_tpu_trainer.config`. Its spec is `TPUTrainerSpec`: the Trainer's exec
+  properties and `user_module_file`, set from `module_file`.
   """
 
+  SPEC_CLASS = TPUTrainerSpec
   EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.Executor)
 
-  def __init__(self, *args, module_file=None, custom_config=None, **kwargs):
-    # TFX packages a module_file as a wheel and passes the executor only
-    # `name@wheel`; keep the user's path so that errors name it.
-    if (isinstance(module_file, str) and
-        udf_utils.should_package_user_modules() and
-        (custom_config is None or isinstance(custom_config, dict))):
-      custom_config = dict(custom_config or {})
-      custom_config[user_module.MODULE_FILE_NAME_KEY] = os.path.abspath(
-          module_file)
-    super().__init__(*args, module_file=module_file,
-                     custom_config=custom_config, **kwargs)
+  def __init__(self, *args, module_file=None, **kwargs):
+    super().__init__(*args, module_file=module_file, **kwargs)
+    # TFX's Trainer.__init__ builds a TrainerSpec; the same values, with the
+    # user's module file named, make this component's TPUTrainerSpec.
+    self.spec = TPUTrainerSpec(
+        **self.spec.inputs, **self.spec.outputs, **self.spec.exec_properties,
+        **{user_module.USER_MODULE_FILE_KEY: (
+            os.path.abspath(module_file) if isinstance(module_file, str)
+            else None)})
+
+  def _validate_spec(self, spec):
+    """Accepts the Trainer's own spec, which `__init__` then extends."""
+    if type(spec) is standard_component_specs.TrainerSpec:  # pylint: disable=unidiomatic-typecheck
+      return
+    super()._validate_spec(spec)

@@ -4,52 +4,17 @@ Nothing else in the library reads the raw `custom_config` dict: the executor
 calls `TrainerConfig.from_custom_config` once, before any training, and every
 later step reads the typed fields.
 
-Keys (all optional; defaults in brackets):
-  use_tpu: [auto] true when a TPU is named (`tpu.name`), or `TPU_NAME` or
-    GKE's `KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS` is set (then the TPU's name).
-  tpu: {name, zone, project} for `TPUClusterResolver` (a plain string is the
-    name).
-  train_batch_size [64], eval_batch_size [64], predict_batch_size [8]: global
-    batch sizes; functions get per-shard sizes in `params['batch_size']`.
-  iterations_per_loop [100]: training steps per session.run on TPU.
-  host_iterations_per_loop [1]: off TPU (CPU/GPU), training steps per
-    session.run. N > 1 runs N steps in an in-graph while loop, as
-    `iterations_per_loop` does on TPU (see host_loop.py): checkpoints, the
-    NaN-loss check and step-rate summaries happen at loop ends;
-    `save_checkpoints_steps` must be a multiple of N. Ignored on TPU.
-  num_shards [None: from the TPU system],
-  per_host_input ["PER_HOST_V2"]: one of PER_SHARD_V1, PER_HOST_V1,
-    PER_HOST_V2, BROADCAST.
-  eval_on_tpu [true], export_to_tpu [true], export_saved_model_api_version [1].
-  eval_strategy ["train_and_evaluate"]: or "alternate" (train/evaluate in
-    turns, one cycle per `save_checkpoints_steps`).
-  save_checkpoints_steps [None: estimator default], keep_checkpoint_max
-    [None: estimator default, 5]; keep_checkpoint_max 0 keeps every
-    checkpoint (TensorFlow's convention).
-  label_key [module's LABEL_KEY]: the label feature.
-  raw_label_key [found from the transform graph]: the raw feature the served
-    model must not require (Transform's raw label, e.g. `tips` for the
-    transformed label `tips_xf`); by default the raw features that only the
-    transformed label is computed from. Must be a raw schema feature that no
-    served feature is computed from (checked in prepare.prepare_run).
-  checkpoint_dir [<pipeline root>/_checkpoints]: base directory of the
-    checkpoints a retry resumes from (see checkpoints.py): an absolute path
-    or a URI such as gs://bucket/dir (a relative path would land under
-    whatever the working directory of the step is). It is created and
-    probed for writing before training.
-  allow_nonfinite_metrics [false]: publish a model whose final eval metrics
-    hold NaN or infinity; by default such an execution fails (metrics.py).
-  input_cache ["auto"]: how the default input chain caches a split: "parsed"
-    (one in-memory table of parsed dense tensors), "serialized" (the
-    serialized records), "none", or "auto" (the table for training input
-    that fits, see input_fns.py).
-  params [{}]: merged into the `params` that model_fn/input_fn receive.
+Each key is one field of `TrainerConfig`, declared once with its default,
+its check and its help text; the parser (`from_custom_config`) and the
+README's table of keys (`keys_table`) are derived from those fields. All keys
+are optional.
 """
 
 import dataclasses
+import json
 import os
 import re
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 from tfx_tpu_trainer import errors
 
 TPU_NAME_ENV = 'TPU_NAME'
@@ -89,186 +54,6 @@ class TpuSpec:
   name: str
   zone: Optional[str] = None
   project: Optional[str] = None
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainerConfig:
-  """Validated `custom_config` of a TPUTrainer (see the module docstring)."""
-  use_tpu: bool = False
-  tpu: Optional[TpuSpec] = None
-  train_batch_size: int = 64
-  eval_batch_size: int = 64
-  predict_batch_size: int = 8
-  iterations_per_loop: int = 100
-  host_iterations_per_loop: int = 1
-  num_shards: Optional[int] = None
-  per_host_input: str = 'PER_HOST_V2'
-  eval_on_tpu: bool = True
-  export_to_tpu: bool = True
-  export_saved_model_api_version: int = 1
-  eval_strategy: str = 'train_and_evaluate'
-  save_checkpoints_steps: Optional[int] = None
-  keep_checkpoint_max: Optional[int] = None
-  label_key: Optional[str] = None
-  raw_label_key: Optional[str] = None
-  checkpoint_dir: Optional[str] = None
-  allow_nonfinite_metrics: bool = False
-  input_cache: str = 'auto'
-  params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-
-  @classmethod
-  def from_custom_config(
-      cls,
-      custom_config: Optional[Mapping[str, Any]],
-      environ: Optional[Mapping[str, str]] = None) -> 'TrainerConfig':
-    """Validates a raw `custom_config` dict and returns the typed config.
-
-    Args:
-      custom_config: the Trainer's `custom_config` (None means all defaults).
-      environ: environment to read `TPU_NAME` from (default `os.environ`).
-
-    Returns:
-      The validated config, with `use_tpu` resolved.
-
-    Raises:
-      ConfigError: naming the first bad key and the accepted values.
-    """
-    environ = os.environ if environ is None else environ
-    if not isinstance(custom_config or {}, Mapping):
-      raise ConfigError(
-          f'custom_config must be a dict, got {type(custom_config).__name__}.')
-    raw = dict(custom_config or {})
-    unknown = sorted(set(raw) - set(_FIELD_NAMES))
-    if unknown:
-      raise ConfigError(
-          f'Unknown custom_config key(s) {unknown}. Accepted keys: '
-          f'{sorted(_FIELD_NAMES)}.')
-
-    tpu = _tpu_spec(raw.get('tpu'))
-    for variable in (TPU_NAME_ENV, GKE_TPU_ENDPOINTS_ENV):
-      if tpu is None and environ.get(variable):
-        tpu = TpuSpec(name=environ[variable])
-    use_tpu = raw.get('use_tpu')
-    if use_tpu is None:
-      use_tpu = tpu is not None
-    else:
-      use_tpu = _bool('use_tpu', use_tpu)
-
-    config = cls(
-        use_tpu=use_tpu,
-        tpu=tpu,
-        train_batch_size=_positive_int(
-            'train_batch_size', raw.get('train_batch_size', 64)),
-        eval_batch_size=_positive_int(
-            'eval_batch_size', raw.get('eval_batch_size', 64)),
-        predict_batch_size=_positive_int(
-            'predict_batch_size', raw.get('predict_batch_size', 8)),
-        iterations_per_loop=_positive_int(
-            'iterations_per_loop', raw.get('iterations_per_loop', 100)),
-        host_iterations_per_loop=_positive_int(
-            'host_iterations_per_loop', raw.get('host_iterations_per_loop',
-                                                1)),
-        num_shards=_optional_positive_int('num_shards', raw.get('num_shards')),
-        per_host_input=_choice('per_host_input',
-                               raw.get('per_host_input', 'PER_HOST_V2'),
-                               PER_HOST_INPUT_MODES),
-        eval_on_tpu=_bool('eval_on_tpu', raw.get('eval_on_tpu', True)),
-        export_to_tpu=_bool('export_to_tpu', raw.get('export_to_tpu', True)),
-        export_saved_model_api_version=_choice(
-            'export_saved_model_api_version',
-            raw.get('export_saved_model_api_version', 1), EXPORT_API_VERSIONS),
-        eval_strategy=_choice('eval_strategy',
-                              raw.get('eval_strategy', 'train_and_evaluate'),
-                              EVAL_STRATEGIES),
-        save_checkpoints_steps=_optional_positive_int(
-            'save_checkpoints_steps', raw.get('save_checkpoints_steps')),
-        keep_checkpoint_max=_optional_non_negative_int(
-            'keep_checkpoint_max', raw.get('keep_checkpoint_max')),
-        label_key=_optional_str('label_key', raw.get('label_key')),
-        raw_label_key=_optional_str('raw_label_key',
-                                    raw.get('raw_label_key')),
-        checkpoint_dir=_checkpoint_dir(raw.get('checkpoint_dir')),
-        allow_nonfinite_metrics=_bool(
-            'allow_nonfinite_metrics', raw.get('allow_nonfinite_metrics',
-                                               False)),
-        input_cache=_choice('input_cache', raw.get('input_cache', 'auto'),
-                            INPUT_CACHE_MODES),
-        params=_params(raw.get('params')),
-    )
-    config.check_shard_divisibility()
-    config.check_host_loop()
-    return config
-
-  @property
-  def host_loop_iterations(self) -> int:
-    """Steps per session.run of the host loop; 1 (no loop) on TPU."""
-    return 1 if self.use_tpu else self.host_iterations_per_loop
-
-  def check_host_loop(self) -> None:
-    """Checkpoints of the host loop come at loop ends: steps must align."""
-    iterations = self.host_loop_iterations
-    if (iterations > 1 and self.save_checkpoints_steps is not None and
-        self.save_checkpoints_steps % iterations):
-      raise ConfigError(
-          f"custom_config['save_checkpoints_steps']="
-          f'{self.save_checkpoints_steps} is not a multiple of '
-          f"custom_config['host_iterations_per_loop']={iterations}: "
-          'checkpoints are written at the ends of host loops. Use a '
-          f'multiple of {iterations}, or a smaller host_iterations_per_loop.')
-
-  def indivisible_batch_sizes(self, num_shards: int) -> List[Tuple[str, int]]:
-    """(key, value) of the TPU batch sizes that do not divide by num_shards.
-
-    The eval batch size counts only when evaluation runs on the TPU.
-    """
-    return [(key, getattr(self, key)) for key in BATCH_SIZE_KEYS
-            if (key != 'eval_batch_size' or self.eval_on_tpu) and
-            getattr(self, key) % num_shards]
-
-  def check_shard_divisibility(self) -> None:
-    """On TPU, every global batch size must divide by `num_shards`."""
-    if not self.use_tpu or self.num_shards is None:
-      return
-    indivisible = self.indivisible_batch_sizes(self.num_shards)
-    if indivisible:
-      key, value = indivisible[0]
-      raise ConfigError(
-          f'custom_config[{key!r}]={value} does not divide by '
-          f'num_shards={self.num_shards}: TPU splits each global batch '
-          f'evenly across shards. Use a multiple of {self.num_shards}.')
-
-  def check_steps(self, train_steps: Optional[int],
-                  eval_steps: Optional[int]) -> None:
-    """Checks train_args/eval_args steps against this config.
-
-    Args:
-      train_steps: `train_args.num_steps` (None when unset or 0).
-      eval_steps: `eval_args.num_steps` (None when unset or 0).
-
-    Raises:
-      ConfigError: when training has no positive step count, or a TPU
-        evaluation has no step count.
-    """
-    if train_steps is None or train_steps <= 0:
-      raise ConfigError(
-          f'train_args.num_steps must be a positive integer, got '
-          f'{train_steps or 0}. Set TrainArgs(num_steps=N) on the TPUTrainer.')
-    if train_steps > MAX_INT64:
-      raise ConfigError(
-          f'train_args.num_steps={train_steps} does not fit a 64-bit step '
-          f'counter; use at most {MAX_INT64}.')
-    if eval_steps is not None and not 0 < eval_steps <= MAX_INT64:
-      raise ConfigError(
-          f'eval_args.num_steps must be positive when set, at most '
-          f'{MAX_INT64}, got {eval_steps}.')
-    if self.use_tpu and self.eval_on_tpu and eval_steps is None:
-      raise ConfigError(
-          'eval_args.num_steps is required when use_tpu is true: TPU '
-          'evaluation runs a fixed number of steps over a repeating input. '
-          'Set EvalArgs(num_steps=N), or custom_config eval_on_tpu=False.')
-
-
-_FIELD_NAMES = tuple(f.name for f in dataclasses.fields(TrainerConfig))
 
 
 def _bool(key: str, value: Any) -> bool:
@@ -376,3 +161,278 @@ def _params(value: Any) -> Dict[str, Any]:
         f"custom_config['params'] may not set {reserved}: TPUEstimator sets "
         'these itself (batch sizes come from train/eval/predict_batch_size).')
   return dict(value)
+
+
+# The keys of `custom_config`, each declared once below as a field of
+# `TrainerConfig`: its default (the field's), its check and its help text.
+# `from_custom_config` and `keys_table` read them from the fields.
+CHECK = 'check'  # f(key, raw value) -> the typed value, or raises ConfigError.
+HELP = 'help'  # What the key does (markdown), as the README table shows it.
+SHOWN_DEFAULT = 'shown_default'  # The default as users read it.
+
+
+def _key(default: Any = None, *, check: Callable[[str, Any], Any],
+         help: str,  # pylint: disable=redefined-builtin
+         shown_default: Optional[str] = None,
+         default_factory: Optional[Callable[[], Any]] = None) -> Any:
+  """Declares one `custom_config` key: a `TrainerConfig` field.
+
+  Args:
+    default: the value when the key is absent (also `TrainerConfig()`'s).
+    check: validates a raw value given for the key: `check(key, value)`
+      returns the typed value or raises `ConfigError` naming the key.
+    help: what the key does, one markdown paragraph (the README table).
+    shown_default: the default as the docs state it (default: `default`
+      rendered as code).
+    default_factory: for mutable defaults, instead of `default`.
+
+  Returns:
+    A `dataclasses.field` carrying the check and the help.
+  """
+  metadata = {CHECK: check, HELP: help,
+              SHOWN_DEFAULT: shown_default if shown_default is not None
+              else f'`{_as_written(default)}`'}
+  if default_factory is not None:
+    return dataclasses.field(default_factory=default_factory,
+                             metadata=metadata)
+  return dataclasses.field(default=default, metadata=metadata)
+
+
+def _as_written(value: Any) -> str:
+  """A default as a user writes it in custom_config (JSON, strings bare)."""
+  return value if isinstance(value, str) else json.dumps(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerConfig:
+  """Validated `custom_config` of a TPUTrainer: one field per key.
+
+  To add a key, add a field here with `_key(default, check=..., help=...)`:
+  the parser (`from_custom_config`), the accepted-keys message and the
+  README table (`keys_table`, checked by tests/test_config.py) follow.
+  """
+  use_tpu: bool = _key(
+      False, check=lambda k, v: None if v is None else _bool(k, v),
+      shown_default='auto',
+      help='true when a TPU is named (`tpu.name`), or `TPU_NAME` / GKE\'s '
+      '`KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS` is set (then that names the TPU)')
+  tpu: Optional[TpuSpec] = _key(
+      None, check=lambda k, v: _tpu_spec(v), shown_default='none',
+      help='`{name, zone, project}` for `TPUClusterResolver` (or just the '
+      'name); passed as `master=`, never `cluster=`, so `train_and_evaluate` '
+      'evaluates')
+  train_batch_size: int = _key(
+      64, check=_positive_int,
+      help='global training batch size; functions get the per-shard size in '
+      '`params[\'batch_size\']`; on TPU it must divide by `num_shards`')
+  eval_batch_size: int = _key(
+      64, check=_positive_int,
+      help='global evaluation batch size; on TPU (with `eval_on_tpu`) it must '
+      'divide by `num_shards`')
+  predict_batch_size: int = _key(
+      8, check=_positive_int,
+      help='global prediction batch size; on TPU it must divide by '
+      '`num_shards`')
+  iterations_per_loop: int = _key(
+      100, check=_positive_int,
+      help='training steps per TPU session call (also the finest checkpoint '
+      'grain on TPU)')
+  host_iterations_per_loop: int = _key(
+      1, check=_positive_int,
+      help='off TPU (CPU/GPU): training steps per session call, in an '
+      'in-graph while loop as on TPU (training/host_loop.py); checkpoints, '
+      'the NaN-loss check, step-rate summaries and the stop at '
+      '`train_args.num_steps` happen at loop ends (loops end at multiples of '
+      'it, the last one exactly at the last step); `save_checkpoints_steps` '
+      'must be a multiple of it; needs a training input that is a '
+      '`tf.data.Dataset` of dense tensors (the default is); v1 summaries and '
+      '`training_hooks` of the `model_fn` see no values inside the loop, as '
+      'on TPU. See docs/performance.md for what it gains; ignored on TPU')
+  num_shards: Optional[int] = _key(
+      None, check=_optional_positive_int, shown_default='from the TPU',
+      help='replicas')
+  per_host_input: str = _key(
+      'PER_HOST_V2', check=lambda k, v: _choice(k, v, PER_HOST_INPUT_MODES),
+      help='`PER_SHARD_V1`, `PER_HOST_V1`, `PER_HOST_V2` or `BROADCAST`')
+  eval_on_tpu: bool = _key(
+      True, check=_bool, help='false: evaluate on CPU instead of the TPU')
+  export_to_tpu: bool = _key(
+      True, check=_bool,
+      help='false: export only the `{serve}` meta graph, no `{serve, tpu}`')
+  export_saved_model_api_version: int = _key(
+      1, check=lambda k, v: _choice(k, v, EXPORT_API_VERSIONS),
+      help='2: the module wraps its own TPU inference '
+      '(`model_fn_inference_on_tpu`)')
+  eval_strategy: str = _key(
+      'train_and_evaluate', check=lambda k, v: _choice(k, v, EVAL_STRATEGIES),
+      help='`alternate`: `train(max_steps)` / `evaluate(steps)` in turns, a '
+      'cycle per `save_checkpoints_steps`')
+  save_checkpoints_steps: Optional[int] = _key(
+      None, check=_optional_positive_int, shown_default='estimator default',
+      help='checkpoint frequency in steps')
+  keep_checkpoint_max: Optional[int] = _key(
+      None, check=_optional_non_negative_int,
+      shown_default='estimator default (5)',
+      help='checkpoint retention (`0` keeps every checkpoint, as in '
+      'TensorFlow)')
+  label_key: Optional[str] = _key(
+      None, check=_optional_str, shown_default="module's `LABEL_KEY`",
+      help='the label feature')
+  raw_label_key: Optional[str] = _key(
+      None, check=_optional_str, shown_default='found from the transform graph',
+      help='the raw feature served requests leave out (e.g. `tips` for the '
+      'label `tips_xf`); by default the raw features only the transformed '
+      'label is computed from. Must be a raw schema feature no served feature '
+      'is computed from (checked in prepare.prepare_run)')
+  checkpoint_dir: Optional[str] = _key(
+      None, check=lambda k, v: _checkpoint_dir(v),
+      shown_default='`<pipeline root>/_checkpoints`',
+      help='where resumable checkpoints live (training/checkpoints.py): an '
+      'absolute path or a URI (e.g. `gs://...`); created and probed for '
+      'writing before training')
+  allow_nonfinite_metrics: bool = _key(
+      False, check=_bool,
+      help='true: publish a model even when its final eval metrics hold NaN '
+      'or infinity (by default the execution fails)')
+  input_cache: str = _key(
+      'auto', check=lambda k, v: _choice(k, v, INPUT_CACHE_MODES),
+      help='the default input chain\'s cache: `parsed` (the split parsed once '
+      'into in-memory dense columns; each epoch a fresh permutation gathered '
+      'in batches), `serialized` (the serialized records, parsed per batch), '
+      '`none`; `auto` takes `parsed` for training input when all features are '
+      'fixed-length numbers and building the table (about twice its size at '
+      'peak, estimated from the start of a file) fits in 512 MB per host, else '
+      '`serialized` when the gzip files add up to at most 128 MB, else `none` '
+      '(evaluation input, read for a few steps, is never tabled by `auto`)')
+  params: Mapping[str, Any] = _key(
+      check=lambda k, v: _params(v), default_factory=dict,
+      shown_default='`{}`',
+      help='merged into the `params` that model_fn/input_fn receive (may not '
+      'set `batch_size`, `context`, `use_tpu`)')
+
+  @classmethod
+  def from_custom_config(
+      cls,
+      custom_config: Optional[Mapping[str, Any]],
+      environ: Optional[Mapping[str, str]] = None) -> 'TrainerConfig':
+    """Validates a raw `custom_config` dict and returns the typed config.
+
+    Each key given is checked by its field's check; an absent key takes the
+    field's default.
+
+    Args:
+      custom_config: the Trainer's `custom_config` (None means all defaults).
+      environ: environment to read `TPU_NAME` from (default `os.environ`).
+
+    Returns:
+      The validated config, with `use_tpu` resolved.
+
+    Raises:
+      ConfigError: naming the first bad key and the accepted values.
+    """
+    environ = os.environ if environ is None else environ
+    if not isinstance(custom_config or {}, Mapping):
+      raise ConfigError(
+          f'custom_config must be a dict, got {type(custom_config).__name__}.')
+    raw = dict(custom_config or {})
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - set(fields))
+    if unknown:
+      raise ConfigError(
+          f'Unknown custom_config key(s) {unknown}. Accepted keys: '
+          f'{sorted(fields)}.')
+    values = {name: fields[name].metadata[CHECK](name, raw[name])
+              for name in fields if name in raw}
+
+    tpu = values.get('tpu')
+    for variable in (TPU_NAME_ENV, GKE_TPU_ENDPOINTS_ENV):
+      if tpu is None and environ.get(variable):
+        tpu = TpuSpec(name=environ[variable])
+    values['tpu'] = tpu
+    if values.get('use_tpu') is None:
+      values['use_tpu'] = tpu is not None
+    config = cls(**values)
+    config.check_shard_divisibility()
+    config.check_host_loop()
+    return config
+
+  @property
+  def host_loop_iterations(self) -> int:
+    """Steps per session.run of the host loop; 1 (no loop) on TPU."""
+    return 1 if self.use_tpu else self.host_iterations_per_loop
+
+  def check_host_loop(self) -> None:
+    """Checkpoints of the host loop come at loop ends: steps must align."""
+    iterations = self.host_loop_iterations
+    if (iterations > 1 and self.save_checkpoints_steps is not None and
+        self.save_checkpoints_steps % iterations):
+      raise ConfigError(
+          f"custom_config['save_checkpoints_steps']="
+          f'{self.save_checkpoints_steps} is not a multiple of '
+          f"custom_config['host_iterations_per_loop']={iterations}: "
+          'checkpoints are written at the ends of host loops. Use a '
+          f'multiple of {iterations}, or a smaller host_iterations_per_loop.')
+
+  def indivisible_batch_sizes(self, num_shards: int) -> List[Tuple[str, int]]:
+    """(key, value) of the TPU batch sizes that do not divide by num_shards.
+
+    The eval batch size counts only when evaluation runs on the TPU.
+    """
+    return [(key, getattr(self, key)) for key in BATCH_SIZE_KEYS
+            if (key != 'eval_batch_size' or self.eval_on_tpu) and
+            getattr(self, key) % num_shards]
+
+  def check_shard_divisibility(self) -> None:
+    """On TPU, every global batch size must divide by `num_shards`."""
+    if not self.use_tpu or self.num_shards is None:
+      return
+    indivisible = self.indivisible_batch_sizes(self.num_shards)
+    if indivisible:
+      key, value = indivisible[0]
+      raise ConfigError(
+          f'custom_config[{key!r}]={value} does not divide by '
+          f'num_shards={self.num_shards}: TPU splits each global batch '
+          f'evenly across shards. Use a multiple of {self.num_shards}.')
+
+  def check_steps(self, train_steps: Optional[int],
+                  eval_steps: Optional[int]) -> None:
+    """Checks train_args/eval_args steps against this config.
+
+    Args:
+      train_steps: `train_args.num_steps` (None when unset or 0).
+      eval_steps: `eval_args.num_steps` (None when unset or 0).
+
+    Raises:
+      ConfigError: when training has no positive step count, or a TPU
+        evaluation has no step count.
+    """
+    if train_steps is None or train_steps <= 0:
+      raise ConfigError(
+          f'train_args.num_steps must be a positive integer, got '
+          f'{train_steps or 0}. Set TrainArgs(num_steps=N) on the TPUTrainer.')
+    if train_steps > MAX_INT64:
+      raise ConfigError(
+          f'train_args.num_steps={train_steps} does not fit a 64-bit step '
+          f'counter; use at most {MAX_INT64}.')
+    if eval_steps is not None and not 0 < eval_steps <= MAX_INT64:
+      raise ConfigError(
+          f'eval_args.num_steps must be positive when set, at most '
+          f'{MAX_INT64}, got {eval_steps}.')
+    if self.use_tpu and self.eval_on_tpu and eval_steps is None:
+      raise ConfigError(
+          'eval_args.num_steps is required when use_tpu is true: TPU '
+          'evaluation runs a fixed number of steps over a repeating input. '
+          'Set EvalArgs(num_steps=N), or custom_config eval_on_tpu=False.')
+
+
+def keys_table() -> str:
+  """The README's table of custom_config keys, rendered from the fields."""
+  rows = ['| key | default | meaning |', '|---|---|---|']
+  for field in dataclasses.fields(TrainerConfig):
+    rows.append(f'| `{field.name}` | {field.metadata[SHOWN_DEFAULT]} | '
+                f'{field.metadata[HELP]} |')
+  return '\n'.join(rows) + '\n'
+
+
+if __name__ == '__main__':
+  print(keys_table(), end='')

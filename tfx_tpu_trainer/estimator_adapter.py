@@ -1,4 +1,4 @@
-"""The documented import path of `to_tpu_model_fn` (DESIGN.md, README).
+"""The documented import path of `to_tpu_model_fn` (README, docs/).
 
   from tfx_tpu_trainer.estimator_adapter import to_tpu_model_fn
 

@@ -23,6 +23,7 @@ from tfx_tpu_trainer.data import input_fns
 from tfx_tpu_trainer.data import schemas as schemas_lib
 from tfx_tpu_trainer.kubeflow import step_outputs as kfp_outputs
 from tfx_tpu_trainer.preflight import checks as preflight_checks
+from tfx_tpu_trainer.preflight import cpu_graphs
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
 from tfx_tpu_trainer.training import checkpoints
@@ -54,13 +55,14 @@ class Executor(trainer_executor.GenericExecutor):
         base_model, hyperparameters.
       output_dict: model and model_run.
       exec_properties: the Trainer's: module_file or module_path,
-        train_args, eval_args, custom_config (see config.py).
+        train_args, eval_args, custom_config (see config.py); and
+        user_module_file, how errors name the module
+        (component.TPUTrainerSpec).
     """
     self._log_startup(input_dict, output_dict, exec_properties)
     # Check: every input, before anything is built.
     _check_splits(input_dict, exec_properties)
     fn_args = self._GetFnArgs(input_dict, output_dict, exec_properties)
-    _drop_module_file_name(fn_args)
     config = config_lib.TrainerConfig.from_custom_config(fn_args.custom_config)
     config.check_steps(fn_args.train_steps, fn_args.eval_steps)
     module = user_module_lib.load_user_module(exec_properties)
@@ -108,7 +110,7 @@ def _check_before_training(fn_args: fn_args_utils.FnArgs,
   if config.use_tpu:
     preflight_checks.check_before_training(run, config, sample_train_fn)
   else:
-    preflight_checks.check_graphs_before_training(run, config, sample_eval_fn)
+    cpu_graphs.check_graphs_before_training(run, config, sample_eval_fn)
 
 
 def _train(fn_args: fn_args_utils.FnArgs, config: config_lib.TrainerConfig,
@@ -148,16 +150,6 @@ def _publish(estimator, serving_input_receiver_fn, final_metrics, model,
   logging.info('Final evaluation: %s (written to %s).', metrics, metrics_path)
   if resumable_dir:
     checkpoints.mark_exported(resumable_dir, model.uri)
-
-
-def _drop_module_file_name(fn_args: fn_args_utils.FnArgs) -> None:
-  """Removes the user's module_file that TPUTrainer kept in custom_config.
-
-  It is not a config key; errors read it from exec_properties
-  (`user_module.module_name`).
-  """
-  if isinstance(fn_args.custom_config, dict):
-    fn_args.custom_config.pop(user_module_lib.MODULE_FILE_NAME_KEY, None)
 
 
 def _check_splits(input_dict, exec_properties) -> None:

@@ -1,6 +1,6 @@
 """Loads a TPUTrainer user module and checks it against the module contract.
 
-The contract (DESIGN.md, "User module contract"):
+The contract (README, "The module file"; docs/bring_your_model.md):
   model_fn(features, labels, mode, params[, config]) -> TPUEstimatorSpec,
     required unless build_keras_model is given.
   build_keras_model(params) -> compiled tf.keras model (instead of model_fn).
@@ -19,7 +19,6 @@ import dataclasses
 import importlib
 import importlib.util
 import inspect
-import json
 import os
 import sys
 import types
@@ -38,10 +37,10 @@ SERVING_INPUT_RECEIVER_FN = 'serving_input_receiver_fn'
 BUILD_KERAS_MODEL = 'build_keras_model'
 LABEL_KEY_ATTRIBUTE = 'LABEL_KEY'
 TRAINER_FN = 'trainer_fn'
-# The custom_config entry in which TPUTrainer keeps the user's module_file
-# when TFX packages the module as a wheel (and passes only `name@wheel`), so
-# errors name the file the user wrote; the executor takes it out first.
-MODULE_FILE_NAME_KEY = '_module_file'
+# The exec property of TPUTrainer (component.TPUTrainerSpec) that names the
+# user's module_file: TFX packages the module as a wheel and passes only
+# `name@wheel` as module_path, so errors name the file the user wrote from it.
+USER_MODULE_FILE_KEY = 'user_module_file'
 RUN_FN = 'run_fn'
 
 _REQUIRED_ARGS = {
@@ -133,27 +132,19 @@ class UserModule:
 def module_name(exec_properties: Mapping[str, Any]) -> str:
   """How errors name the Trainer's module: the user's module_file.
 
-  Under TFX's wheel packaging `module_path` is `name@<wheel>`; the user's
-  path is then in custom_config (MODULE_FILE_NAME_KEY, kept by TPUTrainer).
+  The one place that decides it: TPUTrainer's `user_module_file` exec
+  property (USER_MODULE_FILE_KEY), else `module_file`, else `module_path`
+  (`name@<wheel>` under TFX's wheel packaging).
 
   Args:
-    exec_properties: the Trainer's execution properties (custom_config as
-      TFX passes it, a JSON string, or a dict).
+    exec_properties: the Trainer's execution properties.
 
   Returns:
     The path the user wrote, else module_file or module_path.
   """
-  custom_config = exec_properties.get(
-      standard_component_specs.CUSTOM_CONFIG_KEY)
-  if isinstance(custom_config, str):
-    try:
-      custom_config = json.loads(custom_config)
-    except ValueError:
-      custom_config = None
-  kept = (custom_config.get(MODULE_FILE_NAME_KEY)
-          if isinstance(custom_config, dict) else None)
-  return (kept or exec_properties.get(standard_component_specs.MODULE_FILE_KEY)
-          or exec_properties.get(standard_component_specs.MODULE_PATH_KEY) or
+  return (exec_properties.get(USER_MODULE_FILE_KEY) or
+          exec_properties.get(standard_component_specs.MODULE_FILE_KEY) or
+          exec_properties.get(standard_component_specs.MODULE_PATH_KEY) or
           'the user module')
 
 

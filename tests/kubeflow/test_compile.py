@@ -179,6 +179,9 @@ def test_trainer_custom_config_and_module_file(tpu_vm_workflow):
       'parameters']
   assert parameters['module_file']['fieldValue']['stringValue'] == (
       '/tfx-tpu-trainer/components/taxi_tpu_module.py')
+  # How errors name the module: TPUTrainer's declared exec property.
+  assert parameters['user_module_file']['fieldValue']['stringValue'] == (
+      '/tfx-tpu-trainer/components/taxi_tpu_module.py')
 
 
 
@@ -269,6 +272,10 @@ def test_v2_kfp_spec_tpu_scheduling_on_the_trainer_only(v2_outputs):
   spec, platform = documents
   trainer = _executor_label(spec, 'TPUTrainer')
   assert trainer == 'TPUTrainer_executor'
+  # How errors name the module: TPUTrainer's declared exec property.
+  assert spec['root']['dag']['tasks']['TPUTrainer']['inputs']['parameters'][
+      'user_module_file'] == {'runtimeValue': {'constant': (
+          '/tfx-tpu-trainer/components/taxi_tpu_module.py')}}
   for name, executor in spec['deploymentSpec']['executors'].items():
     container = executor['container']
     assert {'name': 'PYTHONPATH', 'value': '/tfx-tpu-trainer/components'} in (

@@ -2,18 +2,20 @@
 
 import json
 import os
+import threading
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from tensorflow.python.tpu import tpu_function  # pylint: disable=g-direct-tensorflow-import
 from tfx.utils import path_utils
 
 from tfx_tpu_trainer import estimator_adapter
 from tfx_tpu_trainer import executor
+from tfx_tpu_trainer.model_fn import patches
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
 
+from tests.fixtures import model_fn_graphs
 from tests.fixtures import pipeline_outputs
 from tests.conftest import TEST_MODULES_DIR
 
@@ -77,18 +79,8 @@ def _model_fn(optimizer='sgd', summary=False, print_op=False,
 
 def _call(model_fn, mode, use_tpu=False, num_shards=None):
   """Calls model_fn in a new graph; returns the graph and the spec."""
-  graph = tf.Graph()
-  with graph.as_default():
-    tf.compat.v1.train.create_global_step()
-    kwargs = dict(features={'x': tf.constant(X)},
-                  labels=tf.constant(LABELS), mode=mode,
-                  params={'batch_size': 8, 'use_tpu': use_tpu})
-    if num_shards:
-      with tpu_function.tpu_shard_context(num_shards):
-        spec = model_fn(**kwargs)
-    else:
-      spec = model_fn(**kwargs)
-  return graph, spec
+  return model_fn_graphs.call_in_graph(model_fn, mode, {'x': X}, LABELS,
+                                       use_tpu, num_shards)
 
 
 def _run_metrics(graph, metric_ops):
@@ -213,6 +205,73 @@ def test_tensorflow_is_restored_after_the_call():
     assert tf.compat.v1.train.Optimizer.apply_gradients is apply_gradients
     for name, function in metric_functions.items():
       assert getattr(tf.compat.v1.metrics, name) is function
+
+
+def test_patches_are_gone_after_the_call_and_left_as_found():
+  from tensorflow_estimator.python.estimator.head import base_head  # pylint: disable=g-import-not-at-top
+  found = {
+      (tf.compat.v1.metrics, 'mean'): vars(tf.compat.v1.metrics)['mean'],
+      (tf.compat.v1.summary, 'scalar'): vars(tf.compat.v1.summary)['scalar'],
+      (base_head, 'create_eval_metrics_tuple'):
+          vars(base_head)['create_eval_metrics_tuple'],
+      (tf.keras.optimizers.legacy.Optimizer, 'apply_gradients'):
+          vars(tf.keras.optimizers.legacy.Optimizer)['apply_gradients'],
+  }
+  adapted = estimator_adapter.to_tpu_model_fn(
+      _model_fn(summary=True), name=NAME, drop_v1_summaries=True)
+  _call(adapted, ModeKeys.TRAIN, use_tpu=True, num_shards=8)
+  _call(adapted, ModeKeys.EVAL)
+  for (owner, name), original in found.items():
+    assert vars(owner)[name] is original, name
+    assert not patches.is_patched(owner, name), name
+
+
+def test_a_second_thread_building_graphs_is_not_affected():
+  """While one adapter's model_fn runs, another thread sees plain TF."""
+  entered, release = threading.Event(), threading.Event()
+  building = {}
+
+  def blocking_model_fn(features, labels, mode, params):
+    spec = _model_fn()(features, labels, mode, params)
+    entered.set()
+    release.wait()
+    return spec
+
+  def first():
+    adapted = estimator_adapter.to_tpu_model_fn(blocking_model_fn, name=NAME)
+    building['first'] = _call(adapted, ModeKeys.TRAIN, use_tpu=True,
+                              num_shards=8)
+
+  thread = threading.Thread(target=first)
+  thread.start()
+  try:
+    entered.wait()
+    # The first adapter's patches are installed now, for its thread only.
+    assert patches.is_patched(tf.compat.v1.metrics, 'mean')
+    assert patches.is_patched(tf.compat.v1.train.Optimizer, 'apply_gradients')
+    plain_graph, plain_spec = _call(_model_fn(), ModeKeys.TRAIN)
+    second = estimator_adapter.to_tpu_model_fn(_model_fn(), name='second')
+    second_graph, second_spec = _call(second, ModeKeys.EVAL)
+  finally:
+    release.set()
+    thread.join()
+  # Plain TF in this thread: real metrics, no cross-shard sums.
+  assert not any(op.type == 'CrossReplicaSum'
+                 for op in plain_graph.get_operations())
+  assert sorted(plain_spec.eval_metric_ops) == ['accuracy', 'auc', 'mean_loss']
+  with plain_graph.as_default():
+    assert tf.compat.v1.local_variables()
+  # The second adapter recorded its own metric calls, and only those.
+  _, tensors = second_spec.eval_metrics
+  assert sorted(tensors) == ['0_accuracy_labels', '1_accuracy_predictions',
+                             '2_auc_labels', '3_auc_predictions',
+                             '4_mean_values']
+  del second_graph
+  # The first adapter summed its gradients across its 8 shards.
+  first_graph, _ = building['first']
+  assert sum(op.type == 'CrossReplicaSum'
+             for op in first_graph.get_operations()) == 2
+  assert not patches.is_patched(tf.compat.v1.metrics, 'mean')
 
 
 def test_model_fn_without_params_is_called_with_what_it_takes():

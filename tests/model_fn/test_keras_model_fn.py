@@ -5,7 +5,6 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
-from tensorflow.python.tpu import tpu_function  # pylint: disable=g-direct-tensorflow-import
 from tfx.utils import path_utils
 
 from tfx_tpu_trainer import config as config_lib
@@ -23,6 +22,7 @@ from tfx_tpu_trainer.training import estimator_builder
 from tfx_tpu_trainer.training import schedule
 
 from tests import conftest
+from tests.fixtures import model_fn_graphs
 from tests.fixtures import pipeline_outputs
 
 SOURCE = 'test_module.py'
@@ -73,26 +73,29 @@ def _build(params):
 def _call(model_fn, mode, use_tpu=False, num_shards=None, features=None,
           labels=LABELS):
   """Calls model_fn in a new graph; returns the graph and the spec."""
-  graph = tf.Graph()
-  with graph.as_default():
-    tf.compat.v1.train.create_global_step()
-    feature_tensors = {name: tf.constant(value) for name, value in
-                       (features or FEATURES).items()}
-    label_tensor = None if labels is None else tf.constant(labels)
-    params = {'batch_size': 8, 'use_tpu': use_tpu}
-    kwargs = dict(features=feature_tensors, labels=label_tensor, mode=mode,
-                  params=params)
-    if num_shards:
-      with tpu_function.tpu_shard_context(num_shards):
-        spec = model_fn(**kwargs)
-    else:
-      spec = model_fn(**kwargs)
-  return graph, spec
+  return model_fn_graphs.call_in_graph(model_fn, mode, features or FEATURES,
+                                       labels, use_tpu, num_shards)
 
 
 def _variable_names(graph):
   with graph.as_default():
     return sorted(v.op.name for v in tf.compat.v1.global_variables())
+
+
+def test_conform_features_fits_each_model_input():
+  # What the benchmark's Keras input loop uses too (benchmarks/measure.py).
+  model = _tiny_model()
+  features = dict(FEATURES, fare_xf=FEATURES['fare_xf'].astype(np.float64))
+  conformed = keras_model_fn.conform_features(model, features)
+  assert {name: (tuple(t.shape), t.dtype) for name, t in conformed.items()} == {
+      'fare_xf': ((8, 1), tf.float32), 'hour_xf': ((8,), tf.int64)}
+  np.testing.assert_allclose(conformed['fare_xf'].numpy()[:, 0],
+                             FEATURES['fare_xf'])
+  with pytest.raises(keras_model_fn.KerasModelError,
+                     match=r"Feature 'fare_xf' has shape \(8, 2\), which "
+                     r'does not fit the model input shape \(None, 1\)'):
+    keras_model_fn.conform_features(
+        model, dict(FEATURES, fare_xf=np.zeros([8, 2], np.float32)))
 
 
 def test_train_on_tpu_sums_gradients_across_shards():

@@ -7,7 +7,7 @@ import pytest
 from tfx_tpu_trainer import estimator_adapter
 from tfx_tpu_trainer import executor
 from tfx_tpu_trainer import user_module
-from tfx_tpu_trainer.preflight import checks
+from tfx_tpu_trainer.preflight import cpu_graphs as checks
 
 from tests.fixtures import pipeline_outputs
 from tests.conftest import TEST_MODULES_DIR

@@ -486,3 +486,35 @@ def test_executor_runs_the_preflight_before_training_on_tpu(taxi_artifacts,
           'no cross-shard gradient sum for 8 shards') in str(error.value)
   assert not os.path.exists(os.path.join(run.model.uri, 'Format-Serving'))
   assert not os.path.exists(os.path.join(run.model_run.uri, 'checkpoint'))
+
+
+def test_a_finding_is_data_and_its_text_is_rendered_from_it():
+  finding = preflight.Finding(
+      'float64', preflight.ERROR, 'computes float64 in the train step.',
+      'train', fix='Use float32.', op='Cast', where="op 'Cast' (Cast)",
+      knock_on=("float64 at 'mul'",), also_in=('eval', 'export'))
+  assert finding.message == (
+      "op 'Cast' (Cast) computes float64 in the train step. Use float32. "
+      "(Knock-on findings of this cause, folded here: float64 at 'mul'.) "
+      '(Also in the eval and export steps.)')
+  assert finding.to_dict() == {
+      'code': 'float64', 'severity': 'error', 'message': finding.message,
+      'phase': 'train', 'op': 'Cast', 'where': "op 'Cast' (Cast)",
+      'cause': 'computes float64 in the train step.', 'fix': 'Use float32.',
+      'knock_on': ["float64 at 'mul'"], 'also_in': ['eval', 'export']}
+  # Positional as before: code, severity, what is wrong, phase.
+  assert preflight.Finding('x', preflight.INFO, 'all well.',
+                           'train').message == 'all well.'
+
+
+def test_folding_and_merging_read_the_findings_op_not_their_text():
+  report = preflight.run_preflight(
+      _model_fn('preflight_float64_module.py'), config_lib.TrainerConfig(),
+      {}, _synthetic_sample(), 'float64')
+  cast = [f for f in report.errors if f.op == 'Cast']
+  assert len(cast) == 1
+  assert (cast[0].code, cast[0].phase, cast[0].where) == (
+      'float64', 'train', "op 'Cast' (Cast)")
+  assert cast[0].knock_on == ("float64 at 'mul'",)
+  assert cast[0].also_in == ('eval', 'export')
+  assert cast[0].fix.startswith('Use float32 or bfloat16')

@@ -25,8 +25,8 @@ from tfx_tpu_trainer.publishing import serving_inputs
 from tests.conftest import TEST_MODULES_DIR
 from tests.fixtures import pipeline_outputs
 from tests.fixtures import serving_data
+from tests.fixtures.run_settings import SMALL_BATCHES
 
-SMALL_BATCHES = {'train_batch_size': 16, 'eval_batch_size': 16}
 # The stock taxi_utils transform: tips_xf needs tips and fare; fare_xf fare.
 TAXI_SOURCES = {
     'tips_xf': {'tips', 'fare'},

@@ -18,10 +18,9 @@ from tfx.utils import path_utils
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
 
 from tests.conftest import REPO_ROOT
-from tests.conftest import TEST_MODULES_DIR
 from tests.fixtures import pipeline_outputs
+from tests.fixtures.run_settings import LINEAR_MODULE
 
-LINEAR_MODULE = os.path.join(TEST_MODULES_DIR, 'linear_module.py')
 # A hang guard only: every task must end by itself.
 HANG_GUARD_SECONDS = 900
 

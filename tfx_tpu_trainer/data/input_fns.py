@@ -339,8 +339,9 @@ def default_dataset(file_pattern: List[str],
                     cache: str = 'auto') -> tf.data.Dataset:
   """The default dataset of `(features, label)` batches of one split.
 
-  Its dataset functions are traced without autograph (none has
-  tensor-dependent Python control flow): converting them took ~0.25 s.
+  Its dataset functions are traced without autograph: none has
+  tensor-dependent Python control flow, and converting them costs start-up
+  time (docs/performance.md, "Start-up").
 
   Args:
     file_pattern: the split's file patterns.
@@ -375,10 +376,11 @@ def _without_autotune_thread(dataset: tf.data.Dataset) -> tf.data.Dataset:
 
   With autotuning on, an iterator runs a model thread that re-tunes the
   pipeline at periods growing to a minute, and destroying the iterator
-  (closing the training session) waits for that thread: now and then it was
-  not woken and `estimator.train` returned 20 to 39 s after the final
-  evaluation. Off, every AUTOTUNE parallelism is the host's core count and
-  the prefetch buffer tunes itself without that thread.
+  (closing the training session) waits for that thread, which is not
+  always woken: `estimator.train` then stalls after the final evaluation
+  (docs/performance.md, "A stall at the end of training"). Off, every
+  AUTOTUNE parallelism is the host's core count and the prefetch buffer
+  tunes itself without that thread.
   """
   options = tf.data.Options()
   options.autotune.enabled = False

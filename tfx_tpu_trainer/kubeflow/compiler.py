@@ -68,7 +68,6 @@ from tfx.utils import json_utils
 
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
-from tfx_tpu_trainer.component import TPUTrainer
 from tfx_tpu_trainer.kubeflow import compiled_files
 from tfx_tpu_trainer.kubeflow import kfp_v2_protos
 from tfx_tpu_trainer.kubeflow import options as kubeflow_options
@@ -93,6 +92,9 @@ VERTEX_JOB_SUFFIX = '.vertex-pipeline-job.json'
 # What KubeflowV2DagRunner accepts as a pipeline name (pipeline_builder.py).
 V2_PIPELINE_NAME = re.compile(r'^[a-z0-9][a-z0-9-]{0,127}$')
 KUBERNETES_PLATFORM = compiled_files.KUBERNETES_PLATFORM
+# TPUTrainer, named rather than imported: the component imports the
+# executor, which imports this package (its step outputs).
+TPU_TRAINER_CLASS = 'tfx_tpu_trainer.component.TPUTrainer'
 # TPUTrainer custom_config keys a TPU compile fills in.
 USE_TPU_KEY = 'use_tpu'
 TPU_KEY = 'tpu'
@@ -191,13 +193,19 @@ def user_modules_not_packaged() -> Iterator[None]:
       os.environ[NO_PACKAGING_ENV] = previous
 
 
-def tpu_trainers(pipeline: tfx.dsl.Pipeline) -> List[TPUTrainer]:
+def is_tpu_trainer(component: Any) -> bool:
+  """Whether `component` is a TPUTrainer (or a subclass of it)."""
+  return any(f'{cls.__module__}.{cls.__qualname__}' == TPU_TRAINER_CLASS
+             for cls in type(component).__mro__)
+
+
+def tpu_trainers(pipeline: tfx.dsl.Pipeline) -> List[Any]:
   """The pipeline's TPUTrainers.
 
   Raises:
     NoTPUTrainerError: naming the pipeline's components.
   """
-  trainers = [c for c in pipeline.components if isinstance(c, TPUTrainer)]
+  trainers = [c for c in pipeline.components if is_tpu_trainer(c)]
   if not trainers:
     stock = [c.id for c in pipeline.components
              if isinstance(c, tfx.components.Trainer)]
@@ -411,7 +419,7 @@ def compile_pipeline(pipeline: tfx.dsl.Pipeline, output_path: str,
       trainer_summaries=summaries)
 
 
-def _custom_config(trainer: TPUTrainer) -> Dict[str, Any]:
+def _custom_config(trainer: Any) -> Dict[str, Any]:
   value = trainer.exec_properties.get(CUSTOM_CONFIG_KEY)
   if value is None:
     return {}

@@ -6,4 +6,6 @@
   keras_compile      reads a Keras model's compile settings (optimizer, loss,
                      metrics) into their TPU counterparts.
   estimator_adapter  an Estimator model_fn (EstimatorSpec) as a TPU model_fn.
+  stock_trainer      a stock-Trainer module's (`trainer_fn`) estimator, adapted.
+  patches            patches of TensorFlow scoped to one call in one thread.
 """

@@ -41,9 +41,12 @@ What the returned model_fn does with the EstimatorSpec, and what it cannot do:
 - A model_fn that already returns a TPUEstimatorSpec is passed through.
 
 On CPU (`params['use_tpu']` false) the same metric_fn computes the metrics,
-so a CPU run exercises the TPU path of metrics. Both interceptions patch
-TensorFlow (`tf.compat.v1.metrics` functions, `Optimizer.apply_gradients`)
-only while the wrapped model_fn runs, in the thread that builds the graph.
+so a CPU run exercises the TPU path of metrics. Every interception
+(`tf.compat.v1.metrics` functions, `Optimizer.apply_gradients`,
+`base_head.create_eval_metrics_tuple`, `tf.compat.v1.summary` functions) is
+a `patches.patched` scope: it holds only while the wrapped model_fn runs,
+only for calls from the thread that runs it, and the originals are back
+after (model_fn/patches.py).
 """
 
 import contextlib
@@ -61,6 +64,7 @@ from tensorflow_estimator.python.estimator.head import base_head
 
 from tfx_tpu_trainer import tpu_facts
 from tfx_tpu_trainer import user_module as user_module_lib
+from tfx_tpu_trainer.model_fn import patches
 
 _V1_METRICS = tf.compat.v1.metrics
 _V1_SUMMARY = tf.compat.v1.summary
@@ -106,31 +110,28 @@ class _MetricRecorder:
     self._source = source
     self._calls: List[_MetricCall] = []
 
-  @contextlib.contextmanager
   def recording(self):
-    """Replaces the tf.compat.v1.metrics functions while the block runs."""
-    originals = {name: getattr(_V1_METRICS, name)
-                 for name in _METRIC_FUNCTION_NAMES}
-    for name, fn in originals.items():
-      setattr(_V1_METRICS, name, self._recorder(name, fn))
-    try:
-      yield self
-    finally:
-      for name, fn in originals.items():
-        setattr(_V1_METRICS, name, fn)
+    """Records this thread's tf.compat.v1.metrics calls while in the block."""
+    return patches.all_patched([(_V1_METRICS, name, self._recorder(name))
+                                for name in _METRIC_FUNCTION_NAMES])
 
-  def _recorder(self, name: str, fn: Callable[..., Any]):
+  def _recorder(self, name: str):
+    """Given the original metric function, the call that records instead."""
 
-    @functools.wraps(fn)
-    def record(*args, **kwargs):
-      arguments = inspect.signature(fn).bind(*args, **kwargs)
-      with tf.name_scope(f'{name}_on_host'):
-        stand_in = (tf.constant(0.0, name='value'),
-                    tf.constant(0.0, name='update_op'))
-      self._calls.append(_MetricCall(name, arguments, stand_in))
-      return stand_in
+    def make_record(fn: Callable[..., Any]):
 
-    return record
+      @functools.wraps(fn)
+      def record(*args, **kwargs):
+        arguments = inspect.signature(fn).bind(*args, **kwargs)
+        with tf.name_scope(f'{name}_on_host'):
+          stand_in = (tf.constant(0.0, name='value'),
+                      tf.constant(0.0, name='update_op'))
+        self._calls.append(_MetricCall(name, arguments, stand_in))
+        return stand_in
+
+      return record
+
+    return make_record
 
   def eval_metrics(self, eval_metric_ops: Mapping[str, Any]):
     """`(metric_fn, tensors)` that rebuilds `eval_metric_ops` on the host."""
@@ -212,10 +213,8 @@ def _summed_across_shards(grads_and_vars, num_shards: int):
              num_shards, var) for grad, var in grads_and_vars]
 
 
-@contextlib.contextmanager
 def _cross_shard_gradients(num_shards: int):
   """Makes v1 and legacy Keras optimizers average gradients across shards."""
-  originals = {cls: cls.apply_gradients for cls in _OPTIMIZER_CLASSES}
 
   def patched(original):
 
@@ -225,13 +224,8 @@ def _cross_shard_gradients(num_shards: int):
 
     return apply_gradients
 
-  for cls, original in originals.items():
-    cls.apply_gradients = patched(original)
-  try:
-    yield
-  finally:
-    for cls, original in originals.items():
-      cls.apply_gradients = original
+  return patches.all_patched([(cls, 'apply_gradients', patched)
+                              for cls in _OPTIMIZER_CLASSES])
 
 
 class _HeadMetrics:
@@ -248,19 +242,19 @@ class _HeadMetrics:
   def __init__(self):
     self.calls = []
 
-  @contextlib.contextmanager
   def recording(self):
-    original = base_head.create_eval_metrics_tuple
+    """Records this thread's create_eval_metrics_tuple calls in the block."""
 
-    def record(fn, kwargs):
-      self.calls.append((fn, dict(kwargs)))
-      return (lambda **_: {}), {}
+    def make_record(unused_original):
 
-    base_head.create_eval_metrics_tuple = record
-    try:
-      yield self
-    finally:
-      base_head.create_eval_metrics_tuple = original
+      def record(fn, kwargs):
+        self.calls.append((fn, dict(kwargs)))
+        return (lambda **_: {}), {}
+
+      return record
+
+    return patches.patched(base_head, 'create_eval_metrics_tuple',
+                           make_record)
 
   def eval_metrics(self, source: str):
     """`(metric_fn, tensors)` computing the recorded head's metrics."""
@@ -309,28 +303,24 @@ class _HeadMetrics:
     return metric_fn, tensors
 
 
-@contextlib.contextmanager
 def _v1_summaries_dropped(dropped: List[str]):
-  """Makes tf.compat.v1.summary functions no-ops; records their names."""
-  originals = {name: getattr(_V1_SUMMARY, name)
-               for name in _V1_SUMMARY_FUNCTIONS}
+  """Makes this thread's tf.compat.v1.summary calls no-ops; records names."""
 
   def dropper(kind):
 
-    def drop(name, *args, **kwargs):
-      del args, kwargs
-      dropped.append(f'{name} ({kind})')
-      return tf.constant('', name='dropped_summary')
+    def make_drop(unused_original):
 
-    return drop
+      def drop(name, *args, **kwargs):
+        del args, kwargs
+        dropped.append(f'{name} ({kind})')
+        return tf.constant('', name='dropped_summary')
 
-  for name in originals:
-    setattr(_V1_SUMMARY, name, dropper(name))
-  try:
-    yield
-  finally:
-    for name, fn in originals.items():
-      setattr(_V1_SUMMARY, name, fn)
+      return drop
+
+    return make_drop
+
+  return patches.all_patched([(_V1_SUMMARY, name, dropper(name))
+                              for name in _V1_SUMMARY_FUNCTIONS])
 
 
 def _num_shards() -> Optional[int]:

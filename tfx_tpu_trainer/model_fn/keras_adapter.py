@@ -122,9 +122,22 @@ def _castable(dtype: tf.DType) -> bool:
   return dtype.is_floating or dtype.is_integer or dtype.is_bool
 
 
-def _conform(tensor: tf.Tensor, shape: tf.TensorShape, dtype: tf.DType,
-             what: str) -> tf.Tensor:
-  """`tensor` reshaped ([batch] <-> [batch, 1]) and cast to shape/dtype."""
+def conform(tensor: tf.Tensor, shape: tf.TensorShape, dtype: tf.DType,
+            what: str) -> tf.Tensor:
+  """`tensor` reshaped ([batch] <-> [batch, 1]) and cast to shape/dtype.
+
+  Args:
+    tensor: a feature (or label) tensor.
+    shape: the Keras input's shape.
+    dtype: the Keras input's dtype.
+    what: how errors name the tensor (e.g. "Feature 'fare'").
+
+  Returns:
+    The tensor as the input takes it.
+
+  Raises:
+    KerasModelError: a sparse tensor, or a shape or dtype that cannot fit.
+  """
   if isinstance(tensor, (tf.sparse.SparseTensor, tf.RaggedTensor)):
     raise KerasModelError(
         f'{what} is a {type(tensor).__name__}; the Keras TPU model_fn takes '
@@ -153,6 +166,15 @@ def _conform(tensor: tf.Tensor, shape: tf.TensorShape, dtype: tf.DType,
   return tensor
 
 
+def conform_features(model: tf.keras.Model,
+                     features: Mapping[str, Any]) -> Dict[str, tf.Tensor]:
+  """Each model input's feature, conformed to the input (`conform`)."""
+  return {name: conform(tf.convert_to_tensor(features[name]),
+                        keras_input.shape, keras_input.dtype,
+                        f'Feature {name!r}')
+          for name, keras_input in zip(model.input_names, model.inputs)}
+
+
 def _model_inputs(template: KerasTemplate, features: Any):
   """The features in the order of the model's inputs."""
   model = template.model
@@ -171,8 +193,8 @@ def _model_inputs(template: KerasTemplate, features: Any):
           f'{name!r}, which is not a feature (features: {sorted(features)}). '
           'Name each tf.keras.Input after the feature it reads.')
     inputs.append(
-        _conform(features[name], keras_input.shape, keras_input.dtype,
-                 f'Feature {name!r}'))
+        conform(features[name], keras_input.shape, keras_input.dtype,
+                f'Feature {name!r}'))
   return inputs[0] if len(inputs) == 1 else inputs
 
 

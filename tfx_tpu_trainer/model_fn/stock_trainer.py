@@ -13,7 +13,9 @@ model_dir or input functions), and takes the estimator's `model_fn` and
   optimizers are summed across TPU shards, and on TPU the v1 summaries of
   the model_fn are dropped with a warning (a TPU computation rejects them);
 - an Estimator from `tf.keras.estimator.model_to_estimator` is trained as
-  its compiled Keras model (`keras_adapter`, as `build_keras_model`).
+  its compiled Keras model (`keras_adapter`, as `build_keras_model`): the
+  model_to_estimator calls of trainer_fn are recorded while it runs (a
+  `patches.patched` scope), so the model is known from the call.
 
 Categorical (sparse) feature columns cannot run inside a TPU computation:
 with `use_tpu`, a canned Estimator that has them is one error naming them.
@@ -21,10 +23,12 @@ The input is TPUTrainer's (the default input, over the label found by
 `stock_contract.label_key_candidates`); the serving input is TPUTrainer's too.
 """
 
+import contextlib
 import dataclasses
+import inspect
 import shutil
 import tempfile
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import attr
 from absl import logging
@@ -32,12 +36,14 @@ import tensorflow as tf
 from tensorflow import estimator as tf_estimator
 from tensorflow.python.feature_column import feature_column_v2 as fc_v2  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.feature_column import feature_column_v2_types as fc_types  # pylint: disable=g-direct-tensorflow-import
+from tensorflow_estimator.python.estimator import keras_lib
 from tfx.components.trainer import fn_args_utils
 
 from tfx_tpu_trainer import user_module as user_module_lib
 from tfx_tpu_trainer.model_fn import checked
 from tfx_tpu_trainer.model_fn import estimator_adapter
 from tfx_tpu_trainer.model_fn import keras_adapter
+from tfx_tpu_trainer.model_fn import patches
 
 # trainer_fn's result key TFX reads the estimator from.
 ESTIMATOR_KEY = 'estimator'
@@ -178,10 +184,38 @@ def _named_errors(model_fn: Callable[..., Any], source: str):
   return tpu_model_fn
 
 
-def _keras_model_of(estimator: tf_estimator.Estimator) -> Optional[tf.keras.Model]:
-  """The compiled Keras model of a `model_to_estimator` Estimator, if it is one."""
-  model = _closure(estimator._model_fn).get('keras_model')  # pylint: disable=protected-access
-  return model if isinstance(model, tf.keras.Model) else None
+@contextlib.contextmanager
+def _keras_models_recorded(made: List[Tuple[Any, Any]]):
+  """Records (estimator, keras_model) of model_to_estimator calls.
+
+  A `patches.patched` scope over `keras_lib.model_to_estimator` (what
+  `tf.keras.estimator.model_to_estimator` calls), for this thread while
+  trainer_fn runs: which estimator wraps which Keras model is then known
+  from the call, not read from the estimator's closures.
+  """
+
+  def make_record(original):
+
+    def model_to_estimator(*args, **kwargs):
+      estimator = original(*args, **kwargs)
+      arguments = inspect.signature(original).bind(*args, **kwargs).arguments
+      made.append((estimator, arguments.get('keras_model')))
+      return estimator
+
+    return model_to_estimator
+
+  with patches.patched(keras_lib, 'model_to_estimator', make_record):
+    yield
+
+
+def _keras_model_of(estimator: tf_estimator.Estimator,
+                    made: Sequence[Tuple[Any, Any]]
+                    ) -> Optional[tf.keras.Model]:
+  """The Keras model `estimator` was made from by model_to_estimator, if any."""
+  for made_estimator, model in made:
+    if made_estimator is estimator and isinstance(model, tf.keras.Model):
+      return model
+  return None
 
 
 def _isolated_fn_args(fn_args: fn_args_utils.FnArgs,
@@ -225,9 +259,11 @@ def stock_model(trainer_fn: user_module_lib.ModuleFunction,
     StockTrainerError: the estimator cannot be taken over.
   """
   scratch = tempfile.mkdtemp(prefix='tpu-trainer-stock-')
+  keras_estimators = []
   try:
     try:
-      result = trainer_fn.fn(_isolated_fn_args(fn_args, scratch), schema)
+      with _keras_models_recorded(keras_estimators):
+        result = trainer_fn.fn(_isolated_fn_args(fn_args, scratch), schema)
     except user_module_lib.UserModuleError:
       raise
     except Exception as e:  # pylint: disable=broad-except
@@ -241,13 +277,15 @@ def stock_model(trainer_fn: user_module_lib.ModuleFunction,
           + (f'{type(estimator).__name__} under {ESTIMATOR_KEY!r}.'
              if isinstance(result, Mapping) else
              f'{type(result).__name__}.'))
-    return _adapt(trainer_fn, estimator)
+    return _adapt(trainer_fn, estimator,
+                  _keras_model_of(estimator, keras_estimators))
   finally:
     shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _adapt(trainer_fn: user_module_lib.ModuleFunction,
-           estimator: tf_estimator.Estimator) -> StockModel:
+           estimator: tf_estimator.Estimator,
+           keras_model: Optional[tf.keras.Model]) -> StockModel:
   source = f'the {type(estimator).__name__} of {trainer_fn.where}'
   params = _estimator_params(estimator, trainer_fn.where)
   logging.info(
@@ -256,7 +294,6 @@ def _adapt(trainer_fn: user_module_lib.ModuleFunction,
   if isinstance(estimator, tf.compat.v1.estimator.tpu.TPUEstimator):
     return StockModel(model_fn=estimator._model_fn, params=params,  # pylint: disable=protected-access
                       kind='model_fn', source=source)
-  keras_model = _keras_model_of(estimator)
   if keras_model is not None:
     build = user_module_lib.ModuleFunction(
         name=trainer_fn.name, module_file=trainer_fn.module_file,

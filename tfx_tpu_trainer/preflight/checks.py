@@ -29,7 +29,6 @@ TPU v2-8/v3-8 host) with divisibility findings lowered to warnings.
 
 import dataclasses
 import os
-import re
 import tempfile
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
@@ -39,13 +38,12 @@ import tensorflow as tf
 from tensorflow import estimator as tf_estimator
 
 from tfx_tpu_trainer import config as config_lib
-from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import prepare
 from tfx_tpu_trainer import tpu_facts
-from tfx_tpu_trainer.model_fn import estimator_adapter
 from tfx_tpu_trainer.preflight import graph as preflight_graph
 from tfx_tpu_trainer.preflight import report as preflight_report
 from tfx_tpu_trainer.preflight import sample as preflight_sample
+from tfx_tpu_trainer.preflight import spec_checks
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.training import estimator_builder
 
@@ -59,14 +57,6 @@ ERROR, WARNING, INFO = (preflight_report.ERROR, preflight_report.WARNING,
 ModeKeys = tf_estimator.ModeKeys
 _TPU_SPEC = tf.compat.v1.estimator.tpu.TPUEstimatorSpec
 _INFEED_DTYPES_REJECTED = tpu_facts.INFEED_REJECTED_DTYPES
-
-
-class _SpecProblem(Exception):
-  """What the model_fn returned cannot run on TPU (carries the finding)."""
-
-  def __init__(self, finding: Finding):
-    super().__init__(finding.message)
-    self.finding = finding
 
 
 def resolve_num_shards(config: config_lib.TrainerConfig,
@@ -93,9 +83,10 @@ def _config_findings(config: config_lib.TrainerConfig, num_shards: int,
   return [
       Finding(
           'batch-size-not-divisible', WARNING if assumed else ERROR,
-          f'custom_config[{key!r}]={value} does not divide by '
-          f'num_shards={num_shards}: TPU splits each global batch evenly '
-          f'across shards. Use a multiple of {num_shards}{note}.', 'config')
+          f'does not divide by num_shards={num_shards}: TPU splits each '
+          'global batch evenly across shards.', 'config',
+          fix=f'Use a multiple of {num_shards}{note}.',
+          where=f'custom_config[{key!r}]={value}')
       for key, value in config.indivisible_batch_sizes(num_shards)
   ]
 
@@ -127,39 +118,40 @@ def _input_findings(sample: preflight_sample.SampleBatch,
     if not isinstance(spec, tf.TensorSpec):
       findings.append(Finding(
           'sparse-input', ERROR,
-          f'{name} is a {type(spec).__name__[:-4]}: TPUEstimator infeeds '
-          'dense tensors only. Densify it in the preprocessing_fn or the '
-          'input_fn (e.g. tf.sparse.to_dense, padded to a fixed length).',
-          'input'))
+          f'is a {type(spec).__name__[:-4]}: TPUEstimator infeeds dense '
+          'tensors only.', 'input',
+          fix='Densify it in the preprocessing_fn or the input_fn (e.g. '
+          'tf.sparse.to_dense, padded to a fixed length).', where=name))
       continue
     if spec.dtype in _INFEED_DTYPES_REJECTED:
       findings.append(Finding(
           'input-dtype', ERROR,
-          f'{name} is {_INFEED_DTYPES_REJECTED[spec.dtype]} tensor: the TPU '
-          'infeed cannot carry it, even when the model does not read it. '
-          + ('Turn strings into ids in the preprocessing_fn, or drop the '
-             'feature in an input_fn.' if spec.dtype == tf.string else
-             'Cast it to float32 in the preprocessing_fn or the input_fn.'),
-          'input'))
+          f'is {_INFEED_DTYPES_REJECTED[spec.dtype]} tensor: the TPU infeed '
+          'cannot carry it, even when the model does not read it.', 'input',
+          fix=('Turn strings into ids in the preprocessing_fn, or drop the '
+               'feature in an input_fn.' if spec.dtype == tf.string else
+               'Cast it to float32 in the preprocessing_fn or the input_fn.'),
+          where=name))
     shape = spec.shape
     if shape.rank == 0:
       findings.append(Finding(
           'dynamic-input-shape', ERROR,
-          f'{name} has no batch axis (shape {shape}): TPUEstimator infeeds '
-          "batches. Batch the input by params['batch_size'] with "
-          'drop_remainder=True.', 'input'))
+          f'has no batch axis (shape {shape}): TPUEstimator infeeds batches.',
+          'input', fix="Batch the input by params['batch_size'] with "
+          'drop_remainder=True.', where=name))
     elif not shape.is_fully_defined():
       findings.append(Finding(
           'dynamic-input-shape', ERROR,
-          f'{name} has shape {shape} in the input: the TPU needs static '
-          'shapes. Batch with drop_remainder=True (the default input does) '
-          'and pad variable-length features to a fixed length.', 'input'))
+          f'has shape {shape} in the input: the TPU needs static shapes.',
+          'input', fix='Batch with drop_remainder=True (the default input '
+          'does) and pad variable-length features to a fixed length.',
+          where=name))
     elif shape[0] != batch_size:
       findings.append(Finding(
           'input-batch-size', WARNING,
-          f'{name} has {shape[0]} examples per batch, but each shard asks '
-          f"for params['batch_size']={batch_size}: batch the input by "
-          "params['batch_size'].", 'input'))
+          f'has {shape[0]} examples per batch, but each shard asks for '
+          f"params['batch_size']={batch_size}: batch the input by "
+          "params['batch_size'].", 'input', where=name))
   return findings
 
 
@@ -177,68 +169,53 @@ def _infeedable(features: Any) -> Tuple[Any, Dict[str, str]]:
   return kept, withheld
 
 
-def _require(spec: Any, mode: str, fields: Tuple[str, ...], phase: str):
-  if not isinstance(spec, _TPU_SPEC):
-    hint = (' Adapt an Estimator model_fn with '
-            'tfx_tpu_trainer.estimator_adapter.to_tpu_model_fn.'
-            if isinstance(spec, tf_estimator.EstimatorSpec) else '')
-    raise _SpecProblem(Finding(
-        'spec', ERROR,
-        f'the model_fn returned {type(spec).__name__} in mode {mode!r}; TPU '
-        f'needs a TPUEstimatorSpec.{hint}', phase))
-  for field in fields:
-    if getattr(spec, field) is None:
-      raise _SpecProblem(Finding(
-          'spec', ERROR,
-          f'the TPUEstimatorSpec of mode {mode!r} has no {field}.', phase))
-
-
 def _loss_findings(loss: tf.Tensor, phase: str) -> List[Finding]:
   if loss.shape.rank == 0 and loss.dtype == tf.float32:
     return []
   return [Finding(
       'loss', ERROR,
-      f'the loss {loss.name!r} has shape {loss.shape} and dtype '
-      f'{loss.dtype.name}; TPUEstimator accumulates a float32 scalar loss on '
-      'the TPU. Reduce it to a scalar (tf.reduce_mean) in float32.', phase)]
+      f'has shape {loss.shape} and dtype {loss.dtype.name}; TPUEstimator '
+      'accumulates a float32 scalar loss on the TPU.', phase,
+      fix='Reduce it to a scalar (tf.reduce_mean) in float32.',
+      where=f'the loss {loss.name!r}')]
 
 
-def _host_call_tensors(host_call: Any, what: str,
-                       phase: str) -> Tuple[List[tf.Tensor], List[Finding]]:
-  """The flat tensors of eval_metrics/host_call, and their shape findings."""
+def _host_call_tensors(host_call: Any) -> List[tf.Tensor]:
+  """The flat tensors of eval_metrics/host_call (sorted by key for a dict)."""
   if host_call is None:
-    return [], []
+    return []
+  _, tensors = host_call
+  if isinstance(tensors, Mapping):
+    return [tensors[key] for key in sorted(tensors)]
+  return list(tensors)
+
+
+def _host_call_findings(host_call: Any, what: str,
+                        phase: str) -> List[Finding]:
+  """Shape findings of the eval_metrics/host_call tensors (outfeed rules)."""
+  if host_call is None:
+    return []
   _, tensors = host_call
   named = (dict(sorted(tensors.items())) if isinstance(tensors, Mapping) else
            {str(i): t for i, t in enumerate(tensors)})
+  code = ('eval-metric-tensor-shape' if what == 'eval_metrics' else
+          'host-call-tensor-shape')
   findings = []
   for key, tensor in named.items():
-    label = f'{what} tensor {key!r} ({tensor.name})'
+    where = f'{what} tensor {key!r} ({tensor.name})'
     if tensor.shape.rank == 0:
       findings.append(Finding(
-          'eval-metric-tensor-shape' if what == 'eval_metrics' else
-          'host-call-tensor-shape', ERROR,
-          f'{label} is a scalar: the TPU outfeed concatenates these tensors '
-          'across shards on the first axis, so each needs a batch axis. '
-          'Pass per-example tensors, or tf.reshape(x, [1]).', phase))
+          code, ERROR,
+          'is a scalar: the TPU outfeed concatenates these tensors across '
+          'shards on the first axis, so each needs a batch axis.', phase,
+          fix='Pass per-example tensors, or tf.reshape(x, [1]).',
+          op=tensor.op.name, where=where))
     elif not tensor.shape.is_fully_defined():
       findings.append(Finding(
-          'eval-metric-tensor-shape' if what == 'eval_metrics' else
-          'host-call-tensor-shape', ERROR,
-          f'{label} has shape {tensor.shape}: the TPU outfeed needs static '
-          'shapes.', phase))
-  return list(named.values()), findings
-
-
-def _call_host(host_call, flat_tensors, where: str, phase: str,
-               findings: List[Finding]) -> Any:
-  """Calls a host_call/metric_fn on its tensors; notes summaries it adds."""
-  graph = tf.compat.v1.get_default_graph()
-  before = set(graph.get_operations())
-  fn, args, kwargs = _pack_host_args(host_call, flat_tensors)
-  result = fn(*args, **kwargs)
-  findings.extend(_summary_findings(graph, before, where, phase))
-  return result
+          code, ERROR,
+          f'has shape {tensor.shape}: the TPU outfeed needs static shapes.',
+          phase, op=tensor.op.name, where=where))
+  return findings
 
 
 def _pack_host_args(host_call: Any, flat: List[tf.Tensor]):
@@ -246,6 +223,69 @@ def _pack_host_args(host_call: Any, flat: List[tf.Tensor]):
   if isinstance(tensors, Mapping):
     return fn, (), dict(zip(sorted(tensors), flat))
   return fn, tuple(flat), {}
+
+
+class _HostCalls:
+  """What the host functions of one step run made: findings, metric names.
+
+  `run_step` calls its host_fn while it builds the run graph; the host_call
+  and metric_fn of the spec run there, and what they make is kept here.
+  """
+
+  def __init__(self, phase: str):
+    self.phase = phase
+    self.findings: List[Finding] = []
+    self.metric_names: List[str] = []
+
+  def call(self, host_call: Any, flat_tensors: List[tf.Tensor],
+           where: str) -> Any:
+    """Calls a host_call/metric_fn on its tensors; notes summaries it adds."""
+    graph = tf.compat.v1.get_default_graph()
+    before = set(graph.get_operations())
+    fn, args, kwargs = _pack_host_args(host_call, flat_tensors)
+    result = fn(*args, **kwargs)
+    self.findings.extend(_summary_findings(graph, before, where, self.phase))
+    return result
+
+  def train_host_fn(self, host_call: Any):
+    """run_step's host_fn for a train step: runs the host_call, if any."""
+
+    def host_fn(outputs):
+      if host_call is not None:
+        self.call(host_call, outputs[1:], 'host_call')
+      return [], []
+
+    return host_fn
+
+  def eval_host_fn(self, eval_metrics: Any):
+    """run_step's host_fn for an eval step: metric_fn's updates and values."""
+
+    def host_fn(outputs):
+      if eval_metrics is None:
+        return [], []
+      metrics = self.call(eval_metrics, outputs[1:], 'metric_fn')
+      updates, values = [], []
+      if not isinstance(metrics, Mapping):
+        self.findings.append(Finding(
+            'eval-metric-fn', ERROR,
+            f'metric_fn returned {type(metrics).__name__}; it must return a '
+            'dict of metric name -> (value, update_op) from '
+            'tf.compat.v1.metrics.', self.phase))
+        return updates, values
+      for name, metric in sorted(metrics.items()):
+        if not (isinstance(metric, (tuple, list)) and len(metric) == 2):
+          self.findings.append(Finding(
+              'eval-metric-fn', ERROR,
+              f'metric_fn returned {type(metric).__name__} for {name!r}; '
+              'TPUEstimator takes (value, update_op) pairs, e.g. from '
+              'tf.compat.v1.metrics (not Keras Metric objects).', self.phase))
+          continue
+        self.metric_names.append(name)
+        values.append(metric[0])
+        updates.append(metric[1])
+      return updates, values
+
+    return host_fn
 
 
 class _Phases:
@@ -258,7 +298,7 @@ class _Phases:
     start = time.time()
     try:
       findings = fn()
-    except _SpecProblem as e:
+    except spec_checks.SpecProblem as e:
       findings = [e.finding]
     except Exception as e:  # pylint: disable=broad-except
       logging.exception('Preflight phase %s failed.', phase)
@@ -299,10 +339,10 @@ class _Preflight:
       return preflight_graph.build_step(
           self.model_fn, mode, params, self.run_config, self.features,
           labels, self.num_shards, outputs_fn, self.withheld)
-    except _SpecProblem:
+    except spec_checks.SpecProblem:
       raise
     except Exception as e:  # pylint: disable=broad-except
-      raise _SpecProblem(Finding(
+      raise spec_checks.SpecProblem(Finding(
           'model-fn-error', ERROR,
           f'the model_fn failed in mode {mode!r} (built as on TPU: '
           f"params['use_tpu']=True): {type(e).__name__}: {e}", phase)) from e
@@ -318,32 +358,25 @@ class _Preflight:
   def train(self) -> List[Finding]:
     """One train step: checks, XLA compile and run, checkpoint."""
     phase = 'train'
-    holder = {}
 
     def outputs(spec):
-      _require(spec, ModeKeys.TRAIN, ('loss', 'train_op'), phase)
-      tensors, holder['host'] = _host_call_tensors(spec.host_call, 'host_call',
-                                                   phase)
+      spec_checks.require(spec, ModeKeys.TRAIN, ('loss', 'train_op'), phase)
       with tf.control_dependencies([spec.train_op]):
-        return [tf.identity(spec.loss)] + tensors
+        return [tf.identity(spec.loss)] + _host_call_tensors(spec.host_call)
 
     step = self._build(ModeKeys.TRAIN, self._step_params(), self.sample.labels,
                        outputs, phase)
-    findings = (_loss_findings(step.spec.loss, phase) + holder['host'] +
+    findings = (_loss_findings(step.spec.loss, phase) +
+                _host_call_findings(step.spec.host_call, 'host_call', phase) +
                 preflight_graph.check_ops(step, phase) +
                 preflight_graph.check_cross_shard(step, self.num_shards,
                                                   phase))
-    host_call = step.spec.host_call
-
-    def host_fn(outputs):
-      if host_call is not None:
-        _call_host(host_call, outputs[1:], 'host_call', phase, findings)
-      return [], []
-
+    host = _HostCalls(phase)
     run, run_findings = self._run(
-        step, phase, host_fn=host_fn,
+        step, phase, host_fn=host.train_host_fn(step.spec.host_call),
         checkpoint_prefix=os.path.join(self.workdir, 'preflight', 'model.ckpt'))
-    findings[:] = preflight_graph.fold_knock_on(step, findings + run_findings)
+    findings = preflight_graph.fold_knock_on(
+        step, findings + host.findings + run_findings)
     if run is not None:
       self.checkpoint = run.checkpoint
       findings.append(Finding(
@@ -355,52 +388,25 @@ class _Preflight:
   def evaluate(self) -> List[Finding]:
     """One eval step: checks, XLA compile and run, metric_fn on the host."""
     phase = 'eval'
-    holder = {}
 
     def outputs(spec):
-      _require(spec, ModeKeys.EVAL, ('loss',), phase)
-      metric_tensors, holder['metrics'] = _host_call_tensors(
-          spec.eval_metrics, 'eval_metrics', phase)
-      return [spec.loss] + metric_tensors
+      spec_checks.require(spec, ModeKeys.EVAL, ('loss',), phase)
+      return [spec.loss] + _host_call_tensors(spec.eval_metrics)
 
     step = self._build(ModeKeys.EVAL, self._step_params(), self.sample.labels,
                        outputs, phase)
-    findings = (_loss_findings(step.spec.loss, phase) + holder['metrics'] +
+    findings = (_loss_findings(step.spec.loss, phase) +
+                _host_call_findings(step.spec.eval_metrics, 'eval_metrics',
+                                    phase) +
                 preflight_graph.check_ops(step, phase))
-    eval_metrics = step.spec.eval_metrics
-    names = []
-
-    def host_fn(outputs):
-      if eval_metrics is None:
-        return [], []
-      metrics = _call_host(eval_metrics, outputs[1:], 'metric_fn', phase,
-                           findings)
-      updates, values = [], []
-      if not isinstance(metrics, Mapping):
-        findings.append(Finding(
-            'eval-metric-fn', ERROR,
-            f'metric_fn returned {type(metrics).__name__}; it must return a '
-            'dict of metric name -> (value, update_op) from '
-            'tf.compat.v1.metrics.', phase))
-        return updates, values
-      for name, metric in sorted(metrics.items()):
-        if not (isinstance(metric, (tuple, list)) and len(metric) == 2):
-          findings.append(Finding(
-              'eval-metric-fn', ERROR,
-              f'metric_fn returned {type(metric).__name__} for {name!r}; '
-              'TPUEstimator takes (value, update_op) pairs, e.g. from '
-              'tf.compat.v1.metrics (not Keras Metric objects).', phase))
-          continue
-        names.append(name)
-        values.append(metric[0])
-        updates.append(metric[1])
-      return updates, values
-
-    run, run_findings = self._run(step, phase, host_fn=host_fn)
-    findings[:] = preflight_graph.fold_knock_on(step, findings + run_findings)
+    host = _HostCalls(phase)
+    run, run_findings = self._run(
+        step, phase, host_fn=host.eval_host_fn(step.spec.eval_metrics))
+    findings = preflight_graph.fold_knock_on(
+        step, findings + host.findings + run_findings)
     if run is not None:
       computed = ', '.join(f'{name}={float(value):.4g}' for name, value in
-                           zip(names, run.host_values or []))
+                           zip(host.metric_names, run.host_values or []))
       findings.append(Finding(
           'eval-step', INFO,
           'one eval step compiled with XLA and ran on the sample; metric_fn '
@@ -414,11 +420,11 @@ class _Preflight:
 
     def outputs(spec):
       if not isinstance(spec, (_TPU_SPEC, tf_estimator.EstimatorSpec)):
-        raise _SpecProblem(Finding(
+        raise spec_checks.SpecProblem(Finding(
             'spec', ERROR, f'the model_fn returned {type(spec).__name__} in '
             "mode 'infer'; it must return a TPUEstimatorSpec.", phase))
       if spec.predictions is None:
-        raise _SpecProblem(Finding(
+        raise spec_checks.SpecProblem(Finding(
             'spec', ERROR, "the TPUEstimatorSpec of mode 'infer' has no "
             'predictions.', phase))
       return [t for t in tf.nest.flatten(spec.predictions)]
@@ -477,38 +483,35 @@ def _summary_findings(graph: tf.Graph, before, where: str,
   return [
       Finding(
           'host-call-v1-summary', ERROR,
-          f'{where} creates the v1 summary {op.name!r} ({op.type}); '
-          'TPUEstimator rejects tf.compat.v1.summary ops in host calls. Use '
-          'tf.summary (v2) with a writer in a host_call.', phase)
+          f'creates the v1 summary {op.name!r} ({op.type}); TPUEstimator '
+          'rejects tf.compat.v1.summary ops in host calls.', phase,
+          fix='Use tf.summary (v2) with a writer in a host_call.',
+          where=where)
       for op in graph.get_operations()
       if op not in before and op.type in tpu_facts.V1_SUMMARY_OPS
   ]
 
 
-_OP_NAME = re.compile(r"^op '([^']+)'")
-
-
 def _merge_repeated_op_findings(findings: List[Finding]) -> List[Finding]:
-  """One finding per op and code: later steps are named in the first one."""
-  first, also = {}, {}
+  """One finding per op and code: later steps are named in the first one.
+
+  Findings that name an op (`op` and `where` set; a finding about the
+  step as a whole, e.g. 'xla-compile', has no `where`) with the same code
+  and op are one finding; the later ones' phases go into its `also_in`.
+  """
+  first: Dict[Tuple[str, str], int] = {}
   merged = []
   for finding in findings:
-    match = _OP_NAME.match(finding.message)
-    key = (finding.code, match.group(1)) if match else None
+    key = (finding.code, finding.op) if finding.op and finding.where else None
     if key is None:
       merged.append(finding)
     elif key in first:
-      also[key].append(finding.phase)
+      index = first[key]
+      merged[index] = dataclasses.replace(
+          merged[index], also_in=merged[index].also_in + (finding.phase,))
     else:
       first[key] = len(merged)
-      also[key] = []
       merged.append(finding)
-  for key, index in first.items():
-    if also[key]:
-      merged[index] = dataclasses.replace(
-          merged[index], message=merged[index].message +
-          f' (Also in the {" and ".join(also[key])} '
-          f'step{"s" if len(also[key]) > 1 else ""}.)')
   return merged
 
 
@@ -587,111 +590,4 @@ def check_before_training(
       serving_input_receiver_fn=run.serving_input_receiver_fn)
   logging.info('%s', report.format())
   report.raise_if_not_ready()
-  return report
-
-
-def _cpu_step_findings(model_fn, mode: str, features: Any, labels: Any,
-                       params: Dict[str, Any], run_config: Any,
-                       phase: str) -> List[Finding]:
-  """Builds one step as TPUEstimator does on CPU; its errors as findings.
-
-  `mode` is EVAL or PREDICT (training builds its own graph first thing).
-  `spec.as_estimator_spec()` is what TPUEstimator makes of the spec when
-  `use_tpu` is false: it calls `metric_fn` (eval) and any `host_call` on the
-  step's tensors, where an error would otherwise surface only after
-  training.
-  """
-  try:
-    spec = estimator_adapter.call_model_fn(model_fn, features, labels, mode,
-                                           params, run_config)
-  except errors.TPUTrainerError:
-    raise  # The module's own error (it names the module): as it is.
-  except Exception as e:  # pylint: disable=broad-except
-    return [Finding('model-fn-error', ERROR,
-                    f'the model_fn failed in mode {mode!r}: '
-                    f'{type(e).__name__}: {e}', phase)]
-  fields = {ModeKeys.EVAL: ('loss',), ModeKeys.PREDICT: ('predictions',)}[mode]
-  try:
-    _require(spec, mode, fields, phase)
-  except _SpecProblem as e:
-    return [e.finding]
-  try:
-    spec.as_estimator_spec()
-  except Exception as e:  # pylint: disable=broad-except
-    what = ('metric_fn' if mode == ModeKeys.EVAL else
-            'host_call (or eval_metrics)')
-    return [Finding(
-        'eval-metric-fn' if mode == ModeKeys.EVAL else 'host-call', ERROR,
-        f'the {what} of the {mode!r} TPUEstimatorSpec failed: '
-        f'{type(e).__name__}: {e}', phase)]
-  return []
-
-
-def check_graphs_before_training(
-    run: prepare.PreparedRun,
-    config: config_lib.TrainerConfig,
-    eval_input_fn: Callable[[Dict[str, Any]], tf.data.Dataset],
-) -> PreflightReport:
-  """The executor's check on CPU (`use_tpu` false), before the first step.
-
-  Builds, without running them, the graphs TPUEstimator builds on CPU only
-  after training: the eval step (with its metric_fn) on the eval input and
-  the export's PREDICT step on the serving input. The train graph is not
-  built here: it is the first thing training builds, a second later, and
-  an error in it fails there, naming the model_fn. No XLA compile and no
-  TPU checks. An error of the module's own (a TPUTrainerError naming it)
-  is raised as it is; other failures are findings, raised together as a
-  PreflightError.
-
-  Args:
-    run: the prepared run.
-    config: the validated trainer config (use_tpu false).
-    eval_input_fn: the eval split's `input_fn(params)`.
-
-  Returns:
-    The report (logged).
-
-  Raises:
-    TPUTrainerError: the module's error, e.g. a UserModuleError.
-    PreflightError: listing the other errors.
-  """
-  report = PreflightReport(source=run.module.module_file, num_shards=1,
-                           sample_origin='the graph of the eval input (not '
-                           'read)')
-  cpu_config = dataclasses.replace(config, use_tpu=False, tpu=None)
-
-  def step(mode, input_fn, batch_size, phase):
-
-    def build():
-      params = dict(run.params, use_tpu=False)
-      if batch_size is not None:
-        params['batch_size'] = batch_size
-      with tempfile.TemporaryDirectory(prefix='tpu-trainer-check-') as tmp:
-        run_config = estimator_builder.build_run_config(cpu_config, tmp)
-        with tf.Graph().as_default():
-          tf.compat.v1.train.create_global_step()
-          if input_fn is None:
-            receiver = run.serving_input_receiver_fn()
-            features, labels = receiver.features, None
-          else:
-            dataset = input_fn(dict(params))
-            element = tf.compat.v1.data.make_one_shot_iterator(
-                dataset).get_next()
-            features, labels = (element if isinstance(element, tuple) and
-                                len(element) == 2 else (element, None))
-          return _cpu_step_findings(run.model_fn, mode, features, labels,
-                                    params, run_config, phase)
-
-    start = time.time()
-    report.findings.extend(build())
-    report.seconds[phase] = round(time.time() - start, 2)
-
-  step(ModeKeys.EVAL, eval_input_fn, config.eval_batch_size, 'eval')
-  if run.serving_input_receiver_fn is not None:
-    step(ModeKeys.PREDICT, None, None, 'export')
-  logging.info('Graphs checked before training in %s s: %s', report.seconds,
-               [finding.line() for finding in report.findings] or 'no errors')
-  report.raise_if_not_ready(
-      f'{report.source}: {len(report.errors)} error(s) found before training, '
-      'in the graphs TPUEstimator builds on CPU:')
   return report

@@ -144,9 +144,10 @@ def build_step(model_fn: Callable[..., Any], mode: str,
     flat_labels = [] if labels is None else tf.nest.flatten(labels)
     values = flat_features + flat_labels
     inputs = [_placeholder(value, index) for index, value in enumerate(values)]
-    captured = {}
+    spec = None
 
     def computation(*flat):
+      nonlocal spec
       flat = list(flat)
       step_features = tf.nest.pack_sequence_as(features,
                                                flat[:len(flat_features)])
@@ -158,7 +159,6 @@ def build_step(model_fn: Callable[..., Any], mode: str,
         spec = estimator_adapter.call_model_fn(
             model_fn, step_features, step_labels, mode, dict(params),
             run_config)
-      captured['spec'] = spec
       return list(outputs_fn(spec))
 
     with tpu_function.tpu_shard_context(num_shards):
@@ -170,7 +170,7 @@ def build_step(model_fn: Callable[..., Any], mode: str,
          _OUTSIDE_COMPILATION_ATTR not in op.node_def.attr and
          not (op.type == 'Identity' and op.inputs[0] in inputs)]
   return StepGraph(graph, inputs, [np.asarray(v) for v in values], outputs,
-                   captured.get('spec'), ops)
+                   spec, ops)
 
 
 def forward_ops(ops: Sequence[tf.Operation]) -> List[tf.Operation]:
@@ -181,6 +181,11 @@ def forward_ops(ops: Sequence[tf.Operation]) -> List[tf.Operation]:
       break
     forward.append(op)
   return forward
+
+
+def _op_label(op: tf.Operation, kind: Optional[str] = None) -> str:
+  """How a finding names an op: `op 'name' (Type)`."""
+  return f'op {op.name!r} ({kind or op.type})'
 
 
 def _capped(findings: List[Finding], code: str, count: int,
@@ -209,17 +214,19 @@ def _dtype_findings(ops: Sequence[tf.Operation], phase: str) -> List[Finding]:
         counts[code] = counts.get(code, 0) + 1
         by_code.setdefault(code, []).append(Finding(
             code, ERROR,
-            f'op {op.name!r} ({op.type}) computes {dtype_name} in the {phase} '
-            f'step; TPUs have no {dtype_name} (XLA on CPU accepts it). '
-            'Use float32 or bfloat16: cast the inputs, and pass '
-            'dtype=tf.float32 where a constant or variable is made.', phase))
+            f'computes {dtype_name} in the {phase} step; TPUs have no '
+            f'{dtype_name} (XLA on CPU accepts it).', phase,
+            fix='Use float32 or bfloat16: cast the inputs, and pass '
+            'dtype=tf.float32 where a constant or variable is made.',
+            op=op.name, where=_op_label(op)))
     if tf.string in dtypes and op.type != 'Placeholder':
       counts['string-op'] = counts.get('string-op', 0) + 1
       by_code.setdefault('string-op', []).append(Finding(
           'string-op', ERROR,
-          f'op {op.name!r} ({op.type}) computes strings in the {phase} step; '
-          'a TPU program cannot hold strings. Do string work in the input_fn '
-          'or the preprocessing_fn (e.g. turn strings into ids).', phase))
+          f'computes strings in the {phase} step; a TPU program cannot hold '
+          'strings.', phase,
+          fix='Do string work in the input_fn or the preprocessing_fn (e.g. '
+          'turn strings into ids).', op=op.name, where=_op_label(op)))
   findings = []
   for code, code_findings in by_code.items():
     findings.extend(_capped(code_findings, code, counts[code], phase))
@@ -242,13 +249,13 @@ def _dynamic_shape_findings(ops: Sequence[tf.Operation],
     if dynamic and not any(_is_dynamic(t) for t in op.inputs):
       findings.append(Finding(
           'dynamic-shape', ERROR,
-          f'op {op.name!r} ({op.type}) makes tensor {dynamic[0].name!r} of '
-          f'shape {dynamic[0].shape} from inputs of static shape: its size '
-          f'depends on the data. TPU programs need static shapes (XLA on CPU '
-          'bounds such shapes, a TPU may not, and pads them at best). Keep '
-          'sizes fixed: e.g. mask with tf.where(cond, x, 0) instead of '
-          'tf.boolean_mask, and pad variable-length outputs to a fixed size.',
-          phase))
+          f'makes tensor {dynamic[0].name!r} of shape {dynamic[0].shape} from '
+          'inputs of static shape: its size depends on the data. TPU programs '
+          'need static shapes (XLA on CPU bounds such shapes, a TPU may not, '
+          'and pads them at best).', phase,
+          fix='Keep sizes fixed: e.g. mask with tf.where(cond, x, 0) instead '
+          'of tf.boolean_mask, and pad variable-length outputs to a fixed '
+          'size.', op=op.name, where=_op_label(op)))
   return _capped(findings, 'dynamic-shape', len(findings), phase)
 
 
@@ -259,22 +266,23 @@ def _rejected_op_findings(ops: Sequence[tf.Operation],
     if op.type in tpu_facts.V1_SUMMARY_OPS:
       findings.append(Finding(
           'v1-summary', ERROR,
-          f'op {op.name!r} ({op.type}) is a v1 summary inside the {phase} '
-          'step; TPU computations reject v1 summaries. Remove it, or write '
-          'summaries from a TPUEstimatorSpec host_call with tf.summary (v2).',
-          phase))
+          f'is a v1 summary inside the {phase} step; TPU computations reject '
+          'v1 summaries.', phase,
+          fix='Remove it, or write summaries from a TPUEstimatorSpec '
+          'host_call with tf.summary (v2).', op=op.name, where=_op_label(op)))
     elif op.type == 'Print':
       findings.append(Finding(
           'print-op', ERROR,
-          f'op {op.name!r} (tf.compat.v1.Print) is inside the {phase} step; '
-          'TPU computations reject it. Remove it, or log from a host_call.',
-          phase))
+          f'is inside the {phase} step; TPU computations reject it.', phase,
+          fix='Remove it, or log from a host_call.', op=op.name,
+          where=_op_label(op, 'tf.compat.v1.Print')))
     elif op.type == 'Placeholder':
       findings.append(Finding(
           'placeholder-in-model', ERROR,
-          f'op {op.name!r} is a placeholder inside the {phase} step; a TPU '
-          'computation takes its inputs from the infeed only. Read the '
-          'features the model_fn receives instead.', phase))
+          f'is a placeholder inside the {phase} step; a TPU computation takes '
+          'its inputs from the infeed only.', phase,
+          fix='Read the features the model_fn receives instead.', op=op.name,
+          where=f'op {op.name!r}'))
   return findings
 
 
@@ -321,11 +329,11 @@ def check_cross_shard(step: StepGraph, num_shards: int,
   return [Finding(
       'missing-cross-shard-optimizer', ERROR,
       f'the train step has no cross-shard gradient sum for {num_shards} '
-      'shards: each TPU core would train its own copy of the model. Wrap the '
-      'optimizer: `if params["use_tpu"]: optimizer = '
+      'shards: each TPU core would train its own copy of the model.', phase,
+      fix='Wrap the optimizer: `if params["use_tpu"]: optimizer = '
       'tf.compat.v1.tpu.CrossShardOptimizer(optimizer)` (an Estimator '
       'model_fn adapted by estimator_adapter.to_tpu_model_fn gets this for '
-      'tf.compat.v1.train optimizers).', phase)]
+      'tf.compat.v1.train optimizers).')]
 
 
 def _as_identity(node) -> None:
@@ -381,17 +389,19 @@ def xla_error_findings(error: Exception, phase: str,
     seen.add(node)
     findings.append(Finding(
         'xla-unsupported-op', ERROR,
-        f'op {node!r} ({op_type}) in the {phase} step cannot be compiled by '
-        f'XLA ({device} has no kernel for it), so the TPU cannot run it. '
-        'Replace it, or move it to the input_fn/preprocessing_fn.', phase))
+        f'in the {phase} step cannot be compiled by XLA ({device} has no '
+        'kernel for it), so the TPU cannot run it.', phase,
+        fix='Replace it, or move it to the input_fn/preprocessing_fn.',
+        op=node, where=f'op {node!r} ({op_type})'))
   if unsupported:
     return findings
   node = _NODE.search(message)
-  where = f' at op {node.group(1)!r}' if node else ''
+  at_op = f' at op {node.group(1)!r}' if node else ''
   return [Finding(
       'xla-compile', ERROR,
-      f'the {phase} step failed to compile or run with XLA{where}: '
-      f'{type(error).__name__}: {_error_lines(message)}', phase)]
+      f'the {phase} step failed to compile or run with XLA{at_op}: '
+      f'{type(error).__name__}: {_error_lines(message)}', phase,
+      op=node.group(1) if node else None)]
 
 
 HostFn = Callable[[List[tf.Tensor]], Tuple[List[Any], List[Any]]]
@@ -450,28 +460,17 @@ def run_step(step: StepGraph,
   return result
 
 
-_SUBJECT_OP = re.compile(r"^op '([^']+)'")
-_SUBJECT_TENSOR = re.compile(r"^\S+ tensor '[^']*' \(([^)]+)\)")
-_SUBJECT_XLA_OP = re.compile(r"^the \w+ step failed to compile or run with XLA at op '([^']+)'")
 # Findings that name a cause (an op a TPU cannot run), most certain first.
 _ROOT_CODES = ('xla-unsupported-op', 'string-op', 'float64',
                'unsupported-dtype', 'dynamic-shape')
 
 
 def _subject_op(step: StepGraph, finding: Finding) -> Optional[tf.Operation]:
-  """The op a finding is about, when its message names one of the step."""
-  match = _SUBJECT_OP.match(finding.message)
-  name = match.group(1) if match else None
-  if name is None:
-    match = _SUBJECT_TENSOR.match(finding.message)
-    name = match.group(1).split(':')[0] if match else None
-  if name is None:
-    match = _SUBJECT_XLA_OP.match(finding.message)
-    name = match.group(1) if match else None
-  if name is None:
+  """The op of the step a finding is about (`finding.op`), if any."""
+  if finding.op is None:
     return None
   try:
-    return step.graph.get_operation_by_name(name)
+    return step.graph.get_operation_by_name(finding.op)
   except (KeyError, ValueError):
     return None
 
@@ -540,8 +539,6 @@ def fold_knock_on(step: Optional[StepGraph],
       continue
     if index in notes:
       finding = dataclasses.replace(
-          finding, message=finding.message +
-          f' (Knock-on findings of this cause, folded here: '
-          f'{", ".join(notes[index])}.)')
+          finding, knock_on=finding.knock_on + tuple(notes[index]))
     result.append(finding)
   return result

@@ -2,7 +2,7 @@
 
 import dataclasses
 import json
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from tfx_tpu_trainer import errors
 
@@ -18,25 +18,56 @@ class PreflightError(errors.TPUTrainerError):
 
 @dataclasses.dataclass(frozen=True)
 class Finding:
-  """One result of a preflight check.
+  """One result of a preflight check, as data; its text is rendered last.
 
   Attributes:
     code: a stable identifier of the check (e.g. 'float64', see
       docs/bring_your_model.md).
     severity: 'error' (TPU training would fail), 'warning' (it may fail or
       be slow, or a check was not exact), 'info'.
-    message: what is wrong, naming the op, feature or tensor, and what to
-      do.
+    cause: what is wrong (after `where`, when that is set).
     phase: 'config', 'input', 'train', 'eval' or 'export'.
+    fix: what to do ('' when the cause says it).
+    op: the name of the graph op the finding is about, if any: findings
+      are folded under their cause and merged across steps by it.
+    where: the op, feature, tensor or key the finding names, as the message
+      names it ('' when the cause names it).
+    knock_on: findings folded under this one (`code at 'op'`).
+    also_in: later steps in which the same finding was made.
   """
   code: str
   severity: str
-  message: str
+  cause: str
   phase: str
+  fix: str = ''
+  op: Optional[str] = None
+  where: str = ''
+  knock_on: Tuple[str, ...] = ()
+  also_in: Tuple[str, ...] = ()
+
+  @property
+  def message(self) -> str:
+    """What is wrong, where, what to do; then what was folded or merged."""
+    text = ' '.join(part for part in (self.where, self.cause, self.fix)
+                    if part)
+    if self.knock_on:
+      text += (' (Knock-on findings of this cause, folded here: '
+               f'{", ".join(self.knock_on)}.)')
+    if self.also_in:
+      text += (f' (Also in the {" and ".join(self.also_in)} '
+               f'step{"s" if len(self.also_in) > 1 else ""}.)')
+    return text
 
   def line(self) -> str:
     severity = self.severity.upper()
     return f'{severity:7} [{self.phase}/{self.code}] {self.message}'
+
+  def to_dict(self) -> Dict[str, Any]:
+    """The finding for JSON: its fields and the rendered message."""
+    return dict(code=self.code, severity=self.severity, message=self.message,
+                phase=self.phase, op=self.op, where=self.where,
+                cause=self.cause, fix=self.fix, knock_on=list(self.knock_on),
+                also_in=list(self.also_in))
 
 
 @dataclasses.dataclass
@@ -87,7 +118,7 @@ class PreflightReport:
             'num_shards': self.num_shards,
             'sample': self.sample_origin,
             'seconds': self.seconds,
-            'findings': [dataclasses.asdict(f) for f in self.findings],
+            'findings': [f.to_dict() for f in self.findings],
         },
         indent=2)
 

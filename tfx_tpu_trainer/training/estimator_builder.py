@@ -76,8 +76,8 @@ def build_run_config(
       # Off TPU a session.run is host_iterations_per_loop steps (default 1);
       # TPUEstimator logs and writes step-rate summaries every
       # ceil(100 / iterations_per_loop) runs, so this must be that count
-      # (with 100 on CPU it would log every step, ~20% of a small model's
-      # speed).
+      # (with 100 on CPU it would log every step: docs/performance.md,
+      # "Round one").
       iterations_per_loop=(config.iterations_per_loop if config.use_tpu else
                            config.host_loop_iterations),
       num_shards=config.num_shards,

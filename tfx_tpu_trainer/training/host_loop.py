@@ -72,8 +72,8 @@ def _next_batch(get_next: tf.Operation, features, labels):
 
   The synchronous get-next: inside the loop (one iteration at a time) it
   dequeues the prefetched batch on the executor's thread instead of handing
-  it over to a background thread and back (25 us of a 700 us step at batch
-  512 here).
+  it over to a background thread and back (docs/performance.md, "Taking a
+  batch inside the loop").
   """
   outputs = tf.raw_ops.IteratorGetNextSync(
       iterator=get_next.inputs[0],

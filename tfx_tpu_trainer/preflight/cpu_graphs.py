@@ -1,0 +1,138 @@
+"""The executor's check on CPU: the graphs TPUEstimator builds after training.
+
+With `use_tpu` false, TPUEstimator builds the eval step (and its metric_fn)
+and the export's PREDICT step only once training is over; an error in
+either would surface after all the training time. `check_graphs_before_training`
+builds them first, without running them: no XLA compile and no TPU checks
+(those are the TPU preflight's, checks.py).
+"""
+
+import dataclasses
+import tempfile
+import time
+from typing import Any, Callable, Dict, List
+
+from absl import logging
+import tensorflow as tf
+from tensorflow import estimator as tf_estimator
+
+from tfx_tpu_trainer import config as config_lib
+from tfx_tpu_trainer import errors
+from tfx_tpu_trainer import prepare
+from tfx_tpu_trainer.model_fn import estimator_adapter
+from tfx_tpu_trainer.preflight import report as preflight_report
+from tfx_tpu_trainer.preflight import spec_checks
+from tfx_tpu_trainer.training import estimator_builder
+
+Finding = preflight_report.Finding
+PreflightError = preflight_report.PreflightError
+PreflightReport = preflight_report.PreflightReport
+ERROR = preflight_report.ERROR
+ModeKeys = tf_estimator.ModeKeys
+
+
+def _cpu_step_findings(model_fn, mode: str, features: Any, labels: Any,
+                       params: Dict[str, Any], run_config: Any,
+                       phase: str) -> List[Finding]:
+  """Builds one step as TPUEstimator does on CPU; its errors as findings.
+
+  `mode` is EVAL or PREDICT (training builds its own graph first thing).
+  `spec.as_estimator_spec()` is what TPUEstimator makes of the spec when
+  `use_tpu` is false: it calls `metric_fn` (eval) and any `host_call` on the
+  step's tensors, where an error would otherwise surface only after
+  training.
+  """
+  try:
+    spec = estimator_adapter.call_model_fn(model_fn, features, labels, mode,
+                                           params, run_config)
+  except errors.TPUTrainerError:
+    raise  # The module's own error (it names the module): as it is.
+  except Exception as e:  # pylint: disable=broad-except
+    return [Finding('model-fn-error', ERROR,
+                    f'the model_fn failed in mode {mode!r}: '
+                    f'{type(e).__name__}: {e}', phase)]
+  fields = {ModeKeys.EVAL: ('loss',), ModeKeys.PREDICT: ('predictions',)}[mode]
+  try:
+    spec_checks.require(spec, mode, fields, phase)
+  except spec_checks.SpecProblem as e:
+    return [e.finding]
+  try:
+    spec.as_estimator_spec()
+  except Exception as e:  # pylint: disable=broad-except
+    what = ('metric_fn' if mode == ModeKeys.EVAL else
+            'host_call (or eval_metrics)')
+    return [Finding(
+        'eval-metric-fn' if mode == ModeKeys.EVAL else 'host-call', ERROR,
+        f'the {what} of the {mode!r} TPUEstimatorSpec failed: '
+        f'{type(e).__name__}: {e}', phase)]
+  return []
+
+
+def check_graphs_before_training(
+    run: prepare.PreparedRun,
+    config: config_lib.TrainerConfig,
+    eval_input_fn: Callable[[Dict[str, Any]], tf.data.Dataset],
+) -> PreflightReport:
+  """The executor's check on CPU (`use_tpu` false), before the first step.
+
+  Builds, without running them, the graphs TPUEstimator builds on CPU only
+  after training: the eval step (with its metric_fn) on the eval input and
+  the export's PREDICT step on the serving input. The train graph is not
+  built here: it is the first thing training builds, a second later, and
+  an error in it fails there, naming the model_fn. No XLA compile and no
+  TPU checks. An error of the module's own (a TPUTrainerError naming it)
+  is raised as it is; other failures are findings, raised together as a
+  PreflightError.
+
+  Args:
+    run: the prepared run.
+    config: the validated trainer config (use_tpu false).
+    eval_input_fn: the eval split's `input_fn(params)`.
+
+  Returns:
+    The report (logged).
+
+  Raises:
+    TPUTrainerError: the module's error, e.g. a UserModuleError.
+    PreflightError: listing the other errors.
+  """
+  report = PreflightReport(source=run.module.module_file, num_shards=1,
+                           sample_origin='the graph of the eval input (not '
+                           'read)')
+  cpu_config = dataclasses.replace(config, use_tpu=False, tpu=None)
+
+  def step(mode, input_fn, batch_size, phase):
+
+    def build():
+      params = dict(run.params, use_tpu=False)
+      if batch_size is not None:
+        params['batch_size'] = batch_size
+      with tempfile.TemporaryDirectory(prefix='tpu-trainer-check-') as tmp:
+        run_config = estimator_builder.build_run_config(cpu_config, tmp)
+        with tf.Graph().as_default():
+          tf.compat.v1.train.create_global_step()
+          if input_fn is None:
+            receiver = run.serving_input_receiver_fn()
+            features, labels = receiver.features, None
+          else:
+            dataset = input_fn(dict(params))
+            element = tf.compat.v1.data.make_one_shot_iterator(
+                dataset).get_next()
+            features, labels = (element if isinstance(element, tuple) and
+                                len(element) == 2 else (element, None))
+          return _cpu_step_findings(run.model_fn, mode, features, labels,
+                                    params, run_config, phase)
+
+    start = time.time()
+    report.findings.extend(build())
+    report.seconds[phase] = round(time.time() - start, 2)
+
+  step(ModeKeys.EVAL, eval_input_fn, config.eval_batch_size, 'eval')
+  if run.serving_input_receiver_fn is not None:
+    step(ModeKeys.PREDICT, None, None, 'export')
+  logging.info('Graphs checked before training in %s s: %s', report.seconds,
+               [finding.line() for finding in report.findings] or 'no errors')
+  report.raise_if_not_ready(
+      f'{report.source}: {len(report.errors)} error(s) found before training, '
+      'in the graphs TPUEstimator builds on CPU:')
+  return report
