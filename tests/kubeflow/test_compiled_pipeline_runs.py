@@ -238,9 +238,9 @@ def test_user_pipeline_outside_the_repo_runs_every_step_to_a_pushed_model(
   assert os.listdir(root / '_wheels')  # TFX's packaging, at compile time.
   run = _run(work, workflow, mlmd_server, 'user')
   results = argo_pod.run_all(run)
-  assert argo_pod.names(results) == USER_STEPS
   for result in results:
     assert result.returncode == 0, f'{result.task}:\n{_tail(result)}'
+  assert argo_pod.names(results) == USER_STEPS
   versions = os.listdir(root / 'serving_model')
   assert len(versions) == 1, versions
   assert os.path.isfile(root / 'serving_model' / versions[0] /
