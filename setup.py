@@ -1,6 +1,18 @@
 """Package definition for tfx-tpu-trainer."""
 
+import os
+import re
+
 import setuptools
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _version() -> str:
+  """tfx_tpu_trainer/version.py's __version__, read without importing it."""
+  with open(os.path.join(_HERE, 'tfx_tpu_trainer', 'version.py')) as f:
+    return re.search(r"^__version__ = '([^']+)'", f.read(), re.M).group(1)
+
 
 # Each pin has its reason in docs/architecture.md ("The stack").
 INSTALL_REQUIRES = [
@@ -15,17 +27,28 @@ INSTALL_REQUIRES = [
     'matplotlib',
 ]
 
+# Source folder -> package in the installed tree.
+BUNDLED = {
+    'tfx_tpu_trainer_cli.bundled.pipelines': 'pipelines',
+    'tfx_tpu_trainer_cli.bundled.components': 'components',
+}
+
 setuptools.setup(
     name='tfx-tpu-trainer',
-    version='0.1.0',
+    version=_version(),
     description=('A TFX Trainer component that trains a TPUEstimator from a '
                  'user module and exports a dual-tag (serve, serve+tpu) '
                  'SavedModel.'),
     python_requires='>=3.10,<3.11',
-    # `pipelines` holds the bundled pipeline definitions; they find the module
-    # files of `components/` beside them, so install in editable mode.
+    # The bundled pipelines (`pipelines/`) and their module files
+    # (`components/`) install inside the CLI's package, where no other
+    # distribution's top-level `pipelines` can clash with them; paths.py finds
+    # components/ beside pipelines/ in both layouts.
     packages=setuptools.find_packages(
-        include=['tfx_tpu_trainer', 'tfx_tpu_trainer.*', 'tfx_tpu_trainer_cli', 'pipelines']),
+        include=['tfx_tpu_trainer', 'tfx_tpu_trainer.*', 'tfx_tpu_trainer_cli',
+                 'tfx_tpu_trainer_cli.*']) + list(BUNDLED),
+    package_dir=BUNDLED,
+    package_data={'tfx_tpu_trainer.kubeflow': ['proto/*.proto']},
     install_requires=INSTALL_REQUIRES,
     extras_require={'test': ['pytest']},
     entry_points={

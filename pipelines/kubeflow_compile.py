@@ -1,28 +1,16 @@
 """Compiles the taxi pipeline for Kubeflow Pipelines, offline.
 
-Two targets, one factory (`taxi_pipeline.create_pipeline`):
-
-* `kubeflow`: `KubeflowDagRunner` (kfp 1.8) writes an Argo workflow package.
-  Every step keeps TFX's default operator functions (the
-  `metadata-grpc-configmap` env, optionally the `user-gcp-sa` secret) and the
-  Kubeflow metadata config; the trainer step alone gets the `TrainerPod`
-  (TPU resources, node selectors, tolerations, requests), an optional trainer
-  image, and the `mlpipeline-metrics` output.
-* `kubeflow_v2`: `KubeflowV2DagRunner` writes a Vertex AI PipelineJob; from
-  it come two files: the bare pipeline spec for a KFP v2 backend
-  (`<name>.kfp-v2-pipeline.yaml`: the `PipelineSpec`, then the
-  `PlatformSpec` with the trainer's node selectors and tolerations under
-  `platforms.kubernetes`) and the PipelineJob for Vertex AI
-  (`<name>.vertex-pipeline-job.json`). The trainer executor alone gets its
-  resources in each file, in the fields that platform reads.
+The compile itself is the library's (`tfx_tpu_trainer.kubeflow.compiler`,
+the same path as a user's pipeline); this module builds the taxi pipeline
+for the cluster and says where its module files are in the image.
 
 Module files. Compiling touches neither the network nor the pipeline root:
 TFX would package each `module_file` as a wheel under
-`<pipeline_root>/_wheels` (a GCS write for a `gs://` root); with
-`UNSUPPORTED_DO_NOT_PACKAGE_USER_MODULES` set while the components are built
-it keeps the path as given instead, so module files are named by their path
-inside the image (`/tfx-tpu-trainer/components`, see the Dockerfile).
-Transform's `preprocessing_fn` is named by import path
+`<pipeline_root>/_wheels` (a GCS write for a `gs://` root); the components
+are built inside `compiler.user_modules_not_packaged()`, which keeps the
+path as given, so module files are named by their path inside the image
+(`/tfx-tpu-trainer/components`, see the Dockerfile). Transform's
+`preprocessing_fn` is named by import path
 (`taxi_preprocessing.preprocessing_fn`) rather than by file, and every step
 gets `PYTHONPATH=/tfx-tpu-trainer/components`: Beam's worker processes
 (`--direct_running_mode=multi_processing`, or Dataflow workers running the
@@ -30,34 +18,18 @@ image) import it by that name, where a file TFX loaded by path would be
 `user_module_0`, which no other process can import.
 """
 
-import contextlib
 import dataclasses
-import json
-import os
 import posixpath
-import re
-import shutil
-import tarfile
-import tempfile
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Tuple
 
-import yaml
-from absl import logging
-from tfx import v1 as tfx
-from tfx.orchestration.kubeflow import kubeflow_dag_runner
-from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
-from tfx.orchestration.kubeflow.v2 import pipeline_builder
-
-from pipelines import taxi_pipeline
+from tfx_tpu_trainer_cli.bundled.pipelines import taxi_pipeline
 from tfx_tpu_trainer import config as config_lib
-from tfx_tpu_trainer import TPUTrainer
-from tfx_tpu_trainer.kubeflow import kfp_v2_protos
-from tfx_tpu_trainer.kubeflow import options as kubeflow_options
+from tfx_tpu_trainer.kubeflow import compiled_files
+from tfx_tpu_trainer.kubeflow import compiler
 from tfx_tpu_trainer.kubeflow import scheduling as kubeflow
-from tfx_tpu_trainer.kubeflow import v2_metrics
 
-RUNNERS = kubeflow_options.RUNNERS
-DEFAULT_IMAGE = kubeflow_options.DEFAULT_IMAGE
+RUNNERS = compiler.RUNNERS
+DEFAULT_IMAGE = compiler.DEFAULT_IMAGE
 # Where the Dockerfile puts this repository inside the image.
 IMAGE_REPO_ROOT = '/tfx-tpu-trainer'
 IMAGE_COMPONENTS_DIR = posixpath.join(IMAGE_REPO_ROOT, 'components')
@@ -69,21 +41,26 @@ IMAGE_TRAINER_MODULE_FILE = posixpath.join(IMAGE_COMPONENTS_DIR,
 # STEP_ENV's PYTHONPATH in every process of every step.
 PREPROCESSING_FN = 'taxi_preprocessing.preprocessing_fn'
 STEP_ENV = {'PYTHONPATH': IMAGE_COMPONENTS_DIR}
-NO_PACKAGING_ENV = 'UNSUPPORTED_DO_NOT_PACKAGE_USER_MODULES'
-# Beam's DirectRunner over the pod's cores; dropped when --beam-arg names
-# another runner, and each one replaced by a --beam-arg of the same name.
-CLUSTER_BEAM_PIPELINE_ARGS = ('--direct_running_mode=multi_processing',
-                              '--direct_num_workers=0')
-OUTPUT_EXTENSIONS = {
-    'kubeflow': ('.tar.gz', '.tgz', '.zip', '.yaml', '.yml'),
-    'kubeflow_v2': ('.yaml', '.yml'),
-}
-DEFAULT_OUTPUT_SUFFIX = {'kubeflow': '.tar.gz',
-                         'kubeflow_v2': '.kfp-v2-pipeline.yaml'}
-VERTEX_JOB_SUFFIX = '.vertex-pipeline-job.json'
-# What KubeflowV2DagRunner accepts as a pipeline name (pipeline_builder.py).
-V2_PIPELINE_NAME = re.compile(r'^[a-z0-9][a-z0-9-]{0,127}$')
-KUBERNETES_PLATFORM = 'kubernetes'
+# The library's, kept under their old names here.
+NO_PACKAGING_ENV = compiler.NO_PACKAGING_ENV
+CLUSTER_BEAM_PIPELINE_ARGS = compiler.CLUSTER_BEAM_PIPELINE_ARGS
+OUTPUT_EXTENSIONS = compiler.OUTPUT_EXTENSIONS
+DEFAULT_OUTPUT_SUFFIX = compiler.DEFAULT_OUTPUT_SUFFIX
+VERTEX_JOB_SUFFIX = compiler.VERTEX_JOB_SUFFIX
+V2_PIPELINE_NAME = compiler.V2_PIPELINE_NAME
+KUBERNETES_PLATFORM = compiler.KUBERNETES_PLATFORM
+CompileResult = compiler.CompileResult
+user_modules_not_packaged = compiler.user_modules_not_packaged
+beam_arg_name = compiler.beam_arg_name
+default_output_file = compiler.default_output_file
+vertex_job_path = compiler.vertex_job_path
+output_paths = compiler.output_paths
+read_argo_workflow = compiled_files.read_argo_workflow
+argo_step = compiled_files.argo_step
+trainer_executor_label = compiled_files.trainer_executor_label
+describe_v1_trainer = compiled_files.describe_v1_trainer
+describe_kfp_v2_trainer = compiled_files.describe_kfp_v2_trainer
+describe_vertex_trainer = compiled_files.describe_vertex_trainer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +93,9 @@ class CompileOptions:
   preprocessing_fn: str = PREPROCESSING_FN
   trainer_module_file: str = IMAGE_TRAINER_MODULE_FILE
   beam_args: Tuple[str, ...] = ()  # added to CLUSTER_BEAM_PIPELINE_ARGS
+  # Folders in the image added to every step's PYTHONPATH (after
+  # IMAGE_COMPONENTS_DIR), e.g. that of another preprocessing module.
+  python_path: Tuple[str, ...] = ()
 
   @property
   def trainer_pod(self) -> kubeflow.TrainerPod:
@@ -124,23 +104,6 @@ class CompileOptions:
         node_selector=tuple(self.trainer_node_selector),
         tolerations=tuple(self.trainer_tolerations),
         cpu_request=self.trainer_cpu, memory_request=self.trainer_memory)
-
-
-@dataclasses.dataclass(frozen=True)
-class CompileResult:
-  """What a compile wrote, read back from the files."""
-  paths: Tuple[str, ...]
-  runner: str
-  trainer_id: str
-  trainer_image: str
-  custom_config: Dict[str, Any]
-  beam_pipeline_args: Tuple[str, ...]
-  # One line per file: what its trainer step/executor carries.
-  trainer_summaries: Tuple[str, ...]
-
-  @property
-  def path(self) -> str:
-    return self.paths[0]
 
 
 def default_pipeline_name(runner: str) -> str:
@@ -175,26 +138,6 @@ def trainer_custom_config(options: CompileOptions) -> Dict[str, Any]:
   return custom_config
 
 
-def beam_arg_name(arg: str) -> str:
-  """`--runner=DataflowRunner` -> `runner`."""
-  return arg[2:].split('=', 1)[0].replace('-', '_')
-
-
-def beam_pipeline_args(beam_args: Sequence[str]) -> List[str]:
-  """The cluster defaults, overridden and extended by `beam_args`.
-
-  A `beam_args` entry replaces the default of the same name; a `--runner`
-  other than the DirectRunner drops the DirectRunner defaults.
-  """
-  names = {beam_arg_name(a) for a in beam_args}
-  runner = [a.split('=', 1)[1] for a in beam_args
-            if beam_arg_name(a) == 'runner' and '=' in a]
-  direct = not runner or runner[-1] in ('DirectRunner', 'direct')
-  defaults = [a for a in CLUSTER_BEAM_PIPELINE_ARGS
-              if beam_arg_name(a) not in names and direct]
-  return defaults + list(beam_args)
-
-
 def pipeline_options(options: CompileOptions
                     ) -> taxi_pipeline.TaxiPipelineOptions:
   """The factory's options; no metadata config (the runner brings it)."""
@@ -211,54 +154,52 @@ def pipeline_options(options: CompileOptions
       custom_config=trainer_custom_config(options),
       pipeline_name=pipeline_name(options),
       metadata_connection_config=None,
-      beam_pipeline_args=beam_pipeline_args(options.beam_args))
+      # The library's compile adds the cluster's Beam arguments.
+      beam_pipeline_args=[])
 
 
-def default_output_file(runner: str, pipeline_name: str) -> str:
-  return pipeline_name + DEFAULT_OUTPUT_SUFFIX[runner]
-
-
-def vertex_job_path(kfp_v2_path: str) -> str:
-  """`x.kfp-v2-pipeline.yaml` (or `x.yaml`) -> `x.vertex-pipeline-job.json`."""
-  for suffix in (DEFAULT_OUTPUT_SUFFIX['kubeflow_v2'],) + OUTPUT_EXTENSIONS[
-      'kubeflow_v2']:
-    if kfp_v2_path.endswith(suffix):
-      return kfp_v2_path[:-len(suffix)] + VERTEX_JOB_SUFFIX
-  raise ValueError(f'{kfp_v2_path!r} does not end with .yaml or .yml')
-
-
-def output_paths(runner: str, output_path: str) -> Tuple[str, ...]:
-  """Every file a compile writes: v2 writes the Vertex job beside the spec."""
-  if runner == 'kubeflow_v2':
-    return (output_path, vertex_job_path(output_path))
-  return (output_path,)
+def beam_pipeline_args(beam_args) -> list:
+  """The cluster defaults, overridden and extended by `beam_args`."""
+  return compiler.beam_pipeline_args(beam_args)
 
 
 def vertex_accelerator_type(options: CompileOptions) -> Optional[str]:
-  """Vertex AI's accelerator type for the trainer, None without a TPU.
+  """Vertex AI's accelerator type for the trainer, None without a TPU."""
+  return compiler.vertex_accelerator_type(kubeflow_options(options))
 
-  Raises:
-    ValueError: when the TPU has no Vertex AI name and none was given.
-  """
-  if not options.use_tpu:
-    return None
-  if options.vertex_accelerator_type:
-    return options.vertex_accelerator_type
-  vertex_type = getattr(options.tpu, 'vertex_accelerator_type', None)
-  if vertex_type is None:
-    raise ValueError(
-        f'{getattr(options.tpu, "accelerator", options.tpu)} has no Vertex AI '
-        'accelerator type (Vertex AI names: '
-        f'{", ".join(sorted(set(kubeflow.VERTEX_ACCELERATOR_TYPES.values())))}'
-        '); pass --vertex-accelerator-type.')
-  return vertex_type
+
+def step_env(options: CompileOptions) -> Dict[str, str]:
+  """STEP_ENV, with `options.python_path` added to its PYTHONPATH."""
+  env = dict(STEP_ENV)
+  extra = [p for p in options.python_path if p != IMAGE_COMPONENTS_DIR]
+  if extra:
+    env['PYTHONPATH'] = ':'.join([env['PYTHONPATH']] + extra)
+  return env
+
+
+def kubeflow_options(options: CompileOptions) -> compiler.KubeflowOptions:
+  """The library's compile options for the taxi pipeline."""
+  return compiler.KubeflowOptions(
+      runner=options.runner,
+      image=options.image,
+      trainer_image=options.trainer_image,
+      trainer_pod=options.trainer_pod,
+      tpu_name=options.tpu_name,
+      tpu_zone=options.tpu_zone,
+      tpu_project=options.tpu_project,
+      vertex_accelerator_type=(options.vertex_accelerator_type
+                               if options.use_tpu else None),
+      beam_args=tuple(options.beam_args),
+      step_env=tuple(step_env(options).items()),
+      use_gcp_sa=options.use_gcp_sa)
 
 
 def compile_pipeline(options: CompileOptions) -> CompileResult:
-  """Builds the pipeline and compiles it to `options.output_path`.
+  """Builds the taxi pipeline and compiles it to `options.output_path`.
 
-  Every file appears whole or not at all: the runner writes into a temporary
-  directory beside it, and the results are moved into place.
+  The library's `compiler.compile_pipeline` does the compile (the same path
+  as a user's pipeline); the module files are named by their path inside the
+  image (built inside `user_modules_not_packaged()`).
 
   Args:
     options: the compile options (checked by the caller).
@@ -268,282 +209,15 @@ def compile_pipeline(options: CompileOptions) -> CompileResult:
 
   Raises:
     ValueError: for an unknown runner, a missing TPU request, a TPU-node
-      request for kubeflow_v2, or a pipeline without exactly one TPUTrainer.
-    RuntimeError: when the trainer step was not found while compiling.
+      request for kubeflow_v2 (compiler.CompileError is a ValueError).
   """
-  if options.runner not in RUNNERS:
-    raise ValueError(f'runner must be one of {RUNNERS}, got {options.runner!r}')
   if options.use_tpu and options.tpu is None:
     raise ValueError('use_tpu needs a TPU request (options.tpu).')
-  if (options.runner == 'kubeflow_v2' and options.use_tpu and
-      not isinstance(options.tpu, kubeflow.TpuVmScheduling)):
-    raise ValueError('kubeflow_v2 takes TPU VM requests only (tpu_vm()).')
-  pod = options.trainer_pod
-  vertex_type = (vertex_accelerator_type(options)
-                 if options.runner == 'kubeflow_v2' else None)
-  paths = tuple(os.path.abspath(p)
-                for p in output_paths(options.runner, options.output_path))
-  output_dir = os.path.dirname(paths[0])
-  os.makedirs(output_dir, exist_ok=True)
-  staging = tempfile.mkdtemp(dir=output_dir, prefix='.compile-')
-  try:
-    with user_modules_not_packaged():
-      factory_options = pipeline_options(options)
-      pipeline = taxi_pipeline.create_pipeline(factory_options)
-      trainer = _trainer(pipeline)
-      if options.runner == 'kubeflow':
-        _compile_v1(options, pod, pipeline, trainer, staging,
-                    os.path.basename(paths[0]))
-        summaries = (describe_v1_trainer(
-            os.path.join(staging, os.path.basename(paths[0])), trainer.id),)
-      else:
-        summaries = _compile_v2(options, pod, vertex_type, pipeline, trainer,
-                                staging, paths)
-    for path in paths:
-      os.replace(os.path.join(staging, os.path.basename(path)), path)
-  finally:
-    shutil.rmtree(staging, ignore_errors=True)
-  return CompileResult(
-      paths=paths,
-      runner=options.runner,
-      trainer_id=trainer.id,
-      trainer_image=options.trainer_image or options.image,
-      custom_config=factory_options.custom_config,
-      beam_pipeline_args=tuple(factory_options.beam_pipeline_args),
-      trainer_summaries=summaries)
-
-
-@contextlib.contextmanager
-def user_modules_not_packaged() -> Iterator[None]:
-  """Sets UNSUPPORTED_DO_NOT_PACKAGE_USER_MODULES=1, then restores it."""
-  previous = os.environ.get(NO_PACKAGING_ENV)
-  os.environ[NO_PACKAGING_ENV] = '1'
-  try:
-    yield
-  finally:
-    if previous is None:
-      del os.environ[NO_PACKAGING_ENV]
-    else:
-      os.environ[NO_PACKAGING_ENV] = previous
-
-
-def _compile_v1(options: CompileOptions, pod: kubeflow.TrainerPod,
-                pipeline: tfx.dsl.Pipeline, trainer: TPUTrainer,
-                output_dir: str, output_filename: str) -> None:
-  trainer_op = kubeflow.trainer_step_op(trainer.id, pod, options.trainer_image)
-  config = kubeflow_dag_runner.KubeflowDagRunnerConfig(
-      pipeline_operator_funcs=kubeflow.pipeline_operator_funcs(
-          trainer_op, use_gcp_sa=options.use_gcp_sa, env=STEP_ENV),
-      tfx_image=options.image,
-      kubeflow_metadata_config=(
-          kubeflow_dag_runner.get_default_kubeflow_metadata_config()))
-  kubeflow_dag_runner.KubeflowDagRunner(
-      output_dir=output_dir, output_filename=output_filename,
-      config=config).run(pipeline)
-  if len(trainer_op.applied_to) != 1:
-    raise RuntimeError(
-        f'Expected one step for component {trainer.id!r}, found '
-        f'{trainer_op.applied_to}.')
-  logging.info('Trainer step %s carries the trainer pod options.',
-               trainer_op.applied_to[0])
-
-
-def _compile_v2(options: CompileOptions, pod: kubeflow.TrainerPod,
-                vertex_type: Optional[str], pipeline: tfx.dsl.Pipeline,
-                trainer: TPUTrainer, staging: str,
-                paths: Sequence[str]) -> Tuple[str, str]:
-  """PipelineJob from the runner; the KFP v2 spec and Vertex job from it."""
-  default_image = options.image
-  if options.trainer_image:
-    default_image = {pipeline_builder.DEFAULT_IMAGE_PATH_KEY: options.image,
-                     trainer.id: options.trainer_image}
-  # Schema 2.1.0: the only one a KFP v2 backend accepts on upload (its API
-  # server refuses 2.0.0, TFX's default); Vertex AI takes it too.
-  config = kubeflow_v2_dag_runner.KubeflowV2DagRunnerConfig(
-      default_image=default_image, use_pipeline_spec_2_1=True)
-  runner_output = 'runner-pipeline-job.json'
-  kubeflow_v2_dag_runner.KubeflowV2DagRunner(
-      config=config, output_dir=staging,
-      output_filename=runner_output).run(pipeline)
-  with open(os.path.join(staging, runner_output)) as f:
-    job = json.load(f)
-  executor = trainer_executor_label(job['pipelineSpec'], trainer.id)
-  # The trainer's system.Metrics output needs the `system` module at start.
-  trainer_container = _container(job['pipelineSpec'], executor)
-  command = v2_metrics.trainer_step_command(trainer_container['command'])
-  if command is None:
-    raise ValueError(f'The v2 trainer step runs {trainer_container["command"]}'
-                     f', not TFX\'s {v2_metrics.KFP_V2_ENTRYPOINT}; its '
-                     'system.Metrics output could not be read back.')
-  trainer_container['command'] = command
-  for container in _containers(job['pipelineSpec']):
-    container['env'] = [{'name': k, 'value': v} for k, v in STEP_ENV.items()]
-
-  kfp_spec = json.loads(json.dumps(job['pipelineSpec']))
-  kfp_spec['defaultPipelineRoot'] = options.pipeline_root
-  resources = pod.kfp_v2_resources()
-  if resources:
-    _container(kfp_spec, executor)['resources'] = resources
-  documents = [kfp_spec]
-  executor_config = pod.kubernetes_executor_config()
-  if executor_config:
-    documents.append({'platforms': {KUBERNETES_PLATFORM: {
-        'deploymentSpec': {'executors': {executor: executor_config}}}}})
-  # Strict round trips through the real protobufs: nothing unknown is written.
-  kfp_v2_protos.parse(documents[0], kfp_v2_protos.PIPELINE_SPEC)
-  if executor_config:
-    kfp_v2_protos.parse(documents[1], kfp_v2_protos.PLATFORM_SPEC)
-    kfp_v2_protos.parse(executor_config,
-                        kfp_v2_protos.KUBERNETES_EXECUTOR_CONFIG)
-  with open(os.path.join(staging, os.path.basename(paths[0])), 'w') as f:
-    yaml.safe_dump_all(documents, f, sort_keys=False)
-
-  vertex_resources = pod.vertex_resources(vertex_type)
-  if vertex_resources:
-    _container(job['pipelineSpec'], executor)['resources'] = vertex_resources
-  _parse_vertex_job(job)
-  with open(os.path.join(staging, os.path.basename(paths[1])), 'w') as f:
-    json.dump(job, f, indent=2, sort_keys=True)
-  return (
-      describe_kfp_v2_trainer(os.path.join(staging,
-                                           os.path.basename(paths[0])),
-                              trainer.id),
-      describe_vertex_trainer(os.path.join(staging,
-                                           os.path.basename(paths[1])),
-                              trainer.id))
-
-
-def _parse_vertex_job(job: Dict[str, Any]) -> None:
-  """The Vertex AI PipelineJob must parse as kfp-pipeline-spec's PipelineJob."""
-  from google.protobuf import json_format  # pylint: disable=g-import-not-at-top
-  from kfp.pipeline_spec import pipeline_spec_pb2  # pylint: disable=g-import-not-at-top
-  json_format.ParseDict(job, pipeline_spec_pb2.PipelineJob())
-
-
-def trainer_executor_label(spec: Dict[str, Any], trainer_id: str) -> str:
-  """The executor label of the trainer's task in a pipeline spec."""
-  task = spec['root']['dag']['tasks'][trainer_id]
-  component = spec['components'][task['componentRef']['name']]
-  return component['executorLabel']
-
-
-def _containers(spec: Dict[str, Any]) -> List[Dict[str, Any]]:
-  return [e['container'] for e in spec['deploymentSpec']['executors'].values()
-          if 'container' in e]
-
-
-def _container(spec: Dict[str, Any], executor: str) -> Dict[str, Any]:
-  return spec['deploymentSpec']['executors'][executor]['container']
-
-
-# --- What the files say (the CLI reports these, never its own options) ----
-
-
-def read_argo_workflow(path: str) -> Dict[str, Any]:
-  """The workflow of a `KubeflowDagRunner` output (.tar.gz/.tgz/.zip/.yaml)."""
-  if path.endswith(('.tar.gz', '.tgz')):
-    with tarfile.open(path) as package:
-      return yaml.safe_load(package.extractfile('pipeline.yaml'))
-  if path.endswith('.zip'):
-    import zipfile  # pylint: disable=g-import-not-at-top
-    with zipfile.ZipFile(path) as package:
-      return yaml.safe_load(package.read('pipeline.yaml'))
-  with open(path) as f:
-    return yaml.safe_load(f)
-
-
-def argo_step(workflow: Dict[str, Any], component_id: str) -> Dict[str, Any]:
-  """The container template of a component's step (Argo names it lowercase)."""
-  for template in workflow['spec']['templates']:
-    if 'container' in template and template['name'] == _argo_name(component_id):
-      return template
-  raise KeyError(component_id)
-
-
-def _argo_name(component_id: str) -> str:
-  return re.sub(r'[^a-z0-9-]+', '-', component_id.lower()).strip('-')
-
-
-def describe_v1_trainer(path: str, trainer_id: str) -> str:
-  step = argo_step(read_argo_workflow(path), trainer_id)
-  container = step['container']
-  resources = container.get('resources') or {}
-  return _describe(os.path.basename(path), container['image'],
-                   resources.get('limits') or {},
-                   resources.get('requests') or {},
-                   step.get('nodeSelector') or {},
-                   step.get('tolerations') or [],
-                   (step.get('metadata') or {}).get('annotations') or {})
-
-
-def describe_kfp_v2_trainer(path: str, trainer_id: str) -> str:
-  with open(path) as f:
-    documents = list(yaml.safe_load_all(f))
-  executor = trainer_executor_label(documents[0], trainer_id)
-  container = _container(documents[0], executor)
-  resources = container.get('resources') or {}
-  accelerator = resources.get('accelerator') or {}
-  limits = ({accelerator['resourceType']: accelerator['resourceCount']}
-            if accelerator else {})
-  requests = {k: resources[f] for k, f in (('cpu', 'resourceCpuRequest'),
-                                           ('memory', 'resourceMemoryRequest'))
-              if f in resources}
-  config = {}
-  if len(documents) > 1:
-    config = documents[1]['platforms'][KUBERNETES_PLATFORM]['deploymentSpec'][
-        'executors'].get(executor, {})
-  return _describe(os.path.basename(path), container['image'], limits,
-                   requests, (config.get('nodeSelector') or {}).get(
-                       'labels', {}), config.get('tolerations') or [], {})
-
-
-def describe_vertex_trainer(path: str, trainer_id: str) -> str:
-  with open(path) as f:
-    spec = json.load(f)['pipelineSpec']
-  container = _container(spec, trainer_executor_label(spec, trainer_id))
-  resources = container.get('resources') or {}
-  accelerator = resources.get('accelerator') or {}
-  limits = {accelerator['type']: accelerator['count']} if accelerator else {}
-  for name, field, unit in (('cpu', 'cpuLimit', ''),
-                            ('memory', 'memoryLimit', 'G')):
-    if field in resources:
-      limits[name] = f'{resources[field]:g}{unit}'
-  return _describe(os.path.basename(path), container['image'], limits, {}, {},
-                   [], {})
-
-
-def _describe(name: str, image: str, limits: Dict[str, Any],
-              requests: Dict[str, Any], node_selector: Dict[str, str],
-              tolerations: List[Dict[str, Any]],
-              annotations: Dict[str, str]) -> str:
-  parts = [f'image {image}']
-  if limits:
-    parts.append('limits ' + ', '.join(f'{k}: {v}' for k, v in limits.items()))
-  if requests:
-    parts.append('requests ' + ', '.join(f'{k}: {v}'
-                                         for k, v in requests.items()))
-  if node_selector:
-    parts.append('node selector ' + ', '.join(
-        f'{k}={v}' for k, v in node_selector.items()))
-  if tolerations:
-    parts.append('tolerations ' + ', '.join(
-        f'{t.get("key")}{"=" + t["value"] if t.get("value") else ""}:'
-        f'{t.get("effect")}' for t in tolerations))
-  if annotations:
-    parts.append('annotations ' + ', '.join(
-        f'{k}: {v}' for k, v in annotations.items()))
-  if not any('tpu' in str(k).lower() for k in limits):
-    parts.append('no TPU')
-  return f'{name}: ' + '; '.join(parts)
-
-
-def _trainer(pipeline: tfx.dsl.Pipeline) -> TPUTrainer:
-  trainers = [c for c in pipeline.components if isinstance(c, TPUTrainer)]
-  if len(trainers) != 1:
-    raise ValueError(
-        f'Expected exactly one TPUTrainer in pipeline '
-        f'{pipeline.pipeline_info.pipeline_name!r}, found {len(trainers)}.')
-  return trainers[0]
+  cluster = kubeflow_options(options)
+  compiler.check_options(cluster, pipeline_name(options))
+  with user_modules_not_packaged():
+    pipeline = taxi_pipeline.create_pipeline(pipeline_options(options))
+  return compiler.compile_pipeline(pipeline, options.output_path, cluster)
 
 
 def _join(root: str, name: str) -> str:

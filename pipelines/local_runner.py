@@ -1,4 +1,9 @@
-"""Runs the taxi pipeline locally: LocalDagRunner, Beam DirectRunner, SQLite."""
+"""Runs a pipeline locally: LocalDagRunner, Beam DirectRunner, SQLite.
+
+`run` runs the taxi pipeline; `run_pipeline` any pipeline with a TPUTrainer
+(a user's, from `tfx-tpu-trainer run --pipeline FILE:FUNCTION`), with the
+same progress lines and summary.
+"""
 
 import contextlib
 import dataclasses
@@ -18,7 +23,7 @@ from tfx.orchestration.portable import runtime_parameter_utils
 from tfx.orchestration.portable import tfx_runner
 from tfx.types import artifact_utils
 
-from pipelines import taxi_pipeline
+from tfx_tpu_trainer_cli.bundled.pipelines import taxi_pipeline
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
 from tfx_tpu_trainer.publishing import report as report_lib
@@ -58,10 +63,14 @@ class OutputLayout:
 
 @dataclasses.dataclass
 class RunSummary:
-  """What a finished local run produced."""
+  """What a finished local run produced.
+
+  `blessed` is None without an Evaluator; the Transform paths are None
+  without a Transform.
+  """
   trainer_metrics: Dict[str, Any]
   evaluator_metrics: Dict[str, float]
-  blessed: bool
+  blessed: Optional[bool]
   pushed: bool
   pushed_model_path: Optional[str]
   pushed_model_tag_sets: List[Tuple[str, ...]]
@@ -69,6 +78,8 @@ class RunSummary:
   tensorboard_dir: str
   seconds: float
   report_path: Optional[str] = None
+  transform_graph_path: Optional[str] = None
+  transformed_examples_path: Optional[str] = None
 
 
 class ComponentProgress:
@@ -115,14 +126,34 @@ def run(options: taxi_pipeline.TaxiPipelineOptions,
   if options.metadata_connection_config is None:
     raise ValueError('options.metadata_connection_config must be set; '
                      'use local_options().')
-  pipeline = taxi_pipeline.create_pipeline(options)
+  return run_pipeline(taxi_pipeline.create_pipeline(options), printer,
+                      start=start)
+
+
+def run_pipeline(pipeline: tfx.dsl.Pipeline, printer=print,
+                 start: Optional[float] = None) -> RunSummary:
+  """Runs any pipeline with a TPUTrainer; summarises what it produced.
+
+  Args:
+    pipeline: the pipeline, with its metadata connection config set.
+    printer: where progress lines go.
+    start: when the run started (default: now).
+
+  Returns:
+    The run's summary.
+  """
+  start = time.time() if start is None else start
+  if pipeline.metadata_connection_config is None:
+    raise ValueError(
+        f'Pipeline {pipeline.pipeline_info.pipeline_name!r} has no '
+        'metadata_connection_config.')
   progress = ComponentProgress([c.id for c in pipeline.components], printer)
   absl_logging.set_verbosity(absl_logging.INFO)
   absl_logger = absl_logging.get_absl_logger()
   absl_logger.addFilter(progress)
   run_id = datetime.datetime.now().isoformat()
   try:
-    with _private_temp_dir(os.path.join(options.pipeline_root,
+    with _private_temp_dir(os.path.join(pipeline.pipeline_info.pipeline_root,
                                         TMP_DIR_NAME)):
       # LocalDagRunner().run(pipeline) with a pipeline run id we know, so the
       # summary reads this run's executions even when another run shares
@@ -133,7 +164,7 @@ def run(options: taxi_pipeline.TaxiPipelineOptions,
       tfx.orchestration.LocalDagRunner().run_with_ir(pipeline_ir)
   finally:
     absl_logger.removeFilter(progress)
-  return _summarize(options.metadata_connection_config, run_id,
+  return _summarize(pipeline.metadata_connection_config, run_id,
                     time.time() - start)
 
 
@@ -212,6 +243,8 @@ def _summarize(connection_config, run_id: str, seconds: float) -> RunSummary:
     blessing = outputs.get('ModelBlessing')
     evaluation = outputs.get('ModelEvaluation')
     pushed_model = outputs.get('PushedModel')
+    transform_graph = outputs.get('TransformGraph')
+    transformed_examples = _transformed_examples(store, run_id)
   trainer_metrics = {
       name[len(metrics_lib.CUSTOM_PROPERTY_PREFIX):]: model.get_custom_property(name)
       for name in model.mlmd_artifact.custom_properties
@@ -223,7 +256,8 @@ def _summarize(connection_config, run_id: str, seconds: float) -> RunSummary:
   return RunSummary(
       trainer_metrics=trainer_metrics,
       evaluator_metrics=_evaluator_metrics(evaluation.uri) if evaluation else {},
-      blessed=bool(blessing.get_int_custom_property('blessed')),
+      blessed=(bool(blessing.get_int_custom_property('blessed'))
+               if blessing else None),
       pushed=pushed,
       pushed_model_path=pushed_path,
       pushed_model_tag_sets=(export.saved_model_tag_sets(pushed_path)
@@ -231,11 +265,33 @@ def _summarize(connection_config, run_id: str, seconds: float) -> RunSummary:
       model_path=model.uri,
       tensorboard_dir=model_run.uri,
       seconds=seconds,
-      report_path=_existing(report_lib.report_path(model_run.uri)))
+      report_path=_existing(report_lib.report_path(model_run.uri)),
+      transform_graph_path=transform_graph.uri if transform_graph else None,
+      transformed_examples_path=transformed_examples)
 
 
 def _existing(path: str) -> Optional[str]:
   return path if os.path.isfile(path) else None
+
+
+def _transformed_examples(store, run_id: str) -> Optional[str]:
+  """The uri of the Examples that Transform wrote in this run, if any."""
+  context = store.store.get_context_by_type_and_name(_PIPELINE_RUN_CONTEXT,
+                                                     run_id)
+  if context is None:
+    return None
+  executions = store.store.get_executions_by_context(context.id)
+  types = {t.id: t.name for t in store.store.get_execution_types()}
+  transforms = [e.id for e in executions
+                if types.get(e.type_id, '').endswith('Transform')]
+  events = store.store.get_events_by_execution_ids(transforms)
+  ids = [e.artifact_id for e in events
+         if e.type == metadata_store_pb2.Event.OUTPUT]
+  for artifact in store.store.get_artifacts_by_id(ids):
+    artifact_type = store.store.get_artifact_types_by_id([artifact.type_id])[0]
+    if artifact_type.name == 'Examples':
+      return artifact.uri
+  return None
 
 
 def _evaluator_metrics(evaluation_uri: str) -> Dict[str, float]:

@@ -1,12 +1,12 @@
 """The Chicago taxi pipeline with TPUTrainer: one factory for every runner."""
 
 import dataclasses
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
 
-from pipelines import paths
+from tfx_tpu_trainer_cli.bundled.pipelines import paths
 from tfx_tpu_trainer import TPUTrainer
 
 PIPELINE_NAME = 'taxi_tpu'
@@ -34,6 +34,12 @@ class TaxiPipelineOptions:
   eval_steps: int = 100
   custom_config: Dict[str, Any] = dataclasses.field(default_factory=dict)
   min_accuracy: float = 0.5
+  # What the Evaluator reads (pipelines/evaluator_keys.py decides them for
+  # another trainer module): the label, the prediction (None: TFMA's own
+  # search) and the model signatures that compute the label.
+  eval_label_key: str = LABEL_KEY
+  eval_prediction_key: Optional[str] = PREDICTION_KEY
+  eval_preprocessing_function_names: Tuple[str, ...] = ()
   pipeline_name: str = PIPELINE_NAME
   metadata_connection_config: Optional[Any] = None
   beam_pipeline_args: List[str] = dataclasses.field(default_factory=list)
@@ -68,15 +74,19 @@ def create_data_components(options: TaxiPipelineOptions) -> Dict[str, Any]:
   }
 
 
-def eval_config(min_accuracy: float) -> tfma.EvalConfig:
+def eval_config(min_accuracy: float, label_key: str = LABEL_KEY,
+                prediction_key: Optional[str] = PREDICTION_KEY,
+                preprocessing_function_names: Sequence[str] = ()
+               ) -> tfma.EvalConfig:
   """TFMA over the `serve` signature; blesses above `min_accuracy`."""
   return tfma.EvalConfig(
       model_specs=[
           tfma.ModelSpec(
               signature_name='serving_default',
-              label_key=LABEL_KEY,
-              prediction_key=PREDICTION_KEY,
-              preprocessing_function_names=[])
+              label_key=label_key,
+              prediction_key=prediction_key or '',
+              preprocessing_function_names=list(
+                  preprocessing_function_names))
       ],
       slicing_specs=[tfma.SlicingSpec()],
       metrics_specs=[
@@ -106,7 +116,9 @@ def create_pipeline(options: TaxiPipelineOptions) -> tfx.dsl.Pipeline:
   evaluator = tfx.components.Evaluator(
       examples=data['example_gen'].outputs['examples'],
       model=trainer.outputs['model'],
-      eval_config=eval_config(options.min_accuracy))
+      eval_config=eval_config(options.min_accuracy, options.eval_label_key,
+                              options.eval_prediction_key,
+                              options.eval_preprocessing_function_names))
   pusher = tfx.components.Pusher(
       model=trainer.outputs['model'],
       model_blessing=evaluator.outputs['blessing'],

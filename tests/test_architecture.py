@@ -21,6 +21,10 @@ DOC = os.path.join(REPO_ROOT, 'docs', 'architecture.md')
 PARTS = ('tfx_tpu_trainer_cli', 'benchmarks', 'pipelines', 'components',
          LIBRARY)
 LIBRARY_TABLE = 'library'
+# The source folders under the names the package installs them as
+# (setup.py's package_dir): an import by that name is an import of the folder.
+INSTALLED_AS = {'tfx_tpu_trainer_cli.bundled.pipelines': 'pipelines',
+                'tfx_tpu_trainer_cli.bundled.components': 'components'}
 REPOSITORY_TABLE = 'repository'
 
 Graph = Dict[str, Set[str]]
@@ -89,6 +93,9 @@ def repository_graph() -> Graph:
     for path in _python_files(part):
       for module in _imported_modules(path):
         first = module.split('.')[0]
+        for installed, folder in INSTALLED_AS.items():
+          if module == installed or module.startswith(installed + '.'):
+            first = folder
         target = (first if first in PARTS else
                   'components' if first in component_modules else None)
         if target and target != part:

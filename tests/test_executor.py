@@ -8,7 +8,7 @@ import tensorflow as tf
 from tfx.types import standard_artifacts
 from tfx.utils import path_utils
 
-from pipelines import taxi_pipeline
+from tfx_tpu_trainer_cli.bundled.pipelines import taxi_pipeline
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import executor
 from tfx_tpu_trainer import user_module

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 from tfx.orchestration import metadata
 
-from pipelines import local_runner
+from tfx_tpu_trainer_cli.bundled.pipelines import local_runner
 from tfx_tpu_trainer.publishing import export
 
 from tests import conftest

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from pipelines import local_runner
+from tfx_tpu_trainer_cli.bundled.pipelines import local_runner
 
 from tests import conftest
 

@@ -1,6 +1,9 @@
 """What every subcommand shares: the usage error, its exit code, argument types."""
 
 import argparse
+import difflib
+import re
+from typing import List, Sequence
 
 EXIT_USAGE = 2
 
@@ -29,3 +32,53 @@ def non_negative_int(text: str) -> int:
   if value < 0:
     raise argparse.ArgumentTypeError(f'must be an integer >= 0, got {value}')
   return value
+class CliParser(argparse.ArgumentParser):
+  """An ArgumentParser that never matches an option by its prefix.
+
+  `allow_abbrev` is always False (argparse's default would take
+  `--train-step` for `--train-steps` and call `--pipeline` ambiguous), also
+  for the subcommand parsers it creates (`add_subparsers` hands them this
+  class), and an invalid choice gets a "did you mean".
+  """
+
+  def __init__(self, *args, **kwargs):
+    kwargs['allow_abbrev'] = False
+    super().__init__(*args, **kwargs)
+
+  def add_subparsers(self, **kwargs):
+    kwargs.setdefault('parser_class', CliParser)
+    return super().add_subparsers(**kwargs)
+
+  def error(self, message):
+    match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$",
+                      message)
+    if match:
+      choices = re.findall(r"'([^']*)'", match.group(2))
+      message += did_you_mean(match.group(1), choices)
+    super().error(message)
+
+  def long_options(self) -> List[str]:
+    """Every `--option` this parser takes."""
+    return [option for action in self._actions  # pylint: disable=protected-access
+            for option in action.option_strings if option.startswith('--')]
+
+  def unrecognized(self, extras: Sequence[str]) -> None:
+    """Exits with this parser's usage, naming the unknown arguments.
+
+    Each unknown `--option` that is close to a known one gets a "did you
+    mean".
+    """
+    hints = []
+    for extra in extras:
+      if extra.startswith('--'):
+        hint = did_you_mean(extra.split('=', 1)[0], self.long_options())
+        if hint:
+          hints.append(hint.strip())
+    self.error(f'unrecognized arguments: {" ".join(extras)}' +
+               (' ' + '; '.join(hints) if hints else ''))
+
+
+def did_you_mean(word: str, candidates: Sequence[str]) -> str:
+  """` (did you mean X?)` for the closest candidate, or ''."""
+  matches = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+  return f' (did you mean {matches[0]}?)' if matches else ''

@@ -1,14 +1,20 @@
-"""`tfx-tpu-trainer compile`: the taxi pipeline for Kubeflow Pipelines.
+"""`tfx-tpu-trainer compile`: a pipeline for Kubeflow Pipelines.
 
-Compiles offline (no cluster, no network, nothing written under the pipeline
-root) with `KubeflowDagRunner` (Argo workflow, the default) or
-`KubeflowV2DagRunner` (a KFP v2 pipeline spec and a Vertex AI PipelineJob).
-TPU scheduling goes on the trainer step only. Every option is checked before
-anything is written, and the summary printed is read back from the files.
+The bundled taxi pipeline, or the user's (`--pipeline FILE:FUNCTION`),
+compiled by the library's `tfx_tpu_trainer.kubeflow.compiler` with
+`KubeflowDagRunner` (Argo workflow, the default) or `KubeflowV2DagRunner` (a
+KFP v2 pipeline spec and a Vertex AI PipelineJob). TPU scheduling goes on
+the TPUTrainer steps only. The taxi compile is offline (no cluster, no
+network, nothing written under the pipeline root); a user's pipeline has its
+module files packaged as wheels under `<pipeline_root>/_wheels` by TFX, unless
+`--module-files-in-image`. Every option is checked before anything is
+written, and the summary printed is read back from the files.
 """
 
 import argparse
+import contextlib
 import os
+import posixpath
 import re
 import sys
 from typing import List, Optional, Sequence
@@ -17,6 +23,20 @@ from tfx_tpu_trainer.kubeflow import options as compile_options
 from tfx_tpu_trainer_cli import common
 
 _URI = re.compile(r'^[a-z][a-z0-9+.-]*://\S+$')
+# Options of the bundled pipeline only (a user's pipeline sets its own):
+# flag -> (attribute, default).
+_BUNDLED_ONLY = {
+    '--pipeline-root': ('pipeline_root', None),
+    '--data-root': ('data_root', None),
+    '--serving-model-dir': ('serving_model_dir', None),
+    '--pipeline-name': ('pipeline_name', None),
+    '--module-file': ('module_file', None),
+    '--preprocessing-module-file': ('preprocessing_module_file', None),
+    '--train-steps': ('train_steps', 1000),
+    '--eval-steps': ('eval_steps', 50),
+    '--train-batch-size': ('train_batch_size', 64),
+    '--eval-batch-size': ('eval_batch_size', 64),
+}
 # Options that only one TPU style reads.
 _TPU_VM_FLAGS = (('accelerator', '--accelerator'), ('topology', '--topology'),
                  ('chips', '--chips'))
@@ -27,12 +47,29 @@ _TPU_NODE_FLAGS = (('tpu_node_version', '--tpu-node-version'),
 def add_parser(subparsers) -> None:
   """Defines `tfx-tpu-trainer compile`."""
   parser = subparsers.add_parser(
-      'compile', help='Compile the taxi pipeline for Kubeflow Pipelines.',
+      'compile', help='Compile the taxi pipeline, or yours, for Kubeflow '
+      'Pipelines.',
       description=(
-          'Compiles the taxi pipeline for Kubeflow Pipelines on GKE, with TPU '
-          'scheduling on the TPUTrainer step only. Needs no cluster and no '
-          'network; module files are named by their path inside the image '
-          '(/tfx-tpu-trainer/components, see the Dockerfile).'))
+          'Compiles the taxi pipeline, or yours (--pipeline FILE:FUNCTION), '
+          'for Kubeflow Pipelines on GKE or Vertex AI, with TPU scheduling on '
+          'the TPUTrainer steps only. The taxi compile needs no cluster and '
+          'no network; its module files are named by their path inside the '
+          'image (/tfx-tpu-trainer/components, see the Dockerfile).'))
+  parser.add_argument(
+      '--pipeline', default=None, metavar='FILE:FUNCTION',
+      help='Your pipeline instead of the taxi one: FUNCTION in FILE takes no '
+      'required arguments and returns a tfx.dsl.Pipeline with a TPUTrainer. '
+      'Its module files are packaged by TFX as wheels under '
+      '<pipeline_root>/_wheels while compiling (the pipeline root must be '
+      'reachable from here), unless --module-files-in-image. The options of '
+      'the taxi pipeline (--pipeline-root, --data-root, --train-steps ...) '
+      'do not apply.')
+  parser.add_argument(
+      '--module-files-in-image', action='store_true',
+      help='With --pipeline: keep module_file paths as the pipeline gives '
+      'them, for module files baked into the image at those paths (TFX\'s '
+      'UNSUPPORTED_DO_NOT_PACKAGE_USER_MODULES); nothing is written under '
+      'the pipeline root.')
   parser.add_argument(
       '--runner', choices=compile_options.RUNNERS, default='kubeflow',
       help='kubeflow: KubeflowDagRunner (kfp 1.8), an Argo workflow package '
@@ -55,12 +92,25 @@ def add_parser(subparsers) -> None:
   parser.add_argument('--trainer-image', default=None,
                       help='Image of the trainer step only, e.g. one with the '
                       'TPU runtime (default: --image).')
-  parser.add_argument('--pipeline-root', required=True,
+  parser.add_argument('--pipeline-root', default=None,
                       help='Pipeline root in the cluster, e.g. '
-                      'gs://BUCKET/tfx/taxi_tpu.')
-  parser.add_argument('--data-root', required=True,
+                      'gs://BUCKET/tfx/taxi_tpu (required without '
+                      '--pipeline).')
+  parser.add_argument('--data-root', default=None,
                       help='Directory of the taxi CSV with a big_tipper '
-                      'column, as the cluster sees it (e.g. gs://...).')
+                      'column, as the cluster sees it, e.g. gs://... '
+                      '(required without --pipeline).')
+  parser.add_argument(
+      '--module-file', default=None,
+      help='The taxi pipeline\'s trainer module, as a path inside the image '
+      '(bake it in: FROM the project\'s image, COPY; default: '
+      '/tfx-tpu-trainer/components/taxi_tpu_module.py).')
+  parser.add_argument(
+      '--preprocessing-module-file', default=None,
+      help='The taxi pipeline\'s Transform module, as a path inside the '
+      'image; Transform imports its preprocessing_fn by module name, with '
+      'the file\'s folder on every step\'s PYTHONPATH (default: '
+      '/tfx-tpu-trainer/components/taxi_preprocessing.py).')
   parser.add_argument('--serving-model-dir', default=None,
                       help='Where Pusher pushes (default: '
                       '<pipeline root>/serving_model).')
@@ -135,13 +185,37 @@ def add_parser(subparsers) -> None:
   parser.add_argument('--use-gcp-secret', action='store_true',
                       help='kubeflow: mount the user-gcp-sa secret on every '
                       'step (TFX\'s option).')
-  parser.add_argument('--train-steps', type=common.positive_int, default=1000)
-  parser.add_argument('--eval-steps', type=common.positive_int, default=50)
-  parser.add_argument('--train-batch-size', type=common.positive_int,
-                      default=64)
-  parser.add_argument('--eval-batch-size', type=common.positive_int,
-                      default=64)
+  for flag in ('--train-steps', '--eval-steps', '--train-batch-size',
+               '--eval-batch-size'):
+    parser.add_argument(flag, type=common.positive_int, default=None,
+                        help=f'(default: {_BUNDLED_ONLY[flag][1]})')
   parser.set_defaults(handler=_compile)
+
+
+def _bundled_only_options(args) -> None:
+  """Refuses the taxi pipeline's options with --pipeline; fills defaults."""
+  if args.pipeline:
+    given = [flag for flag, (attr, _) in _BUNDLED_ONLY.items()
+             if getattr(args, attr) is not None]
+    if given:
+      raise common.UsageError(
+          f'{_flags(given)} {"applies" if len(given) == 1 else "apply"} to '
+          'the bundled taxi pipeline only; with --pipeline, your function '
+          'sets its pipeline root, data, steps and module files.')
+    return
+  if args.module_files_in_image:
+    raise common.UsageError(
+        '--module-files-in-image needs --pipeline (the taxi pipeline\'s '
+        'module files are always in the image).')
+  missing = [flag for flag in ('--pipeline-root', '--data-root')
+             if getattr(args, _BUNDLED_ONLY[flag][0]) is None]
+  if missing:
+    raise common.UsageError(
+        f'the following arguments are required: {", ".join(missing)} (or '
+        'compile your own pipeline with --pipeline FILE:FUNCTION).')
+  for attr, default in _BUNDLED_ONLY.values():
+    if getattr(args, attr) is None:
+      setattr(args, attr, default)
 
 
 def _location(value: str, flag: str) -> str:
@@ -197,7 +271,7 @@ def _flags(flags) -> str:
 
 
 def _output_path(args, runner: str, pipeline_name: str) -> str:
-  from pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli.bundled.pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
   name = args.output_file or kubeflow_compile.default_output_file(
       runner, pipeline_name)
   extensions = kubeflow_compile.OUTPUT_EXTENSIONS[runner]
@@ -245,7 +319,7 @@ _DATAFLOW_REQUIRED = ('project', 'region', 'temp_location')
 
 def _beam_args(values: Sequence[str]) -> List[str]:
   """Each --beam-arg is one `--name=value` (or `--flag`) Beam knows."""
-  from pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli.bundled.pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
   if not values:
     return []
   parser = _beam_option_parser()
@@ -291,34 +365,10 @@ def _trainer_pod_options(args):
   return node_selector, tolerations, cpu, memory
 
 
-def validate_compile_args(args):
-  """Checks every argument before anything is written; returns the options.
-
-  Args:
-    args: the parsed `compile` arguments.
-
-  Returns:
-    `pipelines.kubeflow_compile.CompileOptions`.
-
-  Raises:
-    common.UsageError: naming the bad option.
-  """
-  from pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer import config as config_lib  # pylint: disable=g-import-not-at-top
+def _check_cluster_args(args) -> None:
+  """The checks of options every compile shares (no pipeline needed)."""
   from tfx_tpu_trainer.kubeflow import scheduling as kubeflow  # pylint: disable=g-import-not-at-top
-
   runner = args.runner
-  pipeline_name = (args.pipeline_name or
-                   kubeflow_compile.default_pipeline_name(runner))
-  if runner == 'kubeflow_v2' and not kubeflow_compile.V2_PIPELINE_NAME.match(
-      pipeline_name):
-    raise common.UsageError(
-        f'--pipeline-name {pipeline_name!r} is not accepted by --runner '
-        'kubeflow_v2: use lower-case letters, digits and -, e.g. taxi-tpu.')
-  if not re.fullmatch(r'[A-Za-z0-9][A-Za-z0-9_-]{0,62}', pipeline_name):
-    raise common.UsageError(
-        f'--pipeline-name {pipeline_name!r} must be 1-63 letters, digits, _ '
-        'or -, starting with a letter or digit.')
   if args.vertex_accelerator_type is not None and (
       runner != 'kubeflow_v2' or not args.use_tpu):
     raise common.UsageError(
@@ -333,8 +383,63 @@ def validate_compile_args(args):
         kubeflow.TPU_NODE_RETIRED_WARNING)
   if (args.tpu_zone or args.tpu_project) and not args.tpu_name:
     raise common.UsageError('--tpu-zone and --tpu-project need --tpu-name.')
+
+
+def _trainer_pod(args):
+  """The validated TrainerPod of the TPUTrainer steps."""
+  from tfx_tpu_trainer.kubeflow import scheduling as kubeflow  # pylint: disable=g-import-not-at-top
   tpu = _tpu_request(args)
   node_selector, tolerations, cpu, memory = _trainer_pod_options(args)
+  try:
+    return kubeflow.TrainerPod(
+        tpu=tpu, node_selector=node_selector, tolerations=tolerations,
+        cpu_request=cpu, memory_request=memory)
+  except kubeflow.TPUSchedulingError as e:
+    raise common.UsageError(str(e)) from e
+
+
+def _pipeline_name_args(pipeline_name: str, runner: str, flag: str) -> None:
+  from tfx_tpu_trainer.kubeflow import compiler  # pylint: disable=g-import-not-at-top
+  if runner == 'kubeflow_v2' and not compiler.V2_PIPELINE_NAME.match(
+      pipeline_name):
+    raise common.UsageError(
+        f'{flag} {pipeline_name!r} is not accepted by --runner '
+        'kubeflow_v2: use lower-case letters, digits and -, e.g. taxi-tpu.')
+  if not re.fullmatch(r'[A-Za-z0-9][A-Za-z0-9_-]{0,62}', pipeline_name):
+    raise common.UsageError(
+        f'{flag} {pipeline_name!r} must be 1-63 letters, digits, _ '
+        'or -, starting with a letter or digit.')
+
+
+def validate_compile_args(args):
+  """Checks every argument of a taxi compile before anything is written.
+
+  Args:
+    args: the parsed `compile` arguments, without --pipeline.
+
+  Returns:
+    `tfx_tpu_trainer_cli.bundled.pipelines.kubeflow_compile.CompileOptions`.
+
+  Raises:
+    common.UsageError: naming the bad option.
+  """
+  from tfx_tpu_trainer_cli.bundled.pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer import config as config_lib  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.kubeflow import compiler  # pylint: disable=g-import-not-at-top
+
+  _bundled_only_options(args)
+  runner = args.runner
+  pipeline_name = (args.pipeline_name or
+                   kubeflow_compile.default_pipeline_name(runner))
+  _pipeline_name_args(pipeline_name, runner, '--pipeline-name')
+  _check_cluster_args(args)
+  pod = _trainer_pod(args)
+  module_files = {}
+  if args.module_file is not None:
+    module_files['trainer_module_file'] = _location(args.module_file,
+                                                    '--module-file')
+  if args.preprocessing_module_file is not None:
+    module_files.update(_preprocessing_fn(args.preprocessing_module_file))
   options = kubeflow_compile.CompileOptions(
       runner=runner,
       pipeline_root=_location(args.pipeline_root, '--pipeline-root'),
@@ -346,29 +451,26 @@ def validate_compile_args(args):
       trainer_image=_image(args.trainer_image, '--trainer-image'),
       pipeline_name=pipeline_name,
       use_tpu=args.use_tpu,
-      tpu=tpu,
+      tpu=pod.tpu,
       tpu_name=args.tpu_name,
       tpu_zone=args.tpu_zone,
       tpu_project=args.tpu_project,
       vertex_accelerator_type=args.vertex_accelerator_type,
-      trainer_node_selector=node_selector,
-      trainer_tolerations=tolerations,
-      trainer_cpu=cpu,
-      trainer_memory=memory,
+      trainer_node_selector=pod.node_selector,
+      trainer_tolerations=pod.tolerations,
+      trainer_cpu=pod.cpu_request,
+      trainer_memory=pod.memory_request,
       train_steps=args.train_steps,
       eval_steps=args.eval_steps,
       train_batch_size=args.train_batch_size,
       eval_batch_size=args.eval_batch_size,
       use_gcp_sa=args.use_gcp_secret,
-      beam_args=tuple(_beam_args(args.beam_arg)))
-  try:
-    options.trainer_pod  # pylint: disable=pointless-statement
-  except kubeflow.TPUSchedulingError as e:
-    raise common.UsageError(str(e)) from e
+      beam_args=tuple(_beam_args(args.beam_arg)),
+      **module_files)
   if runner == 'kubeflow_v2':
     try:
       kubeflow_compile.vertex_accelerator_type(options)
-    except ValueError as e:
+    except compiler.CompileError as e:
       raise common.UsageError(str(e)) from e
   try:
     config = config_lib.TrainerConfig.from_custom_config(
@@ -376,6 +478,47 @@ def validate_compile_args(args):
     config.check_steps(args.train_steps, args.eval_steps)
   except config_lib.ConfigError as e:
     raise common.UsageError(str(e)) from e
+  return options
+
+
+def _preprocessing_fn(path: str):
+  """A Transform module inside the image -> its import path and folder."""
+  path = _location(path, '--preprocessing-module-file')
+  stem = posixpath.splitext(posixpath.basename(path))[0]
+  if not path.endswith('.py') or not stem.isidentifier() or '://' in path:
+    raise common.UsageError(
+        f'--preprocessing-module-file {path!r} must be an absolute path of a '
+        '.py file inside the image whose name is a Python module name: '
+        'Transform imports its preprocessing_fn by that name.')
+  return {'preprocessing_fn': f'{stem}.preprocessing_fn',
+          'python_path': (posixpath.dirname(path),)}
+
+
+def cluster_options(args):
+  """`compiler.KubeflowOptions` for a user's pipeline, checked.
+
+  Raises:
+    common.UsageError: naming the bad option.
+  """
+  from tfx_tpu_trainer.kubeflow import compiler  # pylint: disable=g-import-not-at-top
+  _bundled_only_options(args)
+  _check_cluster_args(args)
+  options = compiler.KubeflowOptions(
+      runner=args.runner,
+      image=_image(args.image, '--image'),
+      trainer_image=_image(args.trainer_image, '--trainer-image'),
+      trainer_pod=_trainer_pod(args),
+      tpu_name=args.tpu_name,
+      tpu_zone=args.tpu_zone,
+      tpu_project=args.tpu_project,
+      vertex_accelerator_type=args.vertex_accelerator_type,
+      beam_args=tuple(_beam_args(args.beam_arg)),
+      use_gcp_sa=args.use_gcp_secret)
+  if args.runner == 'kubeflow_v2':
+    try:
+      compiler.vertex_accelerator_type(options)
+    except compiler.CompileError as e:
+      raise common.UsageError(str(e)) from e
   return options
 
 
@@ -393,22 +536,84 @@ def _vertex_accelerator_type(value: str) -> str:
 
 def _compile(args) -> int:
   """Validates the arguments, compiles, prints what the files say."""
+  if args.pipeline:
+    return _compile_user_pipeline(args)
   options = validate_compile_args(args)
-  from pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer.kubeflow import scheduling as kubeflow  # pylint: disable=g-import-not-at-top
-  if options.use_tpu and isinstance(options.tpu, kubeflow.TpuNodeScheduling):
-    print('tfx-tpu-trainer compile: warning: ' +
-          kubeflow.TPU_NODE_RETIRED_WARNING, file=sys.stderr)
+  from tfx_tpu_trainer_cli.bundled.pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
+  _warn_tpu_node(options.trainer_pod)
   result = kubeflow_compile.compile_pipeline(options)
-  for path in result.paths:
-    print(f'Wrote {path} ({_file_kind(result.runner, path)}).')
-  print(f'  Trainer step:   {result.trainer_id}')
-  for summary in result.trainer_summaries:
-    print(f'    {summary}')
-  print(f'  custom_config:  {result.custom_config}')
-  print(f'  Beam args:      {" ".join(result.beam_pipeline_args)}')
+  _print_summary(result)
   print(f'  Module files:   {options.trainer_module_file}, '
         f'{options.preprocessing_fn} (inside the image)')
+  _print_notes(result, kubeflow_compile.kubeflow_options(options))
+  return 0
+
+
+def _compile_user_pipeline(args) -> int:
+  """`compile --pipeline FILE:FUNCTION`."""
+  options = cluster_options(args)
+  from tfx_tpu_trainer.kubeflow import compiler  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli import user_pipeline  # pylint: disable=g-import-not-at-top
+  packaging = (compiler.user_modules_not_packaged()
+               if args.module_files_in_image else contextlib.nullcontext())
+  with packaging:
+    pipeline = user_pipeline.load_pipeline(args.pipeline)
+  name = pipeline.pipeline_info.pipeline_name
+  _pipeline_name_args(name, args.runner, f'{user_pipeline.FLAG}: the '
+                      'pipeline name')
+  output_path = _output_path(args, args.runner, name)
+  _warn_tpu_node(options.trainer_pod)
+  try:
+    result = compiler.compile_pipeline(pipeline, output_path, options)
+  except compiler.CompileError as e:
+    raise common.UsageError(f'{user_pipeline.FLAG}: {e}') from e
+  _print_summary(result)
+  modules = _module_files(pipeline)
+  where = ('as given, inside the image' if args.module_files_in_image else
+           'packaged by TFX under the pipeline root')
+  print(f'  Module files:   {", ".join(modules) or "none"} ({where})')
+  _print_notes(result, options)
+  return 0
+
+
+# Exec properties that name user code, in the order they are printed.
+_MODULE_PROPERTIES = ('module_path', 'module_file', 'preprocessing_fn',
+                      'run_fn', 'trainer_fn')
+
+
+def _module_files(pipeline) -> List[str]:
+  """`component: value` of each component's user-code exec property."""
+  found = []
+  for component in pipeline.components:
+    for key in _MODULE_PROPERTIES:
+      value = component.exec_properties.get(key)
+      if isinstance(value, str) and value:
+        found.append(f'{component.id}: {value}')
+        break
+  return found
+
+
+def _warn_tpu_node(pod) -> None:
+  from tfx_tpu_trainer.kubeflow import scheduling as kubeflow  # pylint: disable=g-import-not-at-top
+  if isinstance(pod.tpu, kubeflow.TpuNodeScheduling):
+    print('tfx-tpu-trainer compile: warning: ' +
+          kubeflow.TPU_NODE_RETIRED_WARNING, file=sys.stderr)
+
+
+def _print_summary(result) -> None:
+  for path in result.paths:
+    print(f'Wrote {path} ({_file_kind(result.runner, path)}).')
+  label = 'Trainer step:  ' if len(result.trainer_ids) == 1 else 'Trainer steps: '
+  print(f'  {label} {", ".join(result.trainer_ids)}')
+  for summary in result.trainer_summaries:
+    print(f'    {summary}')
+  for trainer_id in result.trainer_ids:
+    prefix = '' if len(result.trainer_ids) == 1 else f'{trainer_id}: '
+    print(f'  custom_config:  {prefix}{result.custom_configs[trainer_id]}')
+  print(f'  Beam args:      {" ".join(map(str, result.beam_pipeline_args))}')
+
+
+def _print_notes(result, options) -> None:
   if options.image == compile_options.DEFAULT_IMAGE:
     print('  Note: --image is the placeholder '
           f'{compile_options.DEFAULT_IMAGE}; build the Dockerfile, push it, '
@@ -417,11 +622,11 @@ def _compile(args) -> int:
     print('  Note: no --trainer-image: the trainer runs --image; training on '
           'TPU needs the TPU runtime (libtpu): build `make tpu-image`, push '
           'it, and pass it as --trainer-image.')
-  if options.use_tpu and 'tpu' not in result.custom_config:
+  if options.use_tpu and any('tpu' not in c
+                             for c in result.custom_configs.values()):
     print('  Note: no --tpu-name: the trainer takes the TPU from TPU_NAME, '
           'or else KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS (set by GKE for a TPU '
           'node), in its pod.')
-  return 0
 
 
 def _file_kind(runner: str, path: str) -> str:

@@ -1,8 +1,10 @@
 """The `tfx-tpu-trainer` command: run, compile and preflight.
 
 Subcommands:
-  run        the taxi pipeline on the local runner (the README's main job).
-  compile    the taxi pipeline for Kubeflow Pipelines (v1 and v2).
+  run        the taxi pipeline (or yours, --pipeline FILE:FUNCTION) on the
+             local runner (the README's main job).
+  compile    the taxi pipeline (or yours) for Kubeflow Pipelines (v1, v2,
+             Vertex AI).
   preflight  checks on CPU that a trainer module is TPU-ready.
 """
 
@@ -16,6 +18,7 @@ from typing import List, Optional
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
+from tfx_tpu_trainer import version
 from tfx_tpu_trainer_cli import common
 from tfx_tpu_trainer_cli import compile as compile_command
 from tfx_tpu_trainer_cli import preflight as preflight_command
@@ -27,9 +30,13 @@ _SUBCOMMANDS = (run_command, compile_command, preflight_command)
 
 def build_parser() -> argparse.ArgumentParser:
   """The argument parser of every subcommand."""
-  parser = argparse.ArgumentParser(
+  parser = common.CliParser(
       prog='tfx-tpu-trainer',
-      description='TPUTrainer for TFX: run the bundled pipelines.')
+      description='TPUTrainer for TFX: run and compile the bundled pipeline '
+      'or your own.')
+  parser.add_argument('--version', action='version',
+                      version=f'%(prog)s {version.__version__}')
+  # Every subcommand's parser is a CliParser too: no prefix matching.
   subparsers = parser.add_subparsers(dest='command', required=True)
   for subcommand in _SUBCOMMANDS:
     subcommand.add_parser(subparsers)
@@ -39,12 +46,54 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
   """Entry point of the `tfx-tpu-trainer` console script."""
   parser = build_parser()
-  args = parser.parse_args(argv)
+  argv = sys.argv[1:] if argv is None else list(argv)
+  _refuse_unknown_options(parser, argv)
+  args, extras = parser.parse_known_args(argv)
+  if extras:
+    # The subcommand's usage, with a "did you mean" (exits with status 2).
+    _subcommand_parser(parser, args.command).unrecognized(extras)
   try:
     return args.handler(args)
   except common.UsageError as e:
     print(f'tfx-tpu-trainer {args.command}: error: {e}', file=sys.stderr)
     return common.EXIT_USAGE
+
+
+def _refuse_unknown_options(parser: argparse.ArgumentParser,
+                            argv: List[str]) -> None:
+  """An unknown `--option` of a subcommand: its usage and a "did you mean".
+
+  Checked before argparse parses, so the unknown option is reported, not a
+  required option it was meant to be.
+  """
+  commands = [i for i, a in enumerate(argv)
+              if a in _subcommand_names(parser)]
+  if not commands:
+    return
+  subparser = _subcommand_parser(parser, argv[commands[0]])
+  known = set(subparser.long_options())
+  rest = argv[commands[0] + 1:]
+  if '--' in rest:
+    rest = rest[:rest.index('--')]
+  unknown = [a for a in rest
+             if a.startswith('--') and a.split('=', 1)[0] not in known]
+  if unknown:
+    subparser.unrecognized(unknown)
+
+
+def _subcommand_names(parser: argparse.ArgumentParser) -> List[str]:
+  for action in parser._actions:  # pylint: disable=protected-access
+    if isinstance(action, argparse._SubParsersAction):  # pylint: disable=protected-access
+      return list(action.choices)
+  return []
+
+
+def _subcommand_parser(parser: argparse.ArgumentParser,
+                       command: str) -> common.CliParser:
+  for action in parser._actions:  # pylint: disable=protected-access
+    if isinstance(action, argparse._SubParsersAction):  # pylint: disable=protected-access
+      return action.choices[command]
+  raise KeyError(command)
 
 
 if __name__ == '__main__':

@@ -1,4 +1,8 @@
-"""`tfx-tpu-trainer run`: the taxi pipeline on the local runner (the main job)."""
+"""`tfx-tpu-trainer run`: the taxi pipeline on the local runner (the main job).
+
+`--pipeline FILE:FUNCTION` runs the user's pipeline instead, with the same
+progress lines and summary; the taxi pipeline's options do not apply then.
+"""
 
 import contextlib
 import glob
@@ -10,8 +14,8 @@ import time
 import traceback
 from typing import Optional
 
-from pipelines import csv_checks
-from pipelines import paths
+from tfx_tpu_trainer_cli.bundled.pipelines import csv_checks
+from tfx_tpu_trainer_cli.bundled.pipelines import paths
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer_cli import common
 from tfx_tpu_trainer_cli import module_checks
@@ -24,12 +28,20 @@ DEFAULT_EVALUATIONS = 5
 def add_parser(subparsers) -> None:
   """Adds the `run` subcommand."""
   parser = subparsers.add_parser(
-      'run', help='Run the taxi pipeline on the local runner.',
+      'run', help='Run the taxi pipeline, or yours, on the local runner.',
       description=(
           'Runs ExampleGen, StatisticsGen, SchemaGen, ExampleValidator, '
           'Transform, TPUTrainer, Evaluator and Pusher on the local runner '
           '(Beam DirectRunner, SQLite metadata). With no arguments it runs on '
-          'the Chicago taxi data that the tfx wheel ships.'))
+          'the Chicago taxi data that the tfx wheel ships; --pipeline '
+          'FILE:FUNCTION runs your pipeline instead.'))
+  parser.add_argument(
+      '--pipeline', default=None, metavar='FILE:FUNCTION',
+      help='Your pipeline instead of the taxi one: FUNCTION in FILE takes no '
+      'required arguments and returns a tfx.dsl.Pipeline with a TPUTrainer '
+      '(without a metadata_connection_config, SQLite under --output-root is '
+      'used). The taxi pipeline\'s options (--data-root, --module-file, '
+      '--train-steps ...) do not apply.')
   parser.add_argument(
       '--data-root', default=None,
       help='Directory of CSV files with a big_tipper label column '
@@ -39,8 +51,10 @@ def add_parser(subparsers) -> None:
                       'go (default: ./tfx_output).')
   parser.add_argument('--pipeline-name', default=None,
                       help='Pipeline name (default: taxi_tpu).')
-  parser.add_argument('--train-steps', type=common.positive_int, default=1000)
-  parser.add_argument('--eval-steps', type=common.positive_int, default=50)
+  for flag in ('--train-steps', '--eval-steps', '--train-batch-size',
+               '--eval-batch-size'):
+    parser.add_argument(flag, type=common.positive_int, default=None,
+                        help=f'(default: {_BUNDLED_ONLY[flag][1]})')
   parser.add_argument(
       '--eval-every-steps', type=common.non_negative_int, default=None,
       help='Evaluate every N training steps (the eval curves of the '
@@ -48,10 +62,8 @@ def add_parser(subparsers) -> None:
       'evaluations, every ceil(train-steps / '
       f'{DEFAULT_EVALUATIONS}) steps).')
   parser.add_argument('--no-progress', dest='show_progress',
-                      action='store_false',
+                      action='store_const', const=False, default=None,
                       help='Do not show the training progress bar/lines.')
-  parser.add_argument('--train-batch-size', type=common.positive_int, default=64)
-  parser.add_argument('--eval-batch-size', type=common.positive_int, default=64)
   parser.add_argument('--module-file', default=None,
                       help='Trainer module file (default: '
                       'components/taxi_tpu_module.py).')
@@ -62,7 +74,17 @@ def add_parser(subparsers) -> None:
                       help='The label feature the preprocessing_fn outputs, '
                       "for TPUTrainer's input (custom_config['label_key']; "
                       "default: the trainer module's LABEL_KEY).")
-  parser.add_argument('--min-accuracy', type=float, default=0.5,
+  parser.add_argument(
+      '--eval-label-key', default=None,
+      help='The label the Evaluator reads, a transformed feature (default: '
+      'the trainer\'s label key: custom_config label_key, the module\'s '
+      'LABEL_KEY, or a stock module\'s transformed _LABEL_KEY).')
+  parser.add_argument(
+      '--eval-prediction-key', default=None,
+      help='The output of the model\'s serving_default signature the '
+      'Evaluator reads (default: the first of scores, outputs, predictions, '
+      'logistic, probabilities, logits it has, as TFMA looks for them).')
+  parser.add_argument('--min-accuracy', type=float, default=None,
                       help='Evaluator blesses models whose binary accuracy is '
                       'at least this (default: 0.5).')
   tpu = parser.add_mutually_exclusive_group()
@@ -77,6 +99,45 @@ def add_parser(subparsers) -> None:
   parser.add_argument('--verbose', action='store_true',
                       help='Show the full TFX and TensorFlow log.')
   parser.set_defaults(handler=_run)
+
+
+# Options of the bundled pipeline only: flag -> (attribute, default).
+_BUNDLED_ONLY = {
+    '--data-root': ('data_root', None),
+    '--pipeline-name': ('pipeline_name', None),
+    '--train-steps': ('train_steps', 1000),
+    '--eval-steps': ('eval_steps', 50),
+    '--train-batch-size': ('train_batch_size', 64),
+    '--eval-batch-size': ('eval_batch_size', 64),
+    '--module-file': ('module_file', None),
+    '--preprocessing-module-file': ('preprocessing_module_file', None),
+    '--min-accuracy': ('min_accuracy', 0.5),
+    '--label-key': ('label_key', None),
+    '--eval-every-steps': ('eval_every_steps', None),
+    '--no-progress': ('show_progress', True),
+    '--eval-label-key': ('eval_label_key', None),
+    '--eval-prediction-key': ('eval_prediction_key', None),
+    '--use-tpu/--no-use-tpu': ('use_tpu', None),
+    '--tpu-name': ('tpu_name', None),
+    '--tpu-zone': ('tpu_zone', None),
+    '--tpu-project': ('tpu_project', None),
+}
+
+
+def _bundled_only_options(args) -> None:
+  """Refuses the taxi pipeline's options with --pipeline; fills defaults."""
+  if args.pipeline:
+    given = [flag for flag, (attr, _) in _BUNDLED_ONLY.items()
+             if getattr(args, attr, None) is not None]
+    if given:
+      raise common.UsageError(
+          f'{", ".join(given)} {"applies" if len(given) == 1 else "apply"} to '
+          'the bundled taxi pipeline only; with --pipeline, your function '
+          'sets its data, steps, module files and TPU.')
+    return
+  for attr, default in _BUNDLED_ONLY.values():
+    if getattr(args, attr, None) is None:
+      setattr(args, attr, default)
 
 
 def _existing_file(path: Optional[str], default: str, flag: str) -> str:
@@ -126,6 +187,7 @@ def _eval_every_steps(args) -> Optional[int]:
 
 def _validate_run_args(args) -> dict:
   """Checks every argument before anything is written; returns the options."""
+  _bundled_only_options(args)
   data_root = os.path.abspath(args.data_root or paths.embedded_data_root())
   if not os.path.isdir(data_root):
     raise common.UsageError(f'--data-root {data_root!r} is not a directory.')
@@ -161,6 +223,7 @@ def _validate_run_args(args) -> dict:
     options['pipeline_name'] = args.pipeline_name
   _check_modules(options['trainer_module_file'], preprocessing_module_file,
                  args.label_key)
+  options.update(_evaluator_options(args, options))
   return options
 
 
@@ -174,6 +237,51 @@ def _check_modules(module_file: str, preprocessing_module_file: str,
                                      preprocessing_module_file)
 
 
+def _evaluator_options(args, options) -> dict:
+  """The Evaluator's keys, following the trainer module (evaluator_keys.py).
+
+  The bundled modules keep the pipeline's own keys; another module, another
+  preprocessing module or an override is traced before any component runs.
+  """
+  if (args.module_file is None and args.preprocessing_module_file is None and
+      args.eval_label_key is None and args.eval_prediction_key is None):
+    return {}
+  from tfx_tpu_trainer_cli.bundled.pipelines import evaluator_keys  # pylint: disable=g-import-not-at-top
+  try:
+    keys = evaluator_keys.evaluator_keys(
+        options['trainer_module_file'], options['preprocessing_module_file'],
+        options['data_root'], options['custom_config'],
+        label_override=args.eval_label_key,
+        prediction_override=args.eval_prediction_key)
+  except evaluator_keys.EvaluatorKeyError as e:
+    raise common.UsageError(str(e)) from e
+  except Exception as e:  # pylint: disable=broad-except
+    raise common.UsageError(
+        f'--module-file: the Evaluator\'s keys could not be found from '
+        f'{options["trainer_module_file"]}: {type(e).__name__}: {e}') from e
+  return dict(eval_label_key=keys.label_key,
+              eval_prediction_key=keys.prediction_key,
+              eval_preprocessing_function_names=(
+                  keys.preprocessing_function_names))
+
+
+def _check_trainer_module(module_file: str,
+                          flag: str = '--module-file') -> None:
+  """Loads the trainer module and checks it against the contract.
+
+  What the TPUTrainer executor checks first, done before any component
+  runs, so a module that breaks the contract fails in seconds, not after
+  Transform. (Checks that need the data, such as the label key, stay in the
+  executor.)
+  """
+  # TFX and TensorFlow load here, after the other arguments are checked.
+  from tfx_tpu_trainer import user_module  # pylint: disable=g-import-not-at-top
+  try:
+    user_module.load_user_module({'module_file': module_file})
+  except user_module.UserModuleError as e:
+    raise common.UsageError(f'{flag}: {e}') from e
+
+
 def _check_csv_files(data_root: str, preprocessing_module_file: str) -> None:
   """Every CSV file has the columns the preprocessing reads and a data row."""
   try:
@@ -185,34 +293,78 @@ def _check_csv_files(data_root: str, preprocessing_module_file: str) -> None:
 
 def _run(args) -> int:
   """Validates the arguments, runs the pipeline, prints the summary."""
-  options = _validate_run_args(args)
   output_root = os.path.abspath(args.output_root)
+  if args.pipeline:
+    pipeline, module_file = _prepare_user_pipeline(args, output_root)
+    heading = (f'Running pipeline {pipeline.pipeline_info.pipeline_name!r} '
+               f'from {args.pipeline}')
+
+    def run_it(local_runner, printer):
+      return local_runner.run_pipeline(pipeline, printer=printer)
+  else:
+    options = _validate_run_args(args)
+    module_file = options['trainer_module_file']
+    heading = f'Running the taxi pipeline on {options["data_root"]}'
+
+    def run_it(local_runner, printer):
+      return local_runner.run(local_runner.local_options(output_root,
+                                                         **options),
+                              printer=printer)
   # The process id keeps concurrent runs started in one second apart.
   log_path = os.path.join(output_root, 'logs',
                           time.strftime('run-%Y%m%d-%H%M%S') +
                           f'-{os.getpid()}.log')
   os.makedirs(os.path.dirname(log_path), exist_ok=True)
-  print(f'Running the taxi pipeline on {options["data_root"]}\n'
+  print(f'{heading}\n'
         f'  outputs under {output_root}\n'
         f'  full log: {log_path}', flush=True)
   with _output_to_log(log_path, enabled=not args.verbose) as console:
     try:
       # TFX and TensorFlow load here, after the arguments are checked.
-      from pipelines import local_runner  # pylint: disable=g-import-not-at-top
+      from tfx_tpu_trainer_cli.bundled.pipelines import local_runner  # pylint: disable=g-import-not-at-top
       from tfx_tpu_trainer.training import progress  # pylint: disable=g-import-not-at-top
       if not args.verbose:
         _quiet_tensorflow()
       with progress.console(console):
-        summary = local_runner.run(
-            local_runner.local_options(output_root, **options),
-            printer=lambda line, **_: print(line, file=console, flush=True))
+        summary = run_it(
+            local_runner,
+            lambda line, **_: print(line, file=console, flush=True))
     except Exception as e:  # pylint: disable=broad-except
       traceback.print_exc()
       print(f'\nThe pipeline failed: {type(e).__name__}: {e}\n'
             f'Full log: {log_path}', file=console, flush=True)
       return 1
-  _print_summary(summary)
+  _print_summary(summary, module_file)
   return 0
+
+
+def _prepare_user_pipeline(args, output_root: str):
+  """`run --pipeline`: the checked pipeline and its first trainer module.
+
+  A pipeline without a metadata config gets SQLite under `output_root`;
+  every TPUTrainer's module file is checked against the contract first.
+  """
+  _bundled_only_options(args)
+  if os.path.exists(output_root) and not os.path.isdir(output_root):
+    raise common.UsageError(f'--output-root {output_root!r} is not a directory.')
+  from tfx_tpu_trainer.kubeflow import compiler  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli import user_pipeline  # pylint: disable=g-import-not-at-top
+  pipeline = user_pipeline.load_pipeline(args.pipeline)
+  module_files = []
+  for trainer in compiler.tpu_trainers(pipeline):
+    module_file = trainer.exec_properties.get('module_file')
+    if isinstance(module_file, str) and module_file:
+      _check_trainer_module(module_file, f'{user_pipeline.FLAG}: '
+                            f'TPUTrainer {trainer.id!r}: module_file')
+      module_files.append(module_file)
+  if pipeline.metadata_connection_config is None:
+    from tfx.orchestration import metadata  # pylint: disable=g-import-not-at-top
+    path = os.path.join(output_root, 'metadata',
+                        pipeline.pipeline_info.pipeline_name, 'metadata.db')
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    pipeline.metadata_connection_config = (
+        metadata.sqlite_metadata_connection_config(path))
+  return pipeline, (module_files[0] if module_files else None)
 
 
 @contextlib.contextmanager
@@ -248,24 +400,39 @@ def _quiet_tensorflow() -> None:
   tf.get_logger().setLevel('ERROR')
 
 
-def _print_summary(summary) -> None:
+def _print_summary(summary, module_file: Optional[str] = None) -> None:
   def metrics_line(metrics):
     return ', '.join(f'{name}={value:.4g}' if isinstance(value, float) else
                      f'{name}={value}' for name, value in sorted(metrics.items()))
   print(f'\nPipeline finished in {summary.seconds:.0f}s.')
   print(f'  Trainer eval metrics:   {metrics_line(summary.trainer_metrics)}')
-  print(f'  Evaluator metrics:      {metrics_line(summary.evaluator_metrics)}')
-  print(f'  Blessed:                {"yes" if summary.blessed else "no"}')
+  if summary.blessed is None:
+    print('  Blessed:                n/a (no Evaluator)')
+  else:
+    print(f'  Evaluator metrics:      {metrics_line(summary.evaluator_metrics)}')
+    print(f'  Blessed:                {"yes" if summary.blessed else "no"}')
   if summary.pushed:
     print(f'  Pushed model:           {summary.pushed_model_path}')
     print('  Pushed model tag sets:  ' + ', '.join(
         '{' + ', '.join(tags) + '}' for tags in summary.pushed_model_tag_sets))
-  else:
+  elif summary.blessed is False:
     print('  Pushed model:           none (the model was not blessed)')
+  else:
+    print('  Pushed model:           none')
   print(f'  Trained model:          {summary.model_path}')
   print(f'  TensorBoard logs:       tensorboard --logdir '
         f'{shlex.quote(summary.tensorboard_dir)}')
   print(f'  Training report:        {summary.report_path or "none (see the log)"}')
+  if summary.transform_graph_path:
+    print(f'  Transform graph:        {summary.transform_graph_path}')
+  if summary.transformed_examples_path:
+    print(f'  Transformed examples:   {summary.transformed_examples_path}')
+  if (module_file and summary.transform_graph_path and
+      summary.transformed_examples_path):
+    print('  TPU preflight:          tfx-tpu-trainer preflight --module-file '
+          f'{shlex.quote(module_file)} --examples '
+          f'{shlex.quote(summary.transformed_examples_path)} '
+          f'--transform-graph {shlex.quote(summary.transform_graph_path)}')
 
 
 # Modules that each define `add_parser(subparsers)` for one more subcommand;

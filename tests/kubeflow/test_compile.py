@@ -380,7 +380,7 @@ def test_no_use_tpu_puts_no_tpu_anywhere(tmp_path_factory):
 
 def test_compile_writes_nothing_under_pipeline_root_and_restores_env(
     tmp_path, monkeypatch):
-  from pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli.bundled.pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer.kubeflow import scheduling as kubeflow  # pylint: disable=g-import-not-at-top
   monkeypatch.delenv(kubeflow_compile.NO_PACKAGING_ENV, raising=False)
   root = tmp_path / 'root'
@@ -694,7 +694,7 @@ def test_beam_args_run_the_data_components_on_dataflow(tmp_path_factory):
 
 
 def test_beam_args_defaults_and_overrides():
-  from pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli.bundled.pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
   assert kubeflow_compile.beam_pipeline_args([]) == [
       '--direct_running_mode=multi_processing', '--direct_num_workers=0']
   assert kubeflow_compile.beam_pipeline_args(

@@ -16,6 +16,10 @@ points at. Data: 1,000 rows of the taxi CSV; 100 training steps on CPU.
    to keep it short, and to see a --beam-arg reach the steps): every step
    before the trainer exits 0, and the trainer fails with the project's
    "no TPU" message.
+3. A user's pipeline (examples/penguin_tpu copied out of the repository)
+   through `compile --pipeline --no-use-tpu`: TFX packages its module file
+   under the pipeline root while compiling; every step exits 0 and the
+   model is pushed.
 """
 
 import json
@@ -26,7 +30,7 @@ import time
 
 import pytest
 
-from pipelines import paths as repo_paths
+from tfx_tpu_trainer_cli.bundled.pipelines import paths as repo_paths
 from tests.fixtures import argo_pod
 from tfx_tpu_trainer_cli import main as cli
 
@@ -93,7 +97,7 @@ def _compile(work, data_root, name, *argv):
       '--train-steps', str(TRAIN_STEPS), '--eval-steps', '5',
       '--train-batch-size', '32', '--eval-batch-size', '32'] +
                   list(argv)) == 0
-  from pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli.bundled.pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
   return kubeflow_compile.read_argo_workflow(str(out / 'workflow.tar.gz'))
 
 
@@ -207,3 +211,47 @@ def test_tpu_pipeline_fails_only_at_the_trainer_with_no_tpu(
   # step's failure rather than a missing artifact.
   assert _read_json(trainer.root_file('/mlpipeline-metrics.json')) == {
       'metrics': []}
+
+
+USER_STEPS = ['csvexamplegen', 'statisticsgen', 'schemagen', 'transform',
+              'tputrainer', 'evaluator', 'pusher']
+
+
+def test_user_pipeline_outside_the_repo_runs_every_step_to_a_pushed_model(
+    work, mlmd_server, monkeypatch):
+  """examples/penguin_tpu, copied out of the repository, through
+  `compile --pipeline`: TFX packages its module file as a wheel under the
+  pipeline root, and every step, run as its pod would, installs it."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  from tests.fixtures import serving_data  # pylint: disable=g-import-not-at-top
+  user = work / 'user_files'
+  shutil.copytree(os.path.join(repo_paths.REPO_ROOT, 'examples',
+                               'penguin_tpu'), user / 'penguin_tpu')
+  serving_data.write_penguins(str(user / 'data'), rows=300)
+  root = user / 'pipeline_root'
+  monkeypatch.setenv('PENGUIN_DATA_ROOT', str(user / 'data'))
+  monkeypatch.setenv('PENGUIN_PIPELINE_ROOT', str(root))
+  monkeypatch.setenv('PENGUIN_TRAIN_STEPS', '200')
+  out = work / 'compiled_user'
+  assert cli.main([
+      'compile', '--pipeline',
+      f'{user / "penguin_tpu" / "penguin_pipeline.py"}:create_pipeline',
+      '--output-dir', str(out), '--image', 'gcr.io/test/tfx-tpu-trainer:1',
+      '--no-use-tpu']) == 0
+  from tfx_tpu_trainer_cli.bundled.pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
+  workflow = kubeflow_compile.read_argo_workflow(str(out /
+                                                     'penguin-tpu.tar.gz'))
+  assert os.listdir(root / '_wheels')  # TFX's packaging, at compile time.
+  run = _run(work, workflow, mlmd_server, 'user')
+  results = argo_pod.run_all(run)
+  for result in results:
+    assert result.returncode == 0, f'{result.task}:\n{_tail(result)}'
+  assert argo_pod.names(results) == USER_STEPS
+  versions = os.listdir(root / 'serving_model')
+  assert len(versions) == 1, versions
+  assert os.path.isfile(root / 'serving_model' / versions[0] /
+                        'saved_model.pb')
+  trainer = results[USER_STEPS.index('tputrainer')]
+  metrics = _read_json(trainer.root_file('/mlpipeline-metrics.json'))
+  by_name = {m['name']: m['numberValue'] for m in metrics['metrics']}
+  assert by_name['global_step'] == 200

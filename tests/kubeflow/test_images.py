@@ -100,7 +100,7 @@ def test_both_images_run_as_a_non_root_user(dockerfile):
 
 
 def test_image_path_and_pythonpath_match_the_compiler(dockerfile):
-  from pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli.bundled.pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
   image = _stage(dockerfile, 'image')
   assert ('WORKDIR', kubeflow_compile.IMAGE_REPO_ROOT) in image
   assert ('ENV', 'PYTHONPATH=' +

@@ -1,0 +1,241 @@
+"""What the taxi pipeline's Evaluator reads, decided from the trainer module.
+
+`tfx-tpu-trainer run --module-file M` scores the `{serve}` model's
+`serving_default` signature with TFMA. Which label and which prediction it
+reads follow the module, decided before any component runs:
+
+* Label: `--eval-label-key`, else the trainer's label key
+  (`custom_config['label_key']`, where `--label-key` puts it, else the
+  module's `LABEL_KEY`, else the stock module's `_transformed_name(_LABEL_KEY)`
+  the transform produces). It is a transformed feature, so TFMA computes it
+  with the model's `transform_features` signature
+  (`preprocessing_function_names=['transform_features']`), which TPUTrainer
+  exports with every transform graph. The bundled module keeps the raw
+  `big_tipper` label and TFMA reads it from the raw examples, as before.
+* Prediction: `--eval-prediction-key`, else the first output of the
+  `serving_default` signature that TFMA reads by itself (its search order:
+  `scores`, `outputs`, `predictions`, `logistic`, `probabilities`, `logits`,
+  tensorflow_model_analysis/metrics/metric_util.py). The signature's outputs
+  are found by tracing: the preprocessing_fn on the CSV's columns (no
+  analysis: analyzers stay placeholders of the right dtype and shape), then
+  the module's model_fn (or Keras model) in PREDICT mode on those features.
+  No readable output is one error naming the outputs the module has. A
+  stock `trainer_fn` module (a canned Estimator: `scores`/`classes`,
+  `predictions`) is left to TFMA's own search.
+"""
+
+import contextlib
+import csv
+import dataclasses
+import glob
+import importlib.util
+import os
+import sys
+import tempfile
+from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple
+
+from tfx_tpu_trainer import errors
+
+TRANSFORM_FEATURES_SIGNATURE = 'transform_features'
+SERVING_SIGNATURE = 'serving_default'
+# TFMA's default prediction keys, in the order it looks for them
+# (tensorflow_model_analysis/metrics/metric_util.py,
+# prepare_labels_and_predictions).
+TFMA_PREDICTION_KEYS = ('scores', 'outputs', 'predictions', 'logistic',
+                        'probabilities', 'logits')
+_SAMPLE_ROWS = 200
+
+
+class EvaluatorKeyError(errors.TPUTrainerError):
+  """The Evaluator would find no label or no prediction it can read."""
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluatorKeys:
+  """The Evaluator's ModelSpec fields."""
+  label_key: str
+  prediction_key: Optional[str]  # None: TFMA's own search
+  preprocessing_function_names: Tuple[str, ...] = ()
+  # The serving_default outputs found, () when not traced.
+  serving_outputs: Tuple[str, ...] = ()
+
+
+@contextlib.contextmanager
+def _beside(path: str) -> Iterator[None]:
+  """The module's folder first on sys.path (it may import its siblings)."""
+  directory = os.path.dirname(os.path.abspath(path))
+  sys.path.insert(0, directory)
+  try:
+    yield
+  finally:
+    with contextlib.suppress(ValueError):
+      sys.path.remove(directory)
+
+
+def _load(path: str, name: str):
+  spec = importlib.util.spec_from_file_location(name, path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def raw_feature_spec(data_root: str) -> Dict[str, Any]:
+  """VarLen features of the CSV columns (as SchemaGen infers them here).
+
+  Dtypes from the first rows: integers, floats, else strings.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  path = sorted(glob.glob(os.path.join(data_root, '*.csv')))[0]
+  with open(path, newline='') as f:
+    reader = csv.reader(f)
+    header = next(reader)
+    rows = [row for _, row in zip(range(_SAMPLE_ROWS), reader)]
+
+  def dtype(values):
+    values = [v for v in values if v != '']
+    for kind, convert in ((tf.int64, int), (tf.float32, float)):
+      try:
+        for v in values:
+          convert(v)
+        return kind
+      except ValueError:
+        continue
+    return tf.string
+
+  return {name: tf.io.VarLenFeature(dtype([r[i] for r in rows if i < len(r)]))
+          for i, name in enumerate(header)}
+
+
+def transformed_features(preprocessing_module_file: str,
+                         data_root: str) -> Dict[str, Any]:
+  """Name -> traced output tensor of the module's preprocessing_fn."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tensorflow_transform import impl_helper  # pylint: disable=g-import-not-at-top
+  with _beside(preprocessing_module_file), tf.Graph().as_default():
+    module = _load(preprocessing_module_file, '_evaluator_keys_preprocessing')
+    _, _, outputs = impl_helper.trace_preprocessing_function(
+        module.preprocessing_fn, raw_feature_spec(data_root),
+        use_tf_compat_v1=True)
+  return dict(outputs)
+
+
+def serving_outputs(trainer_module, features: Mapping[str, Any],
+                    params: Mapping[str, Any]) -> Tuple[str, ...]:
+  """The output keys of the model's `serving_default` export signature.
+
+  Args:
+    trainer_module: the loaded `user_module.UserModule` (model_fn or Keras).
+    features: transformed features (traced tensors: dtype and shape).
+    params: the model_fn's params.
+
+  Returns:
+    The output names, or () when the module exports no serving_default.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.model_fn import estimator_adapter  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.model_fn import dispatch  # pylint: disable=g-import-not-at-top
+  model_fn = dispatch.model_fn_for_module(trainer_module)
+  with tf.Graph().as_default():
+    tf.compat.v1.train.create_global_step()
+    placeholders = {}
+    for name, tensor in features.items():
+      if isinstance(tensor, tf.SparseTensor):
+        placeholders[name] = tf.compat.v1.sparse_placeholder(
+            tensor.dtype, name=name)
+      else:
+        placeholders[name] = tf.compat.v1.placeholder(
+            tensor.dtype, shape=[None] + tensor.shape.as_list()[1:],
+            name=name)
+    with tempfile.TemporaryDirectory(prefix='evaluator-keys-') as tmp:
+      config = tf.compat.v1.estimator.tpu.RunConfig(model_dir=tmp)
+      spec = estimator_adapter.call_model_fn(
+          model_fn, placeholders, None, tf.estimator.ModeKeys.PREDICT,
+          dict(params, use_tpu=False), config)
+  export_outputs = getattr(spec, 'export_outputs', None) or {}
+  output = export_outputs.get(SERVING_SIGNATURE)
+  if output is None and len(export_outputs) == 1:
+    output = list(export_outputs.values())[0]
+  if output is None:
+    predictions = getattr(spec, 'predictions', None)
+    if isinstance(predictions, Mapping):
+      return tuple(sorted(predictions))
+    return ('output',) if predictions is not None else ()
+  return tuple(sorted(output.outputs))
+
+
+def prediction_key(outputs: Sequence[str], override: Optional[str],
+                   module_file: str) -> Optional[str]:
+  """The key the Evaluator reads: the override, else TFMA's first.
+
+  Raises:
+    EvaluatorKeyError: naming the module's outputs.
+  """
+  if override is not None:
+    if outputs and override not in outputs:
+      raise EvaluatorKeyError(
+          f'--eval-prediction-key {override!r} is not an output of the '
+          f"{SERVING_SIGNATURE} signature of {module_file} (outputs: "
+          f'{list(outputs)}).')
+    return override
+  for key in TFMA_PREDICTION_KEYS:
+    if key in outputs:
+      return key
+  if len(outputs) == 1:
+    return outputs[0]
+  raise EvaluatorKeyError(
+      f'The {SERVING_SIGNATURE} signature of {module_file} has the outputs '
+      f'{list(outputs)}, none of which the Evaluator (TFMA) reads by itself '
+      f'({", ".join(TFMA_PREDICTION_KEYS)}), so the run would fail at the '
+      'Evaluator after training. Name the model\'s prediction with '
+      '--eval-prediction-key (e.g. --eval-prediction-key '
+      f'{outputs[0] if outputs else "probabilities"}), or rename the output '
+      'to probabilities (the Keras output layer\'s name, or the key in '
+      'model_fn\'s predictions / export_outputs).')
+
+
+def evaluator_keys(trainer_module_file: str, preprocessing_module_file: str,
+                   data_root: str, custom_config: Mapping[str, Any],
+                   label_override: Optional[str] = None,
+                   prediction_override: Optional[str] = None
+                  ) -> EvaluatorKeys:
+  """The Evaluator's label and prediction keys for a trainer module.
+
+  Raises:
+    EvaluatorKeyError: no label key, a label the transform does not
+      produce, or no prediction TFMA can read.
+    TPUTrainerError: the module fails to load or to build.
+  """
+  from tfx_tpu_trainer import config as config_lib  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer import prepare  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer import user_module  # pylint: disable=g-import-not-at-top
+  module = user_module.load_user_module({'module_file': trainer_module_file})
+  features = transformed_features(preprocessing_module_file, data_root)
+  label = (label_override or custom_config.get('label_key') or
+           module.label_key or next(
+               (k for k in module.label_key_candidates if k in features),
+               None))
+  if label is None:
+    raise EvaluatorKeyError(
+        f'No label key for the Evaluator: {trainer_module_file} has no '
+        "LABEL_KEY; pass --eval-label-key (the transformed label, one of "
+        f'{sorted(features)}).')
+  if label not in features:
+    raise EvaluatorKeyError(
+        f'The Evaluator\'s label {label!r} is not an output of the '
+        f'preprocessing_fn of {preprocessing_module_file} (outputs: '
+        f'{sorted(features)}); pass --eval-label-key.')
+  if module.trainer_fn is not None:
+    outputs = ()
+    key = prediction_override
+  else:
+    config = config_lib.TrainerConfig.from_custom_config(
+        {k: v for k, v in custom_config.items() if k != 'use_tpu'},
+        environ={})
+    params = prepare.build_params(config, None)
+    outputs = serving_outputs(module, {k: v for k, v in features.items()
+                                       if k != label}, params)
+    key = prediction_key(outputs, prediction_override, trainer_module_file)
+  return EvaluatorKeys(
+      label_key=label, prediction_key=key,
+      preprocessing_function_names=(TRANSFORM_FEATURES_SIGNATURE,),
+      serving_outputs=outputs)

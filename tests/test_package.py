@@ -1,0 +1,98 @@
+"""A wheel of the repository, installed non-editable in a fresh venv.
+
+Builds the wheel with uv, installs it into a new virtual environment with
+requirements.lock as constraints, and from a directory outside the
+repository: the library and the CLI import, `--version` answers, no
+top-level `pipelines`/`components` package exists, and `tfx-tpu-trainer
+run` trains the bundled pipeline to a pushed model. Slow (the install takes
+about a minute with a warm uv cache, the run two); skipped without uv.
+"""
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tfx_tpu_trainer import version
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = pytest.mark.slow
+
+
+def _uv():
+  found = shutil.which('uv') or os.path.join(REPO, '.tools', 'uv', 'bin',
+                                             'uv')
+  return found if os.path.isfile(found) else None
+
+
+@pytest.fixture(scope='module')
+def installed(tmp_path_factory):
+  uv = _uv()
+  if uv is None:
+    pytest.skip('uv is not installed (make env installs it into .tools/)')
+  work = tmp_path_factory.mktemp('package')
+  subprocess.run([uv, 'build', '--wheel', '-o', str(work / 'dist'), REPO],
+                 check=True, capture_output=True)
+  (wheel,) = glob.glob(str(work / 'dist' / '*.whl'))
+  venv = work / 'venv'
+  subprocess.run([uv, 'venv', '--quiet', '--seed', '--python', sys.executable,
+                  str(venv)], check=True)
+  subprocess.run([uv, 'pip', 'install', '--quiet', '--python',
+                  str(venv / 'bin' / 'python'), wheel, '-c',
+                  os.path.join(REPO, 'requirements.lock')], check=True)
+  elsewhere = work / 'elsewhere'
+  elsewhere.mkdir()
+  return venv, elsewhere
+
+
+def _run(installed, *command):
+  venv, elsewhere = installed
+  env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
+  return subprocess.run(list(command), cwd=elsewhere, env=env,
+                        capture_output=True, text=True)
+
+
+def test_wheel_has_no_top_level_pipelines_or_components(installed):
+  venv, _ = installed
+  (site_packages,) = glob.glob(str(venv / 'lib' / 'python3*' /
+                                   'site-packages'))
+  assert not os.path.exists(os.path.join(site_packages, 'pipelines'))
+  assert not os.path.exists(os.path.join(site_packages, 'components'))
+  result = _run(installed, str(venv / 'bin' / 'python'), '-c',
+                'import importlib.util as u, os\n'
+                'assert u.find_spec("pipelines") is None\n'
+                'from tfx_tpu_trainer import TPUTrainer\n'
+                'from tfx_tpu_trainer.kubeflow import compiler\n'
+                'from tfx_tpu_trainer_cli.bundled.pipelines import paths\n'
+                'assert paths.TRAINER_MODULE_FILE.startswith('
+                'os.path.dirname(u.find_spec("tfx_tpu_trainer_cli").origin))\n'
+                'assert os.path.isfile(paths.PREPROCESSING_MODULE_FILE)\n'
+                'print(TPUTrainer.__name__)')
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert result.stdout.strip().endswith('TPUTrainer')
+
+
+def test_version(installed):
+  venv, _ = installed
+  result = _run(installed, str(venv / 'bin' / 'tfx-tpu-trainer'), '--version')
+  assert result.stdout == f'tfx-tpu-trainer {version.__version__}\n'
+
+
+def test_run_from_another_directory_pushes_a_model(installed):
+  venv, elsewhere = installed
+  result = _run(installed, str(venv / 'bin' / 'tfx-tpu-trainer'), 'run',
+                '--train-steps', '200')
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  assert 'Blessed:                yes' in result.stdout
+  pushed = [line.split()[-1] for line in result.stdout.splitlines()
+            if line.startswith('  Pushed model:')][0]
+  assert os.path.isfile(os.path.join(elsewhere, pushed, 'saved_model.pb'))
+  # The README's client: one raw tf.Example to the pushed {serve} model.
+  client = _run(installed, str(venv / 'bin' / 'python'),
+                os.path.join(REPO, 'examples', 'predict_taxi.py'),
+                os.path.dirname(os.path.join(elsewhere, pushed)))
+  assert client.returncode == 0, client.stderr[-3000:]
+  assert 'probabilities: [[' in client.stdout

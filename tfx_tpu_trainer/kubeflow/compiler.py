@@ -1,0 +1,552 @@
+"""Compiles any TFX pipeline with `TPUTrainer` for Kubeflow Pipelines.
+
+The public API for a user's own pipeline (the bundled taxi compile uses it
+too):
+
+    from tfx_tpu_trainer.kubeflow import compiler
+    from tfx_tpu_trainer.kubeflow import scheduling
+
+    options = compiler.KubeflowOptions(
+        runner='kubeflow',                    # or 'kubeflow_v2'
+        image='gcr.io/P/tfx-tpu-trainer:1',
+        trainer_image='gcr.io/P/tfx-tpu-trainer-tpu:1',
+        trainer_pod=scheduling.TrainerPod(
+            tpu=scheduling.tpu_vm('tpu-v5-lite-podslice', '2x4')))
+    result = compiler.compile_pipeline(my_pipeline, 'my.tar.gz', options)
+
+Two runners:
+
+* `kubeflow`: `KubeflowDagRunner` (kfp 1.8) writes an Argo workflow package
+  for KFP v1. Every step keeps TFX's default operator functions (the
+  `metadata-grpc-configmap` env, optionally the `user-gcp-sa` secret) and the
+  Kubeflow metadata config; each `TPUTrainer` step alone gets the
+  `TrainerPod` (TPU limit, node selectors, tolerations, requests), the
+  trainer image, and the `mlpipeline-metrics` output.
+* `kubeflow_v2`: `KubeflowV2DagRunner` writes a Vertex AI PipelineJob; from
+  it come two files: the bare pipeline spec for a KFP v2 backend
+  (`<stem>.kfp-v2-pipeline.yaml`: the `PipelineSpec`, then the
+  `PlatformSpec` with the trainers' node selectors and tolerations under
+  `platforms.kubernetes`) and the PipelineJob for Vertex AI
+  (`<stem>.vertex-pipeline-job.json`). Each `TPUTrainer` executor alone gets
+  its resources, in the fields that platform reads.
+
+On every `TPUTrainer` of a TPU compile, `custom_config` gains `use_tpu: true`
+and the TPU name the pod resolves (`local` on a GKE TPU VM) unless it sets
+them; a trainer that sets `use_tpu: false` is an error. Beam-powered
+components get the cluster's Beam arguments (the DirectRunner over the pod's
+cores), then the pipeline's own, then `KubeflowOptions.beam_args`; a later
+argument replaces an earlier one of the same name.
+
+Module files. TFX packages each component's `module_file` as a wheel under
+`<pipeline_root>/_wheels` while the runner compiles (the pipeline root must
+be reachable then: a GCS write for a `gs://` root), unless the components
+were built inside `user_modules_not_packaged()`, which keeps the paths as
+given: then the files must be at those paths inside the image.
+
+A pipeline without a `TPUTrainer` is refused (`NoTPUTrainerError`): nothing
+would carry the TPU scheduling, the trainer image or the KFP metrics, and
+TFX's own runners compile such a pipeline as well.
+"""
+
+import contextlib
+import dataclasses
+import json
+import os
+import re
+import shutil
+import tempfile
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+import yaml
+from absl import logging
+from tfx import v1 as tfx
+from tfx.dsl.components.base import executor_spec
+from tfx.orchestration.kubeflow import kubeflow_dag_runner
+from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
+from tfx.orchestration.kubeflow.v2 import pipeline_builder
+from tfx.utils import json_utils
+
+from tfx_tpu_trainer import config as config_lib
+from tfx_tpu_trainer import errors
+from tfx_tpu_trainer.kubeflow import compiled_files
+from tfx_tpu_trainer.kubeflow import kfp_v2_protos
+from tfx_tpu_trainer.kubeflow import options as kubeflow_options
+from tfx_tpu_trainer.kubeflow import scheduling
+from tfx_tpu_trainer.kubeflow import v2_metrics
+
+KUBEFLOW = 'kubeflow'
+KUBEFLOW_V2 = 'kubeflow_v2'
+RUNNERS = kubeflow_options.RUNNERS
+DEFAULT_IMAGE = kubeflow_options.DEFAULT_IMAGE
+NO_PACKAGING_ENV = 'UNSUPPORTED_DO_NOT_PACKAGE_USER_MODULES'
+# Beam's DirectRunner over the pod's cores; dropped when a Beam argument
+# names another runner, and each one replaced by an argument of its name.
+CLUSTER_BEAM_PIPELINE_ARGS = ('--direct_running_mode=multi_processing',
+                              '--direct_num_workers=0')
+OUTPUT_EXTENSIONS = {
+    KUBEFLOW: ('.tar.gz', '.tgz', '.zip', '.yaml', '.yml'),
+    KUBEFLOW_V2: ('.yaml', '.yml'),
+}
+DEFAULT_OUTPUT_SUFFIX = {KUBEFLOW: '.tar.gz',
+                         KUBEFLOW_V2: '.kfp-v2-pipeline.yaml'}
+VERTEX_JOB_SUFFIX = '.vertex-pipeline-job.json'
+# What KubeflowV2DagRunner accepts as a pipeline name (pipeline_builder.py).
+V2_PIPELINE_NAME = re.compile(r'^[a-z0-9][a-z0-9-]{0,127}$')
+KUBERNETES_PLATFORM = compiled_files.KUBERNETES_PLATFORM
+# TPUTrainer, named rather than imported: the component imports the
+# executor, which imports this package (its step outputs).
+TPU_TRAINER_CLASS = 'tfx_tpu_trainer.component.TPUTrainer'
+# TPUTrainer custom_config keys a TPU compile fills in.
+USE_TPU_KEY = 'use_tpu'
+TPU_KEY = 'tpu'
+CUSTOM_CONFIG_KEY = 'custom_config'
+
+
+class CompileError(errors.TPUTrainerError):
+  """The pipeline or the options cannot be compiled; nothing was written."""
+
+
+class NoTPUTrainerError(CompileError):
+  """The pipeline has no TPUTrainer to put the TPU scheduling on."""
+
+
+@dataclasses.dataclass(frozen=True)
+class KubeflowOptions:
+  """How a pipeline is compiled for Kubeflow.
+
+  Attributes:
+    runner: `kubeflow` (KFP v1, Argo) or `kubeflow_v2` (KFP v2 + Vertex AI).
+    image: the image of every step.
+    trainer_image: the image of the TPUTrainer steps (e.g. with the TPU
+      runtime), None for `image`.
+    trainer_pod: TPU, node selectors, tolerations and requests of every
+      TPUTrainer step; `trainer_pod.tpu` None trains on CPU.
+    tpu_name, tpu_zone, tpu_project: the TPU the trainers resolve, written
+      into `custom_config['tpu']` where a trainer names none (default: the
+      TPU style's, `local` for a TPU VM).
+    vertex_accelerator_type: kubeflow_v2: Vertex AI's accelerator type for
+      the trainers (default: from `trainer_pod.tpu`).
+    beam_args: Beam arguments added last to every Beam-powered component.
+    cluster_beam_defaults: start from `CLUSTER_BEAM_PIPELINE_ARGS`.
+    step_env: environment variables of every step.
+    use_gcp_sa: kubeflow: mount the `user-gcp-sa` secret on every step.
+  """
+  runner: str = KUBEFLOW
+  image: str = DEFAULT_IMAGE
+  trainer_image: Optional[str] = None
+  trainer_pod: scheduling.TrainerPod = scheduling.TrainerPod()
+  tpu_name: Optional[str] = None
+  tpu_zone: Optional[str] = None
+  tpu_project: Optional[str] = None
+  vertex_accelerator_type: Optional[str] = None
+  beam_args: Tuple[str, ...] = ()
+  cluster_beam_defaults: bool = True
+  step_env: Tuple[Tuple[str, str], ...] = ()
+  use_gcp_sa: bool = False
+
+  @property
+  def use_tpu(self) -> bool:
+    return self.trainer_pod.tpu is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileResult:
+  """What a compile wrote, read back from the files."""
+  paths: Tuple[str, ...]
+  runner: str
+  pipeline_name: str
+  trainer_ids: Tuple[str, ...]
+  trainer_image: str
+  # Trainer id -> its compiled custom_config.
+  custom_configs: Dict[str, Dict[str, Any]]
+  beam_pipeline_args: Tuple[str, ...]
+  # One line per file and trainer: what its trainer step/executor carries.
+  trainer_summaries: Tuple[str, ...]
+
+  @property
+  def path(self) -> str:
+    return self.paths[0]
+
+  @property
+  def trainer_id(self) -> str:
+    return self.trainer_ids[0]
+
+  @property
+  def custom_config(self) -> Dict[str, Any]:
+    return self.custom_configs[self.trainer_id]
+
+
+@contextlib.contextmanager
+def user_modules_not_packaged() -> Iterator[None]:
+  """Components built inside keep `module_file` paths as given (no wheels).
+
+  Sets UNSUPPORTED_DO_NOT_PACKAGE_USER_MODULES=1 (TFX reads it when a
+  component is built), then restores it.
+  """
+  previous = os.environ.get(NO_PACKAGING_ENV)
+  os.environ[NO_PACKAGING_ENV] = '1'
+  try:
+    yield
+  finally:
+    if previous is None:
+      del os.environ[NO_PACKAGING_ENV]
+    else:
+      os.environ[NO_PACKAGING_ENV] = previous
+
+
+def is_tpu_trainer(component: Any) -> bool:
+  """Whether `component` is a TPUTrainer (or a subclass of it)."""
+  return any(f'{cls.__module__}.{cls.__qualname__}' == TPU_TRAINER_CLASS
+             for cls in type(component).__mro__)
+
+
+def tpu_trainers(pipeline: tfx.dsl.Pipeline) -> List[Any]:
+  """The pipeline's TPUTrainers.
+
+  Raises:
+    NoTPUTrainerError: naming the pipeline's components.
+  """
+  trainers = [c for c in pipeline.components if is_tpu_trainer(c)]
+  if not trainers:
+    stock = [c.id for c in pipeline.components
+             if isinstance(c, tfx.components.Trainer)]
+    hint = (f' Its Trainer(s) {stock} are the stock tfx.components.Trainer: '
+            'use tfx_tpu_trainer.TPUTrainer in their place (same arguments).'
+            if stock else '')
+    raise NoTPUTrainerError(
+        f'Pipeline {pipeline.pipeline_info.pipeline_name!r} has no TPUTrainer '
+        f'(components: {[c.id for c in pipeline.components]}), so no step '
+        f'would carry the TPU scheduling.{hint} A pipeline without one '
+        'compiles with TFX\'s own KubeflowDagRunner / KubeflowV2DagRunner.')
+  return trainers
+
+
+def beam_arg_name(arg: str) -> str:
+  """`--runner=DataflowRunner` -> `runner`."""
+  return arg[2:].split('=', 1)[0].replace('-', '_')
+
+
+def beam_pipeline_args(beam_args: Sequence[str],
+                       existing: Sequence[Any] = (),
+                       cluster_defaults: bool = True) -> List[Any]:
+  """The cluster defaults, then `existing`, then `beam_args`.
+
+  A later argument replaces an earlier one of the same name; a `--runner`
+  other than the DirectRunner drops the DirectRunner defaults. Arguments
+  that are not strings (placeholders) are kept as they are.
+  """
+  given = list(existing) + list(beam_args)
+  names = [beam_arg_name(a) if isinstance(a, str) else None for a in given]
+  runner = [a.split('=', 1)[1] for a, n in zip(given, names)
+            if n == 'runner' and '=' in a]
+  direct = not runner or runner[-1] in ('DirectRunner', 'direct')
+  defaults = [a for a in CLUSTER_BEAM_PIPELINE_ARGS
+              if cluster_defaults and direct and beam_arg_name(a) not in names]
+  kept = [a for i, (a, n) in enumerate(zip(given, names))
+          if n is None or n not in names[i + 1:]]
+  return defaults + kept
+
+
+def default_output_file(runner: str, pipeline_name: str) -> str:
+  """`<name>.tar.gz` (kubeflow) or `<name>.kfp-v2-pipeline.yaml`."""
+  return pipeline_name + DEFAULT_OUTPUT_SUFFIX[runner]
+
+
+def vertex_job_path(kfp_v2_path: str) -> str:
+  """`x.kfp-v2-pipeline.yaml` (or `x.yaml`) -> `x.vertex-pipeline-job.json`."""
+  for suffix in (DEFAULT_OUTPUT_SUFFIX[KUBEFLOW_V2],) + OUTPUT_EXTENSIONS[
+      KUBEFLOW_V2]:
+    if kfp_v2_path.endswith(suffix):
+      return kfp_v2_path[:-len(suffix)] + VERTEX_JOB_SUFFIX
+  raise ValueError(f'{kfp_v2_path!r} does not end with .yaml or .yml')
+
+
+def output_paths(runner: str, output_path: str) -> Tuple[str, ...]:
+  """Every file a compile writes: v2 writes the Vertex job beside the spec."""
+  if runner == KUBEFLOW_V2:
+    return (output_path, vertex_job_path(output_path))
+  return (output_path,)
+
+
+def vertex_accelerator_type(options: KubeflowOptions) -> Optional[str]:
+  """Vertex AI's accelerator type for the trainers, None without a TPU.
+
+  Raises:
+    CompileError: when the TPU has no Vertex AI name and none was given.
+  """
+  tpu = options.trainer_pod.tpu
+  if tpu is None:
+    return None
+  if options.vertex_accelerator_type:
+    return options.vertex_accelerator_type
+  vertex_type = getattr(tpu, 'vertex_accelerator_type', None)
+  if vertex_type is None:
+    raise CompileError(
+        f'{getattr(tpu, "accelerator", tpu)} has no Vertex AI accelerator '
+        'type (Vertex AI names: '
+        f'{", ".join(sorted(set(scheduling.VERTEX_ACCELERATOR_TYPES.values())))}'
+        '); pass --vertex-accelerator-type.')
+  return vertex_type
+
+
+def check_options(options: KubeflowOptions, pipeline_name: str) -> None:
+  """What can be checked before the pipeline is compiled.
+
+  Raises:
+    CompileError: naming the bad option.
+  """
+  if options.runner not in RUNNERS:
+    raise CompileError(
+        f'runner must be one of {RUNNERS}, got {options.runner!r}')
+  tpu = options.trainer_pod.tpu
+  if options.runner == KUBEFLOW_V2:
+    if tpu is not None and not isinstance(tpu, scheduling.TpuVmScheduling):
+      raise CompileError('kubeflow_v2 takes TPU VM requests only (tpu_vm()).')
+    if not V2_PIPELINE_NAME.match(pipeline_name):
+      raise CompileError(
+          f'Pipeline name {pipeline_name!r} is not accepted by kubeflow_v2: '
+          'use lower-case letters, digits and -, e.g. taxi-tpu.')
+    vertex_accelerator_type(options)
+  elif options.vertex_accelerator_type:
+    raise CompileError('vertex_accelerator_type needs runner kubeflow_v2.')
+
+
+def tpu_custom_config(custom_config: Mapping[str, Any],
+                      options: KubeflowOptions,
+                      trainer_id: str = 'TPUTrainer') -> Dict[str, Any]:
+  """A trainer's custom_config for the compiled pipeline.
+
+  With a TPU request, `use_tpu: true` and the TPU to resolve are added where
+  the trainer does not set them; without one, it is returned unchanged.
+
+  Raises:
+    CompileError: the trainer sets `use_tpu: false` on a TPU compile, or the
+      result is not a valid TPUTrainer config.
+  """
+  config = dict(custom_config)
+  if options.use_tpu:
+    if config.get(USE_TPU_KEY) is False:
+      raise CompileError(
+          f'TPUTrainer {trainer_id!r} sets custom_config[{USE_TPU_KEY!r}]='
+          'False, but the compile schedules it on a TPU: drop the key, or '
+          'compile without a TPU (--no-use-tpu).')
+    config.setdefault(USE_TPU_KEY, True)
+    name = options.tpu_name or options.trainer_pod.tpu.default_tpu_name
+    if TPU_KEY not in config and name:
+      config[TPU_KEY] = config_lib.tpu_entry(name, options.tpu_zone,
+                                             options.tpu_project)
+  try:
+    # Keys with a leading _ are the component's own (e.g. the kept
+    # module_file name), which the executor drops before validating.
+    config_lib.TrainerConfig.from_custom_config(
+        {k: v for k, v in config.items() if not k.startswith('_')},
+        environ={})
+  except config_lib.ConfigError as e:
+    raise CompileError(f'TPUTrainer {trainer_id!r}: {e}') from e
+  return config
+
+
+def compile_pipeline(pipeline: tfx.dsl.Pipeline, output_path: str,
+                     options: KubeflowOptions = KubeflowOptions()
+                    ) -> CompileResult:
+  """Compiles `pipeline` to `output_path` (and, for v2, the Vertex job).
+
+  Every file appears whole or not at all: the runner writes into a temporary
+  directory beside it, and the results are moved into place. The pipeline's
+  TPUTrainers' `custom_config` and every Beam component's Beam arguments
+  are updated in place (see the module docstring).
+
+  Args:
+    pipeline: a TFX pipeline with at least one TPUTrainer.
+    output_path: the KFP v1 package (.tar.gz, .tgz, .zip, .yaml, .yml) or
+      the KFP v2 spec (.yaml, .yml; the Vertex job goes beside it).
+    options: how to compile.
+
+  Returns:
+    What was written, read back from the files.
+
+  Raises:
+    NoTPUTrainerError: the pipeline has no TPUTrainer.
+    CompileError: a bad option, or a trainer step not found while compiling.
+  """
+  name = pipeline.pipeline_info.pipeline_name
+  check_options(options, name)
+  if not output_path.endswith(OUTPUT_EXTENSIONS[options.runner]):
+    raise CompileError(
+        f'Output file {output_path!r} must end with one of '
+        f'{", ".join(OUTPUT_EXTENSIONS[options.runner])} for runner '
+        f'{options.runner}.')
+  trainers = tpu_trainers(pipeline)
+  custom_configs = {
+      t.id: tpu_custom_config(_custom_config(t), options, t.id)
+      for t in trainers}
+  vertex_type = (vertex_accelerator_type(options)
+                 if options.runner == KUBEFLOW_V2 else None)
+  paths = tuple(os.path.abspath(p)
+                for p in output_paths(options.runner, output_path))
+  for trainer in trainers:
+    trainer.exec_properties[CUSTOM_CONFIG_KEY] = json_utils.dumps(
+        custom_configs[trainer.id])
+  beam_args = _set_beam_args(pipeline, options)
+  output_dir = os.path.dirname(paths[0])
+  os.makedirs(output_dir, exist_ok=True)
+  staging = tempfile.mkdtemp(dir=output_dir, prefix='.compile-')
+  try:
+    staged = [os.path.join(staging, os.path.basename(p)) for p in paths]
+    ids = [t.id for t in trainers]
+    if options.runner == KUBEFLOW:
+      _compile_v1(options, pipeline, ids, staged[0])
+      summaries = tuple(compiled_files.describe_v1_trainer(staged[0], i)
+                        for i in ids)
+    else:
+      _compile_v2(options, vertex_type, pipeline, ids, staging, staged)
+      summaries = tuple(
+          describe(path, i) for path, describe in zip(
+              staged, (compiled_files.describe_kfp_v2_trainer,
+                       compiled_files.describe_vertex_trainer))
+          for i in ids)
+    for source, path in zip(staged, paths):
+      os.replace(source, path)
+  finally:
+    shutil.rmtree(staging, ignore_errors=True)
+  return CompileResult(
+      paths=paths,
+      runner=options.runner,
+      pipeline_name=name,
+      trainer_ids=tuple(t.id for t in trainers),
+      trainer_image=options.trainer_image or options.image,
+      custom_configs=custom_configs,
+      beam_pipeline_args=tuple(beam_args),
+      trainer_summaries=summaries)
+
+
+def _custom_config(trainer: Any) -> Dict[str, Any]:
+  value = trainer.exec_properties.get(CUSTOM_CONFIG_KEY)
+  if value is None:
+    return {}
+  if isinstance(value, str):
+    return json_utils.loads(value) or {}
+  raise CompileError(
+      f'TPUTrainer {trainer.id!r}: custom_config is a {type(value).__name__} '
+      '(a runtime parameter?); a compile needs a dict.')
+
+
+def _set_beam_args(pipeline: tfx.dsl.Pipeline,
+                   options: KubeflowOptions) -> List[Any]:
+  """Sets every Beam component's arguments; returns the pipeline's."""
+  pipeline_args = beam_pipeline_args(options.beam_args,
+                                     pipeline.beam_pipeline_args,
+                                     options.cluster_beam_defaults)
+  for component in pipeline.components:
+    spec = component.executor_spec
+    if isinstance(spec, executor_spec.BeamExecutorSpec):
+      spec.beam_pipeline_args = beam_pipeline_args(
+          options.beam_args, spec.beam_pipeline_args,
+          options.cluster_beam_defaults)
+  return pipeline_args
+
+
+def _compile_v1(options: KubeflowOptions, pipeline: tfx.dsl.Pipeline,
+                trainer_ids: Sequence[str], output_file: str) -> None:
+  """KubeflowDagRunner with TFX's default operator functions kept."""
+  trainer_ops = [scheduling.trainer_step_op(i, options.trainer_pod,
+                                            options.trainer_image)
+                 for i in trainer_ids]
+  funcs = scheduling.pipeline_operator_funcs(
+      trainer_ops[0], use_gcp_sa=options.use_gcp_sa,
+      env=dict(options.step_env)) + trainer_ops[1:]
+  config = kubeflow_dag_runner.KubeflowDagRunnerConfig(
+      pipeline_operator_funcs=funcs,
+      tfx_image=options.image,
+      kubeflow_metadata_config=(
+          kubeflow_dag_runner.get_default_kubeflow_metadata_config()))
+  kubeflow_dag_runner.KubeflowDagRunner(
+      output_dir=os.path.dirname(output_file),
+      output_filename=os.path.basename(output_file),
+      config=config).run(pipeline)
+  for op in trainer_ops:
+    if len(op.applied_to) != 1:
+      raise CompileError(
+          f'Expected one step for component {op.component_id!r}, found '
+          f'{op.applied_to}.')
+    logging.info('Trainer step %s carries the trainer pod options.',
+                 op.applied_to[0])
+
+
+def _compile_v2(options: KubeflowOptions, vertex_type: Optional[str],
+                pipeline: tfx.dsl.Pipeline, trainer_ids: Sequence[str],
+                staging: str, staged: Sequence[str]) -> None:
+  """PipelineJob from the runner; the KFP v2 spec and Vertex job from it."""
+  default_image = options.image
+  if options.trainer_image:
+    default_image = {pipeline_builder.DEFAULT_IMAGE_PATH_KEY: options.image}
+    default_image.update({i: options.trainer_image for i in trainer_ids})
+  # Schema 2.1.0: the only one a KFP v2 backend accepts on upload (its API
+  # server refuses 2.0.0, TFX's default); Vertex AI takes it too.
+  config = kubeflow_v2_dag_runner.KubeflowV2DagRunnerConfig(
+      default_image=default_image, use_pipeline_spec_2_1=True)
+  runner_output = 'runner-pipeline-job.json'
+  kubeflow_v2_dag_runner.KubeflowV2DagRunner(
+      config=config, output_dir=staging,
+      output_filename=runner_output).run(pipeline)
+  with open(os.path.join(staging, runner_output)) as f:
+    job = json.load(f)
+  executors = [compiled_files.trainer_executor_label(job['pipelineSpec'], i)
+               for i in trainer_ids]
+  for executor in executors:
+    _start_with_system_metrics(job['pipelineSpec'], executor)
+  if options.step_env:
+    for step_container in compiled_files.containers(job['pipelineSpec']):
+      step_container['env'] = [{'name': k, 'value': v}
+                               for k, v in options.step_env]
+
+  pod = options.trainer_pod
+  kfp_spec = json.loads(json.dumps(job['pipelineSpec']))
+  kfp_spec['defaultPipelineRoot'] = pipeline.pipeline_info.pipeline_root
+  resources = pod.kfp_v2_resources()
+  executor_config = pod.kubernetes_executor_config()
+  for executor in executors:
+    if resources:
+      compiled_files.container(kfp_spec, executor)['resources'] = dict(
+          resources)
+  documents = [kfp_spec]
+  if executor_config:
+    documents.append({'platforms': {KUBERNETES_PLATFORM: {
+        'deploymentSpec': {'executors': {
+            executor: executor_config for executor in executors}}}}})
+  # Strict round trips through the real protobufs: nothing unknown is written.
+  kfp_v2_protos.parse(documents[0], kfp_v2_protos.PIPELINE_SPEC)
+  if executor_config:
+    kfp_v2_protos.parse(documents[1], kfp_v2_protos.PLATFORM_SPEC)
+    kfp_v2_protos.parse(executor_config,
+                        kfp_v2_protos.KUBERNETES_EXECUTOR_CONFIG)
+  with open(staged[0], 'w') as f:
+    yaml.safe_dump_all(documents, f, sort_keys=False)
+
+  vertex_resources = pod.vertex_resources(vertex_type)
+  for executor in executors:
+    if vertex_resources:
+      compiled_files.container(job['pipelineSpec'], executor)['resources'] = (
+          dict(vertex_resources))
+  _parse_vertex_job(job)
+  with open(staged[1], 'w') as f:
+    json.dump(job, f, indent=2, sort_keys=True)
+
+
+def _start_with_system_metrics(spec: Dict[str, Any], executor: str) -> None:
+  """A trainer's system.Metrics output needs the `system` module at start."""
+  container = compiled_files.container(spec, executor)
+  command = v2_metrics.trainer_step_command(container['command'])
+  if command is None:
+    raise CompileError(
+        f'The v2 trainer step runs {container["command"]}, not TFX\'s '
+        f'{v2_metrics.KFP_V2_ENTRYPOINT}; its system.Metrics output could not '
+        'be read back.')
+  container['command'] = command
+
+
+def _parse_vertex_job(job: Dict[str, Any]) -> None:
+  """The Vertex AI PipelineJob must parse as kfp-pipeline-spec's PipelineJob."""
+  from google.protobuf import json_format  # pylint: disable=g-import-not-at-top
+  from kfp.pipeline_spec import pipeline_spec_pb2  # pylint: disable=g-import-not-at-top
+  json_format.ParseDict(job, pipeline_spec_pb2.PipelineJob())

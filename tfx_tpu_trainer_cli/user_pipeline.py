@@ -1,0 +1,136 @@
+"""`--pipeline FILE:FUNCTION`: a user's pipeline factory, loaded and checked.
+
+FUNCTION takes no required arguments and returns a `tfx.dsl.Pipeline` with
+at least one `TPUTrainer`. The file is imported by path (its directory first
+on `sys.path` while it is imported and FUNCTION runs, so it may import its
+siblings). Every way this can fail is a `common.UsageError` naming the file
+and the function.
+
+A pipeline without a TPUTrainer is refused, by `compile` and `run` alike:
+nothing of this command would act on it (no step to carry the TPU
+scheduling, the trainer image or the KFP metrics; no trainer metrics for the
+run summary), and a TPU request landing on no step is surely a mistake (a
+stock `tfx.components.Trainer` left in place). TFX's own runners run and
+compile such a pipeline as well.
+"""
+
+import contextlib
+import importlib.util
+import inspect
+import os
+import sys
+from typing import Callable, Iterator, Tuple
+
+from tfx_tpu_trainer_cli import common
+
+FLAG = '--pipeline'
+_MODULE_NAME = '_tfx_tpu_trainer_user_pipeline'
+
+
+def parse_spec(spec: str) -> Tuple[str, str]:
+  """`path/to/file.py:function` -> (absolute file path, function name)."""
+  path, sep, function = spec.rpartition(':')
+  if not sep or not path or not function.isidentifier():
+    raise common.UsageError(
+        f'{FLAG} {spec!r} is not FILE:FUNCTION (e.g. '
+        'my_pipeline.py:create_pipeline): FUNCTION, a Python name after the '
+        'last ":", takes no required arguments and returns a '
+        'tfx.dsl.Pipeline.')
+  path = os.path.abspath(path)
+  if not os.path.isfile(path):
+    raise common.UsageError(
+        f'{FLAG}: the pipeline file {path!r} does not exist or is not a file.')
+  return path, function
+
+
+@contextlib.contextmanager
+def _first_on_path(directory: str) -> Iterator[None]:
+  sys.path.insert(0, directory)
+  try:
+    yield
+  finally:
+    with contextlib.suppress(ValueError):
+      sys.path.remove(directory)
+
+
+def load_function(path: str, function: str) -> Callable[[], object]:
+  """Imports `path` and returns its `function`, checked to take no arguments.
+
+  Raises:
+    common.UsageError: the file fails to import, or the function is missing,
+      not callable, or takes required arguments.
+  """
+  name = os.path.basename(path)
+  spec = importlib.util.spec_from_file_location(_MODULE_NAME, path)
+  if spec is None or spec.loader is None:
+    raise common.UsageError(f'{FLAG}: {path} is not a Python file.')
+  module = importlib.util.module_from_spec(spec)
+  with _first_on_path(os.path.dirname(path)):
+    try:
+      spec.loader.exec_module(module)
+    except (Exception, SystemExit) as e:  # pylint: disable=broad-except
+      raise common.UsageError(
+          f'{FLAG}: {path} failed to import: {type(e).__name__}: {e}') from e
+  factory = getattr(module, function, None)
+  if factory is None:
+    defined = sorted(n for n, v in vars(module).items()
+                     if inspect.isfunction(v) and v.__module__ == _MODULE_NAME)
+    raise common.UsageError(
+        f'{FLAG}: {path} defines no function {function!r} (functions it '
+        f'defines: {defined}).')
+  if not callable(factory):
+    raise common.UsageError(
+        f'{FLAG}: {function} in {name} is a {type(factory).__name__}, not a '
+        'function.')
+  try:
+    signature = inspect.signature(factory)
+  except (TypeError, ValueError):
+    signature = None
+  if signature is not None:
+    required = [p.name for p in signature.parameters.values()
+                if p.default is p.empty and
+                p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if required:
+      raise common.UsageError(
+          f'{FLAG}: {function}{signature} in {name} has required '
+          f'argument(s) {required}; the function must take none (give them '
+          'defaults, or wrap it in a function that passes them).')
+  return factory
+
+
+def load_pipeline(spec: str):
+  """Calls the factory `spec` names; returns its checked pipeline.
+
+  Args:
+    spec: `FILE:FUNCTION`.
+
+  Returns:
+    The `tfx.dsl.Pipeline`, with at least one TPUTrainer.
+
+  Raises:
+    common.UsageError: naming the file and the function.
+  """
+  path, function = parse_spec(spec)
+  factory = load_function(path, function)
+  # TFX and TensorFlow load here, after the file was found.
+  from tfx import v1 as tfx  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.kubeflow import compiler  # pylint: disable=g-import-not-at-top
+  name = os.path.basename(path)
+  with _first_on_path(os.path.dirname(path)):
+    try:
+      pipeline = factory()
+    except (Exception, SystemExit) as e:  # pylint: disable=broad-except
+      raise common.UsageError(
+          f'{FLAG}: {function}() in {name} raised {type(e).__name__}: {e}'
+      ) from e
+  if not isinstance(pipeline, tfx.dsl.Pipeline):
+    raise common.UsageError(
+        f'{FLAG}: {function}() in {name} returned '
+        f'{type(pipeline).__name__}, not a tfx.dsl.Pipeline; return the '
+        'pipeline, e.g. `return tfx.dsl.Pipeline(pipeline_name=..., '
+        'pipeline_root=..., components=[...])`.')
+  try:
+    compiler.tpu_trainers(pipeline)
+  except compiler.NoTPUTrainerError as e:
+    raise common.UsageError(f'{FLAG}: {function}() in {name}: {e}') from e
+  return pipeline
