@@ -39,6 +39,9 @@ Keys (all optional; defaults in brackets):
     probed for writing before training.
   allow_nonfinite_metrics [false]: publish a model whose final eval metrics
     hold NaN or infinity; by default such an execution fails (metrics.py).
+  allow_nonfinite_variables [false]: publish a model whose final checkpoint
+    holds NaN or infinite variable values; by default such an execution
+    fails before export (training/finite_variables.py).
   input_cache ["auto"]: how the default input chain caches a split: "parsed"
     (one in-memory table of parsed dense tensors), "serialized" (the
     serialized records), "none", or "auto" (the table for training input
@@ -113,6 +116,7 @@ class TrainerConfig:
   raw_label_key: Optional[str] = None
   checkpoint_dir: Optional[str] = None
   allow_nonfinite_metrics: bool = False
+  allow_nonfinite_variables: bool = False
   input_cache: str = 'auto'
   params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -191,6 +195,9 @@ class TrainerConfig:
         allow_nonfinite_metrics=_bool(
             'allow_nonfinite_metrics', raw.get('allow_nonfinite_metrics',
                                                False)),
+        allow_nonfinite_variables=_bool(
+            'allow_nonfinite_variables',
+            raw.get('allow_nonfinite_variables', False)),
         input_cache=_choice('input_cache', raw.get('input_cache', 'auto'),
                             INPUT_CACHE_MODES),
         params=_params(raw.get('params')),

@@ -28,6 +28,7 @@ from tfx_tpu_trainer.publishing import metrics as metrics_lib
 from tfx_tpu_trainer.training import checkpoints
 from tfx_tpu_trainer.training import cluster
 from tfx_tpu_trainer.training import estimator_builder
+from tfx_tpu_trainer.training import finite_variables
 from tfx_tpu_trainer.training import schedule
 
 
@@ -84,7 +85,11 @@ class Executor(trainer_executor.GenericExecutor):
     if not is_chief():
       logging.info('Not the chief: export and metrics are left to the chief.')
       return
-    # Publish: metrics, then the model (the commit point), then MLMD.
+    # Publish: metrics, then the model (the commit point), then MLMD; only
+    # finite weights (finite_variables.py).
+    if not config.allow_nonfinite_variables:
+      finite_variables.check_final_variables(estimator.model_dir,
+                                             run.module.module_file)
     _publish(estimator, run.serving_input_receiver_fn, final_metrics, model,
              fn_args, resumable_dir)
 
