@@ -79,19 +79,23 @@ class Executor(trainer_executor.GenericExecutor):
         output_dict[standard_component_specs.MODEL_KEY])
     resumable_dir = checkpoints.resumable_model_dir(self._context, model.uri,
                                                     config.checkpoint_dir)
-    estimator, final_metrics = _train(fn_args, config, run, train_input_fn,
-                                      eval_input_fn,
-                                      resumable_dir or fn_args.model_run_dir)
-    if not is_chief():
-      logging.info('Not the chief: export and metrics are left to the chief.')
-      return
-    # Publish: metrics, then the model (the commit point), then MLMD; only
-    # finite weights (finite_variables.py).
-    if not config.allow_nonfinite_variables:
-      finite_variables.check_final_variables(estimator.model_dir,
-                                             run.module.module_file)
-    _publish(estimator, run.serving_input_receiver_fn, final_metrics, model,
-             fn_args, resumable_dir)
+    # One attempt at a time trains, exports and marks the directory (the
+    # chief's: workers of a distributed run share it with their chief).
+    with checkpoints.hold(resumable_dir if is_chief() else None):
+      estimator, final_metrics = _train(fn_args, config, run, train_input_fn,
+                                        eval_input_fn,
+                                        resumable_dir or fn_args.model_run_dir)
+      if not is_chief():
+        logging.info('Not the chief: export and metrics are left to the '
+                     'chief.')
+        return
+      # Publish: metrics, then the model (the commit point), then MLMD;
+      # only finite weights (finite_variables.py).
+      if not config.allow_nonfinite_variables:
+        finite_variables.check_final_variables(estimator.model_dir,
+                                               run.module.module_file)
+      _publish(estimator, run.serving_input_receiver_fn, final_metrics, model,
+               fn_args, resumable_dir)
 
 
 def _check_before_training(fn_args: fn_args_utils.FnArgs,
