@@ -10,6 +10,7 @@ import traceback
 from typing import Optional
 
 from pipelines import csv_checks
+from pipelines import output_root as output_root_lib
 from pipelines import paths
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer_cli import common
@@ -97,6 +98,10 @@ def _validate_run_args(args) -> dict:
   output_root = os.path.abspath(args.output_root)
   if os.path.exists(output_root) and not os.path.isdir(output_root):
     raise common.UsageError(f'--output-root {output_root!r} is not a directory.')
+  try:
+    output_root_lib.check_writable(output_root)
+  except output_root_lib.OutputRootError as e:
+    raise common.UsageError(str(e)) from e
   custom_config = _run_custom_config(args)
   try:
     config = config_lib.TrainerConfig.from_custom_config(custom_config)
@@ -106,7 +111,7 @@ def _validate_run_args(args) -> dict:
   preprocessing_module_file = _existing_file(
       args.preprocessing_module_file, paths.PREPROCESSING_MODULE_FILE,
       '--preprocessing-module-file')
-  _check_csv_files(data_root, preprocessing_module_file)
+  _check_csv_files(data_root, preprocessing_module_file, args)
   options = dict(
       data_root=data_root,
       trainer_module_file=_existing_file(args.module_file,
@@ -139,11 +144,14 @@ def _check_trainer_module(module_file: str) -> None:
     raise common.UsageError(f'--module-file: {e}') from e
 
 
-def _check_csv_files(data_root: str, preprocessing_module_file: str) -> None:
-  """Every CSV file has the columns the preprocessing reads and a data row."""
+def _check_csv_files(data_root: str, preprocessing_module_file: str,
+                     args) -> None:
+  """The CSV files have the columns, UTF-8 text and rows for the batches."""
   try:
     csv_checks.check_data_root(
-        data_root, csv_checks.required_columns(preprocessing_module_file))
+        data_root, csv_checks.required_columns(preprocessing_module_file),
+        batch_sizes=(('--train-batch-size', args.train_batch_size),
+                     ('--eval-batch-size', args.eval_batch_size)))
   except csv_checks.CsvDataError as e:
     raise common.UsageError(str(e)) from e
 
