@@ -21,6 +21,8 @@ from tfx.types import artifact_utils
 from pipelines import taxi_pipeline
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
+from tfx_tpu_trainer.training import attempt_lock
+from tfx_tpu_trainer.training import checkpoints
 
 # No Beam arguments: the DirectRunner's defaults are in-memory, one worker.
 # Any Beam argument makes TFX package itself as a `tfx_ephemeral` sdist per
@@ -30,6 +32,8 @@ BEAM_PIPELINE_ARGS = []
 # The run's temporary files (TFX's module wheels and pip targets) go in a
 # folder of this name under the pipeline root, removed when the run ends.
 TMP_DIR_NAME = '_tmp'
+_TMP_RUN_PREFIX = 'run-'
+_TMP_GRACE_SECS = 60
 
 
 _PIPELINE_RUN_CONTEXT = 'pipeline_run'
@@ -119,6 +123,9 @@ def run(options: taxi_pipeline.TaxiPipelineOptions,
   absl_logger = absl_logging.get_absl_logger()
   absl_logger.addFilter(progress)
   run_id = datetime.datetime.now().isoformat()
+  # Local runs are never retried: earlier runs' checkpoints nobody holds
+  # are left by killed runs.
+  checkpoints.remove_unheld_runs(checkpoint_pipeline_dir(options))
   try:
     with _private_temp_dir(os.path.join(options.pipeline_root,
                                         TMP_DIR_NAME)):
@@ -144,7 +151,11 @@ def _private_temp_dir(parent: str):
   """
   parent = os.path.abspath(parent)
   os.makedirs(parent, exist_ok=True)
-  directory = tempfile.mkdtemp(prefix='run-', dir=parent)
+  directory = tempfile.mkdtemp(prefix=_TMP_RUN_PREFIX, dir=parent)
+  # Held while the run lasts; released by the kernel if the run is killed.
+  lock = attempt_lock.AttemptLock(directory)
+  lock.try_acquire()
+  remove_abandoned_temp_dirs(parent)
   saved_tempdir, saved_env = tempfile.tempdir, os.environ.get('TMPDIR')
   tempfile.tempdir = directory
   os.environ['TMPDIR'] = directory
@@ -157,8 +168,50 @@ def _private_temp_dir(parent: str):
     else:
       os.environ['TMPDIR'] = saved_env
     shutil.rmtree(directory, ignore_errors=True)
+    lock.release()
     with contextlib.suppress(OSError):
       os.rmdir(parent)  # Only when no other run is using it.
+
+
+def remove_abandoned_temp_dirs(parent: str) -> List[str]:
+  """Removes the `run-*` temp folders of runs that were killed.
+
+  A run holds a lock on its folder (attempt_lock.py) while it lasts; a
+  killed run cannot remove its folder, and its lock went with it. Folders
+  younger than `_TMP_GRACE_SECS` are kept: a run that just created its
+  folder may not hold the lock yet.
+
+  Args:
+    parent: the `_tmp` folder of the pipeline root.
+
+  Returns:
+    The removed folders.
+  """
+  removed = []
+  for name in sorted(os.listdir(parent)):
+    path = os.path.join(parent, name)
+    if not name.startswith(_TMP_RUN_PREFIX) or not os.path.isdir(path):
+      continue
+    with contextlib.suppress(OSError):
+      if time.time() - os.path.getmtime(path) < _TMP_GRACE_SECS:
+        continue
+      lock = attempt_lock.AttemptLock(path)
+      if lock.try_acquire():
+        shutil.rmtree(path, ignore_errors=True)
+        lock.release()
+        removed.append(path)
+  if removed:
+    absl_logging.info('Removed the temporary folders of killed runs: %s',
+                      removed)
+  return removed
+
+
+def checkpoint_pipeline_dir(options: taxi_pipeline.TaxiPipelineOptions
+                           ) -> str:
+  """Where TPUTrainer keeps this pipeline's checkpoints (checkpoints.py)."""
+  base = ((options.custom_config or {}).get('checkpoint_dir') or
+          os.path.join(options.pipeline_root, checkpoints.DEFAULT_DIR_NAME))
+  return os.path.join(base, checkpoints.safe_name(options.pipeline_name))
 
 
 def local_options(output_root: str, **kwargs) -> taxi_pipeline.TaxiPipelineOptions:

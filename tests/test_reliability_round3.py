@@ -303,3 +303,69 @@ def test_a_second_attempt_waits_for_the_first_and_resumes_after_its_kill(
   assert 1000 > resumed_from >= killed_at >= 5
   exported = glob.glob(str(tmp_path / 'attempt*' / 'model' / 'Format-Serving'))
   assert exported == [path_utils.serving_model_dir(attempts[1].model.uri)]
+
+
+# Item 12: what killed runs leave behind is removed by later runs.
+_ENTER_TEMP_DIR = (
+    'import sys, time\n'
+    'from pipelines import local_runner\n'
+    'with local_runner._private_temp_dir(sys.argv[1]) as d:\n'
+    '  open(d + "/wheel.whl", "w").write("x" * 1000)\n'
+    '  print(d, flush=True)\n'
+    '  time.sleep(3600)\n')
+
+
+def _age(path, seconds=3600):
+  then = time.time() - seconds
+  os.utime(path, (then, then))
+
+
+def test_a_killed_runs_temp_folder_is_removed_by_the_next_run(tmp_path):
+  from pipelines import local_runner  # pylint: disable=g-import-not-at-top
+  parent = str(tmp_path / '_tmp')
+  killed = subprocess.Popen([sys.executable, '-c', _ENTER_TEMP_DIR, parent],
+                            cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
+  killed_dir = killed.stdout.readline().strip()
+  running = subprocess.Popen([sys.executable, '-c', _ENTER_TEMP_DIR, parent],
+                             cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
+  running_dir = running.stdout.readline().strip()
+  try:
+    _kill(killed)  # As a killed `run`: its folder stays behind.
+    assert os.path.exists(os.path.join(killed_dir, 'wheel.whl'))
+    for path in (killed_dir, running_dir):
+      _age(path)
+    with local_runner._private_temp_dir(parent) as mine:  # pylint: disable=protected-access
+      assert not os.path.exists(killed_dir)
+      assert os.path.exists(os.path.join(running_dir, 'wheel.whl'))
+    assert not os.path.exists(mine)
+  finally:
+    _kill(running)
+
+
+def test_checkpoints_of_killed_local_runs_are_removed_unless_held(tmp_path):
+  pipeline_dir = tmp_path / '_checkpoints' / 'taxi_tpu'
+  dirs = {}
+  for run in ('killed', 'running', 'just-started'):
+    dirs[run] = pipeline_dir / run / 'TPUTrainer'
+    dirs[run].mkdir(parents=True)
+    (dirs[run] / 'model.ckpt-5.index').write_text('x')
+  _age(dirs['killed'])
+  _age(dirs['running'])
+  holder = _hold_in_another_process(str(dirs['running']))
+  try:
+    assert checkpoints.remove_unheld_runs(str(pipeline_dir)) == [
+        str(dirs['killed'])]
+  finally:
+    _kill(holder)
+  assert sorted(os.listdir(pipeline_dir)) == ['just-started', 'running']
+
+
+def test_the_local_runner_cleans_the_checkpoint_dir_trainer_uses(tmp_path):
+  from pipelines import local_runner  # pylint: disable=g-import-not-at-top
+  options = local_runner.local_options(str(tmp_path), data_root='/data')
+  assert local_runner.checkpoint_pipeline_dir(options) == str(
+      tmp_path / 'pipelines' / 'taxi_tpu' / '_checkpoints' / 'taxi_tpu')
+  options = local_runner.local_options(
+      str(tmp_path), data_root='/data', pipeline_name='my pipe',
+      custom_config={'checkpoint_dir': '/ckpt'})
+  assert local_runner.checkpoint_pipeline_dir(options) == '/ckpt/my_pipe'

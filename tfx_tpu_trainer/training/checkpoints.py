@@ -67,8 +67,12 @@ class CheckpointDirError(errors.TPUTrainerError):
   """The checkpoint directory cannot be created or written."""
 
 
-def _safe(name: str) -> str:
+def safe_name(name: str) -> str:
+  """A pipeline, run or node id as a folder name."""
   return re.sub(r'[^A-Za-z0-9._-]', '_', name)
+
+
+_safe = safe_name
 
 
 def resumable_model_dir(context: Optional[base_executor.BaseExecutor.Context],
@@ -374,3 +378,44 @@ def _files_of(prefix: str) -> List[str]:
       os.path.join(directory, name) for name in _listdir(directory)
       if name == base + '.index' or name == base + '.meta' or
       name.startswith(base + '.data-'))
+
+
+def remove_unheld_runs(pipeline_dir: str, grace_secs: float = 60) -> List[str]:
+  """Removes every run's directory under `pipeline_dir` no attempt holds.
+
+  For orchestrators that never retry an execution of an earlier pipeline
+  run (the local runner: a new run id per run), the directory of a killed
+  or failed run is never used again; this removes it, and its run folder
+  when that leaves it empty. A directory an attempt holds (a concurrent
+  run) is kept, as is one younger than `grace_secs` (its attempt may not
+  hold it yet).
+
+  Args:
+    pipeline_dir: `<checkpoint base>/<pipeline name>`.
+    grace_secs: the age below which a directory is kept.
+
+  Returns:
+    The removed directories.
+  """
+  import time  # pylint: disable=g-import-not-at-top
+  removed = []
+  for run in _listdir(pipeline_dir):
+    run_dir = os.path.join(pipeline_dir, run)
+    for component in _listdir(run_dir):
+      model_dir = os.path.join(run_dir, component)
+      if (not attempt_lock.is_lockable(model_dir) or
+          not os.path.isdir(model_dir) or
+          time.time() - os.path.getmtime(model_dir) < grace_secs):
+        continue
+      lock = attempt_lock.AttemptLock(model_dir)
+      if lock.try_acquire():
+        try:
+          remove(model_dir)
+        finally:
+          lock.release()
+        removed.append(model_dir)
+    if os.path.isdir(run_dir) and not _listdir(run_dir):
+      remove(run_dir)
+  if removed:
+    logging.info('Removed the checkpoints of ended runs: %s', removed)
+  return removed
