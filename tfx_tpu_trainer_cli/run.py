@@ -13,6 +13,7 @@ from pipelines import csv_checks
 from pipelines import output_root as output_root_lib
 from pipelines import paths
 from tfx_tpu_trainer import config as config_lib
+from tfx_tpu_trainer import leftover_threads
 from tfx_tpu_trainer_cli import common
 
 
@@ -181,9 +182,13 @@ def _run(args) -> int:
       traceback.print_exc()
       print(f'\nThe pipeline failed: {type(e).__name__}: {e}\n'
             f'Full log: {log_path}', file=console, flush=True)
-      return 1
-  _print_summary(summary)
-  return 0
+      code = 1
+    else:
+      code = 0
+  if code == 0:
+    _print_summary(summary)
+  leftover_threads.end_process_if_threads_left(code, 'The pipeline run')
+  return code
 
 
 @contextlib.contextmanager
