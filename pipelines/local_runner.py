@@ -84,6 +84,8 @@ class ComponentProgress:
     self._ids = component_ids
     self._started = {}
     self._print = printer
+    # Components started and not finished, in start order.
+    self.running: List[str] = []
 
   def filter(self, record) -> bool:
     """Watches the runner's start/finish messages."""
@@ -94,8 +96,11 @@ class ComponentProgress:
                   if node_id in self._ids else '[-]')
       if message.endswith('running.'):
         self._started[node_id] = time.time()
+        self.running.append(node_id)
         self._print(f'{position} {node_id} ...', flush=True)
       else:
+        if node_id in self.running:
+          self.running.remove(node_id)
         seconds = time.time() - self._started.get(node_id, time.time())
         self._print(f'{position} {node_id} done in {seconds:.1f}s', flush=True)
     return True
@@ -132,14 +137,77 @@ def run(options: taxi_pipeline.TaxiPipelineOptions,
       # LocalDagRunner().run(pipeline) with a pipeline run id we know, so the
       # summary reads this run's executions even when another run shares
       # the metadata store.
+      # TFX packages module files into wheels as it compiles: read them first.
+      modules = {component.id: component.exec_properties.get('module_file')
+                 for component in pipeline.components}
       pipeline_ir = tfx_runner._make_pipeline_proto(pipeline)  # pylint: disable=protected-access
       runtime_parameter_utils.substitute_runtime_parameter(
           pipeline_ir, {constants.PIPELINE_RUN_ID_PARAMETER_NAME: run_id})
-      tfx.orchestration.LocalDagRunner().run_with_ir(pipeline_ir)
+      try:
+        tfx.orchestration.LocalDagRunner().run_with_ir(pipeline_ir)
+      except SystemExit as e:
+        raise _module_exit_error(e, modules, progress.running,
+                                 options.metadata_connection_config,
+                                 run_id) from e
   finally:
     absl_logger.removeFilter(progress)
   return _summarize(options.metadata_connection_config, run_id,
                     time.time() - start)
+
+
+class ModuleExitError(RuntimeError):
+  """A component's user code ended the pipeline with SystemExit."""
+
+
+def _module_exit_error(exit_error: SystemExit, modules: Dict[str, Any],
+                       running: List[str], connection_config,
+                       run_id: str) -> ModuleExitError:
+  """Names the component and module that exited; fails its execution.
+
+  TFX's launcher does not catch SystemExit (not an Exception): the
+  execution would stay RUNNING in MLMD and `run` would exit with the
+  module's code, 0 for `sys.exit(0)`.
+
+  Args:
+    exit_error: the SystemExit.
+    modules: component id -> its module_file (read before TFX packages it).
+    running: the components started and not finished.
+    connection_config: the MLMD connection.
+    run_id: the pipeline run id.
+
+  Returns:
+    The error to raise.
+  """
+  node_id = running[-1] if running else None
+  module = modules.get(node_id)
+  failed = mark_running_executions_failed(connection_config, run_id)
+  return ModuleExitError(
+      f'The pipeline stopped: SystemExit({exit_error.code!r}) was raised '
+      f'while {node_id or "a component"} ran'
+      + (f' (module_file {module})' if module else '')
+      + ' (e.g. sys.exit() in preprocessing_fn or at module level), so the '
+      f'run did not finish{"; its execution is marked failed" if failed else ""}. '
+      'Module code must return or raise an exception, never exit the '
+      'process.')
+
+
+def mark_running_executions_failed(connection_config, run_id: str) -> int:
+  """Marks this run's executions still RUNNING in MLMD as FAILED."""
+  with metadata.Metadata(connection_config) as store:
+    context = store.store.get_context_by_type_and_name(_PIPELINE_RUN_CONTEXT,
+                                                       run_id)
+    if context is None:
+      return 0
+    running = [
+        execution for execution in store.store.get_executions_by_context(
+            context.id)
+        if execution.last_known_state == metadata_store_pb2.Execution.RUNNING
+    ]
+    for execution in running:
+      execution.last_known_state = metadata_store_pb2.Execution.FAILED
+    if running:
+      store.store.put_executions(running)
+    return len(running)
 
 
 @contextlib.contextmanager

@@ -137,10 +137,12 @@ def _check_trainer_module(module_file: str) -> None:
   Transform. (Checks that need the data, such as the label key, stay in the
   executor.)
   """
-  # TFX and TensorFlow load here, after the other arguments are checked.
+  # In a child process (module_check.py): an exit in the module's code must
+  # not end this one.
+  from tfx_tpu_trainer import module_check  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer import user_module  # pylint: disable=g-import-not-at-top
   try:
-    user_module.load_user_module({'module_file': module_file})
+    module_check.check_trainer_module(module_file)
   except user_module.UserModuleError as e:
     raise common.UsageError(f'--module-file: {e}') from e
 
