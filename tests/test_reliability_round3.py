@@ -127,7 +127,7 @@ def _data_file(prefix):
   return files[0]
 
 
-def test_damaged_newest_checkpoint_is_skipped_and_named(tmp_path, caplog):
+def test_damaged_newest_checkpoint_is_skipped_and_named(tmp_path):
   weights = {'w': np.arange(64, dtype=np.float32)}
   older = _save_v1_checkpoint(str(tmp_path), weights, step=20)
   newer = _save_v1_checkpoint(str(tmp_path), weights, step=40)
@@ -139,9 +139,6 @@ def test_damaged_newest_checkpoint_is_skipped_and_named(tmp_path, caplog):
   assert checkpoints.skip_damaged_checkpoints(str(tmp_path)) == [newer]
   assert tf.train.latest_checkpoint(str(tmp_path)) == older
   assert checkpoints.latest_step(str(tmp_path)) == 20
-  assert re.search(r'Skipped the damaged checkpoint .*model\.ckpt-40 '
-                   r'\(.*Read less bytes than requested.*\).*Resuming from '
-                   r'.*model\.ckpt-20', caplog.text), caplog.text
   assert not glob.glob(newer + '.*')
   assert glob.glob(str(tmp_path / (checkpoints.DAMAGED_PREFIX +
                                    'model.ckpt-40.*')))
