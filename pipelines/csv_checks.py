@@ -1,16 +1,19 @@
 """Checks of the CSV data root that `tfx-tpu-trainer run` reads (no TFX).
 
 CsvExampleGen reads every file in the data root. An empty file, a header
-without a column the preprocessing reads, or no data row would otherwise
-pass the argument checks and fail minutes later inside Transform
-(`KeyError: 'trip_miles'`); these checks read only each file's first two
-rows, before any component runs.
+without a column the preprocessing reads, no data row, a byte that is not
+UTF-8 anywhere in a file, or too few rows for one train and one eval batch
+would otherwise pass the argument checks and fail minutes later inside
+Transform (`KeyError: 'trip_miles'`), Beam (`UnicodeDecodeError`, no file
+named) or the Trainer; these checks parse each file's first two rows and
+scan its bytes, before any component runs.
 """
 
+import codecs
 import csv
 import importlib.util
 import os
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from tfx_tpu_trainer_cli.bundled.pipelines import paths
 
@@ -49,22 +52,98 @@ def data_files(data_root: str) -> List[str]:
       os.path.isfile(os.path.join(data_root, name)))
 
 
+# CsvExampleGen's default split: hash buckets 2 (train) : 1 (eval).
+DEFAULT_SPLIT_SHARES = (('train', 2 / 3), ('eval', 1 / 3))
+_SCAN_CHUNK_BYTES = 1 << 20
+
+
 def check_data_root(data_root: str, required_columns: Sequence[str],
-                    flag: str = '--data-root') -> None:
-  """Raises CsvDataError unless every file has the columns and a data row.
+                    flag: str = '--data-root',
+                    batch_sizes: Optional[Sequence[Tuple[str, int]]] = None
+                   ) -> int:
+  """Raises CsvDataError unless the files can feed the pipeline.
+
+  Every file has the columns, a data row and only UTF-8 text; with
+  `batch_sizes`, the rows are enough for one batch of each split.
 
   Args:
     data_root: the directory CsvExampleGen reads.
     required_columns: columns every header must name.
     flag: the command-line flag, for the message.
+    batch_sizes: (flag, size) of the train and eval batch sizes, in that
+      order, or None (not checked).
+
+  Returns:
+    The number of data rows (non-empty lines after each header).
   """
   files = data_files(data_root)
   if not files:
     raise CsvDataError(f'{flag} {data_root!r} holds no files.')
+  rows = 0
   for path in files:
-    problem = _file_problem(path, required_columns)
+    problem = _encoding_problem(path) or _file_problem(path, required_columns)
     if problem:
       raise CsvDataError(f'{flag}: {path} {problem}')
+    rows += count_data_rows(path)
+  if batch_sizes:
+    check_rows_for_batches(rows, batch_sizes, f'{flag} {data_root!r}')
+  return rows
+
+
+def check_rows_for_batches(rows: int, batch_sizes: Sequence[Tuple[str, int]],
+                           where: str) -> None:
+  """Each split of the default 2:1 split holds at least one whole batch.
+
+  The Trainer drops partial batches, so a split smaller than its batch size
+  yields none and fails only after Transform; the split is by hash, so
+  the share is what a split gets on average.
+
+  Args:
+    rows: data rows in all files.
+    batch_sizes: (flag, size) for the train and eval splits, in that order.
+    where: names the data for the message.
+  """
+  for (split, share), (flag, size) in zip(DEFAULT_SPLIT_SHARES, batch_sizes):
+    expected = int(rows * share)
+    if size > expected:
+      raise CsvDataError(
+          f'{flag} {size} is larger than the {split} split: {where} holds '
+          f'{rows} data row(s), of which ExampleGen puts about {expected} '
+          f'({share:.0%}) in {split}, and training reads whole batches only. '
+          f'Use a {flag} of at most {expected} (or add data: at least '
+          f'{int(size / share) + 1} rows for this batch size).')
+
+
+def count_data_rows(path: str) -> int:
+  """Non-empty lines after the header (a quoted multi-line cell counts more)."""
+  with open(path, 'rb') as f:
+    lines = sum(1 for line in f if line.strip())
+  return max(lines - 1, 0)
+
+
+def _encoding_problem(path: str) -> Optional[str]:
+  """Where the first byte that is not UTF-8 lies (None: all UTF-8)."""
+  decoder = codecs.getincrementaldecoder('utf-8')()
+  line = 1
+  with open(path, 'rb') as f:
+    while True:
+      chunk = f.read(_SCAN_CHUNK_BYTES)
+      try:
+        decoder.decode(chunk, final=not chunk)
+      except UnicodeDecodeError as e:
+        # The decoder may hold back up to 3 bytes of the previous chunk.
+        start = max(e.start - len(e.object) + len(chunk), 0)
+        before = chunk[:start]
+        bad = e.object[e.start:e.start + 1]
+        column = start - (before.rfind(b'\n') + 1) + 1
+        line += before.count(b'\n')
+        return (f'is not UTF-8 text: line {line}, '
+                f'column {column} holds the byte 0x{bad.hex()} ({e.reason}). '
+                'CsvExampleGen reads UTF-8 only: re-encode the file, e.g. '
+                '`iconv -f latin1 -t utf-8`.')
+      if not chunk:
+        return None
+      line += chunk.count(b'\n')
 
 
 def _file_problem(path: str, required: Sequence[str]) -> Optional[str]:

@@ -8,6 +8,7 @@ same progress lines and summary.
 import contextlib
 import dataclasses
 import datetime
+import json
 import os
 import shutil
 import tempfile
@@ -27,6 +28,8 @@ from tfx_tpu_trainer_cli.bundled.pipelines import taxi_pipeline
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
 from tfx_tpu_trainer.publishing import report as report_lib
+from tfx_tpu_trainer.training import attempt_lock
+from tfx_tpu_trainer.training import checkpoints
 
 # No Beam arguments: the DirectRunner's defaults are in-memory, one worker.
 # Any Beam argument makes TFX package itself as a `tfx_ephemeral` sdist per
@@ -36,6 +39,8 @@ BEAM_PIPELINE_ARGS = []
 # The run's temporary files (TFX's module wheels and pip targets) go in a
 # folder of this name under the pipeline root, removed when the run ends.
 TMP_DIR_NAME = '_tmp'
+_TMP_RUN_PREFIX = 'run-'
+_TMP_GRACE_SECS = 60
 
 
 _PIPELINE_RUN_CONTEXT = 'pipeline_run'
@@ -93,6 +98,8 @@ class ComponentProgress:
     self._ids = component_ids
     self._started = {}
     self._print = printer
+    # Components started and not finished, in start order.
+    self.running: List[str] = []
 
   def filter(self, record) -> bool:
     """Watches the runner's start/finish messages."""
@@ -103,8 +110,11 @@ class ComponentProgress:
                   if node_id in self._ids else '[-]')
       if message.endswith('running.'):
         self._started[node_id] = time.time()
+        self.running.append(node_id)
         self._print(f'{position} {node_id} ...', flush=True)
       else:
+        if node_id in self.running:
+          self.running.remove(node_id)
         seconds = time.time() - self._started.get(node_id, time.time())
         self._print(f'{position} {node_id} done in {seconds:.1f}s', flush=True)
     return True
@@ -152,20 +162,87 @@ def run_pipeline(pipeline: tfx.dsl.Pipeline, printer=print,
   absl_logger = absl_logging.get_absl_logger()
   absl_logger.addFilter(progress)
   run_id = datetime.datetime.now().isoformat()
+  # Local runs are never retried: earlier runs' checkpoints nobody holds
+  # are left by killed runs.
+  for checkpoint_dir in _trainer_checkpoint_dirs(pipeline):
+    checkpoints.remove_unheld_runs(checkpoint_dir)
   try:
     with _private_temp_dir(os.path.join(pipeline.pipeline_info.pipeline_root,
                                         TMP_DIR_NAME)):
       # LocalDagRunner().run(pipeline) with a pipeline run id we know, so the
       # summary reads this run's executions even when another run shares
       # the metadata store.
+      # TFX packages module files into wheels as it compiles: read them first.
+      modules = {component.id: component.exec_properties.get('module_file')
+                 for component in pipeline.components}
       pipeline_ir = tfx_runner._make_pipeline_proto(pipeline)  # pylint: disable=protected-access
       runtime_parameter_utils.substitute_runtime_parameter(
           pipeline_ir, {constants.PIPELINE_RUN_ID_PARAMETER_NAME: run_id})
-      tfx.orchestration.LocalDagRunner().run_with_ir(pipeline_ir)
+      try:
+        tfx.orchestration.LocalDagRunner().run_with_ir(pipeline_ir)
+      except SystemExit as e:
+        raise _module_exit_error(e, modules, progress.running,
+                                 pipeline.metadata_connection_config,
+                                 run_id) from e
   finally:
     absl_logger.removeFilter(progress)
   return _summarize(pipeline.metadata_connection_config, run_id,
                     time.time() - start)
+
+
+class ModuleExitError(RuntimeError):
+  """A component's user code ended the pipeline with SystemExit."""
+
+
+def _module_exit_error(exit_error: SystemExit, modules: Dict[str, Any],
+                       running: List[str], connection_config,
+                       run_id: str) -> ModuleExitError:
+  """Names the component and module that exited; fails its execution.
+
+  TFX's launcher does not catch SystemExit (not an Exception): the
+  execution would stay RUNNING in MLMD and `run` would exit with the
+  module's code, 0 for `sys.exit(0)`.
+
+  Args:
+    exit_error: the SystemExit.
+    modules: component id -> its module_file (read before TFX packages it).
+    running: the components started and not finished.
+    connection_config: the MLMD connection.
+    run_id: the pipeline run id.
+
+  Returns:
+    The error to raise.
+  """
+  node_id = running[-1] if running else None
+  module = modules.get(node_id)
+  failed = mark_running_executions_failed(connection_config, run_id)
+  return ModuleExitError(
+      f'The pipeline stopped: SystemExit({exit_error.code!r}) was raised '
+      f'while {node_id or "a component"} ran'
+      + (f' (module_file {module})' if module else '')
+      + ' (e.g. sys.exit() in preprocessing_fn or at module level), so the '
+      f'run did not finish{"; its execution is marked failed" if failed else ""}. '
+      'Module code must return or raise an exception, never exit the '
+      'process.')
+
+
+def mark_running_executions_failed(connection_config, run_id: str) -> int:
+  """Marks this run's executions still RUNNING in MLMD as FAILED."""
+  with metadata.Metadata(connection_config) as store:
+    context = store.store.get_context_by_type_and_name(_PIPELINE_RUN_CONTEXT,
+                                                       run_id)
+    if context is None:
+      return 0
+    running = [
+        execution for execution in store.store.get_executions_by_context(
+            context.id)
+        if execution.last_known_state == metadata_store_pb2.Execution.RUNNING
+    ]
+    for execution in running:
+      execution.last_known_state = metadata_store_pb2.Execution.FAILED
+    if running:
+      store.store.put_executions(running)
+    return len(running)
 
 
 @contextlib.contextmanager
@@ -177,7 +254,11 @@ def _private_temp_dir(parent: str):
   """
   parent = os.path.abspath(parent)
   os.makedirs(parent, exist_ok=True)
-  directory = tempfile.mkdtemp(prefix='run-', dir=parent)
+  directory = tempfile.mkdtemp(prefix=_TMP_RUN_PREFIX, dir=parent)
+  # Held while the run lasts; released by the kernel if the run is killed.
+  lock = attempt_lock.AttemptLock(directory)
+  lock.try_acquire()
+  remove_abandoned_temp_dirs(parent)
   saved_tempdir, saved_env = tempfile.tempdir, os.environ.get('TMPDIR')
   tempfile.tempdir = directory
   os.environ['TMPDIR'] = directory
@@ -190,8 +271,73 @@ def _private_temp_dir(parent: str):
     else:
       os.environ['TMPDIR'] = saved_env
     shutil.rmtree(directory, ignore_errors=True)
+    lock.release()
     with contextlib.suppress(OSError):
       os.rmdir(parent)  # Only when no other run is using it.
+
+
+def remove_abandoned_temp_dirs(parent: str) -> List[str]:
+  """Removes the `run-*` temp folders of runs that were killed.
+
+  A run holds a lock on its folder (attempt_lock.py) while it lasts; a
+  killed run cannot remove its folder, and its lock went with it. Folders
+  younger than `_TMP_GRACE_SECS` are kept: a run that just created its
+  folder may not hold the lock yet.
+
+  Args:
+    parent: the `_tmp` folder of the pipeline root.
+
+  Returns:
+    The removed folders.
+  """
+  removed = []
+  for name in sorted(os.listdir(parent)):
+    path = os.path.join(parent, name)
+    if not name.startswith(_TMP_RUN_PREFIX) or not os.path.isdir(path):
+      continue
+    with contextlib.suppress(OSError):
+      if time.time() - os.path.getmtime(path) < _TMP_GRACE_SECS:
+        continue
+      lock = attempt_lock.AttemptLock(path)
+      if lock.try_acquire():
+        shutil.rmtree(path, ignore_errors=True)
+        lock.release()
+        removed.append(path)
+  if removed:
+    absl_logging.info('Removed the temporary folders of killed runs: %s',
+                      removed)
+  return removed
+
+
+def checkpoint_pipeline_dir(options: taxi_pipeline.TaxiPipelineOptions
+                           ) -> str:
+  """Where TPUTrainer keeps this pipeline's checkpoints (checkpoints.py)."""
+  return _checkpoint_dir(options.pipeline_root, options.pipeline_name,
+                         options.custom_config)
+
+
+def _checkpoint_dir(pipeline_root: str, pipeline_name: str,
+                    custom_config: Optional[Dict[str, Any]]) -> str:
+  base = ((custom_config or {}).get('checkpoint_dir') or
+          os.path.join(pipeline_root, checkpoints.DEFAULT_DIR_NAME))
+  return os.path.join(base, checkpoints.safe_name(pipeline_name))
+
+
+def _trainer_checkpoint_dirs(pipeline: tfx.dsl.Pipeline) -> List[str]:
+  """The checkpoint folders of the pipeline's TPUTrainers."""
+  from tfx_tpu_trainer.kubeflow import compiler  # pylint: disable=g-import-not-at-top
+  dirs = []
+  for trainer in compiler.tpu_trainers(pipeline):
+    custom_config = trainer.exec_properties.get('custom_config')
+    if isinstance(custom_config, str):
+      custom_config = json.loads(custom_config or '{}')
+    directory = _checkpoint_dir(pipeline.pipeline_info.pipeline_root,
+                                pipeline.pipeline_info.pipeline_name,
+                                custom_config if isinstance(custom_config, dict)
+                                else None)
+    if directory not in dirs:
+      dirs.append(directory)
+  return dirs
 
 
 def local_options(output_root: str, **kwargs) -> taxi_pipeline.TaxiPipelineOptions:

@@ -5,9 +5,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
+from tfx.dsl.components.base import executor_spec
 
 from tfx_tpu_trainer_cli.bundled.pipelines import paths
 from tfx_tpu_trainer import TPUTrainer
+from tfx_tpu_trainer.publishing import pusher as pusher_lib
 
 PIPELINE_NAME = 'taxi_tpu'
 
@@ -119,12 +121,15 @@ def create_pipeline(options: TaxiPipelineOptions) -> tfx.dsl.Pipeline:
       eval_config=eval_config(options.min_accuracy, options.eval_label_key,
                               options.eval_prediction_key,
                               options.eval_preprocessing_function_names))
+  # Each push claims its own model version (publishing/pusher.py).
   pusher = tfx.components.Pusher(
       model=trainer.outputs['model'],
       model_blessing=evaluator.outputs['blessing'],
       push_destination=tfx.proto.PushDestination(
           filesystem=tfx.proto.PushDestination.Filesystem(
-              base_directory=options.serving_model_dir)))
+              base_directory=options.serving_model_dir)),
+      custom_executor_spec=executor_spec.ExecutorClassSpec(
+          pusher_lib.Executor))
   return tfx.dsl.Pipeline(
       pipeline_name=options.pipeline_name,
       pipeline_root=options.pipeline_root,

@@ -321,6 +321,11 @@ class TrainerConfig:
       False, check=_bool,
       help='true: publish a model even when its final eval metrics hold NaN '
       'or infinity (by default the execution fails)')
+  allow_nonfinite_variables: bool = _key(
+      False, check=_bool,
+      help='true: publish a model even when a variable of its final '
+      'checkpoint holds NaN or infinity (by default the execution fails '
+      'before export, naming the variable; training/finite_variables.py)')
   input_cache: str = _key(
       'auto', check=lambda k, v: _choice(k, v, INPUT_CACHE_MODES),
       help='the default input chain\'s cache: `parsed` (the split parsed once '

@@ -33,6 +33,7 @@ from tfx_tpu_trainer.publishing import report as report_lib
 from tfx_tpu_trainer.training import checkpoints
 from tfx_tpu_trainer.training import cluster
 from tfx_tpu_trainer.training import estimator_builder
+from tfx_tpu_trainer.training import finite_variables
 from tfx_tpu_trainer.training import schedule
 
 
@@ -85,18 +86,27 @@ class Executor(trainer_executor.GenericExecutor):
     resumable_dir = checkpoints.resumable_model_dir(self._context, model.uri,
                                                     config.checkpoint_dir)
     train_start = time.time()
-    estimator, final_metrics = _train(fn_args, config, run, train_input_fn,
-                                      eval_input_fn,
-                                      resumable_dir or fn_args.model_run_dir)
-    if not is_chief():
-      logging.info('Not the chief: export and metrics are left to the chief.')
-      return
-    # Publish: metrics and report, then the model (the commit point), MLMD.
-    _publish(estimator, run.serving_input_receiver_fn, final_metrics, model,
-             fn_args, resumable_dir,
-             report_config=_report_config(config, fn_args, run),
-             timings={'training and evaluation': time.time() - train_start},
-             metrics_output=_single_output(output_dict, v2_metrics.OUTPUT_KEY))
+    # One attempt at a time trains, exports and marks the directory (the
+    # chief's: workers of a distributed run share it with their chief).
+    with checkpoints.hold(resumable_dir if is_chief() else None):
+      estimator, final_metrics = _train(fn_args, config, run, train_input_fn,
+                                        eval_input_fn,
+                                        resumable_dir or fn_args.model_run_dir)
+      if not is_chief():
+        logging.info('Not the chief: export and metrics are left to the '
+                     'chief.')
+        return
+      # Publish: metrics and report, then the model (the commit point), then
+      # MLMD; only finite weights (finite_variables.py).
+      if not config.allow_nonfinite_variables:
+        finite_variables.check_final_variables(estimator.model_dir,
+                                               run.module.module_file)
+      _publish(estimator, run.serving_input_receiver_fn, final_metrics, model,
+               fn_args, resumable_dir,
+               report_config=_report_config(config, fn_args, run),
+               timings={'training and evaluation': time.time() - train_start},
+               metrics_output=_single_output(output_dict,
+                                             v2_metrics.OUTPUT_KEY))
 
 
 def _check_before_training(fn_args: fn_args_utils.FnArgs,

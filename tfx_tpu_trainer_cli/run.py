@@ -15,8 +15,10 @@ import traceback
 from typing import Optional
 
 from tfx_tpu_trainer_cli.bundled.pipelines import csv_checks
+from tfx_tpu_trainer_cli.bundled.pipelines import output_root as output_root_lib
 from tfx_tpu_trainer_cli.bundled.pipelines import paths
 from tfx_tpu_trainer import config as config_lib
+from tfx_tpu_trainer import leftover_threads
 from tfx_tpu_trainer_cli import common
 from tfx_tpu_trainer_cli import module_checks
 
@@ -199,6 +201,10 @@ def _validate_run_args(args) -> dict:
   output_root = os.path.abspath(args.output_root)
   if os.path.exists(output_root) and not os.path.isdir(output_root):
     raise common.UsageError(f'--output-root {output_root!r} is not a directory.')
+  try:
+    output_root_lib.check_writable(output_root)
+  except output_root_lib.OutputRootError as e:
+    raise common.UsageError(str(e)) from e
   custom_config = _run_custom_config(args)
   try:
     config = config_lib.TrainerConfig.from_custom_config(custom_config)
@@ -208,7 +214,7 @@ def _validate_run_args(args) -> dict:
   preprocessing_module_file = _existing_file(
       args.preprocessing_module_file, paths.PREPROCESSING_MODULE_FILE,
       '--preprocessing-module-file')
-  _check_csv_files(data_root, preprocessing_module_file)
+  _check_csv_files(data_root, preprocessing_module_file, args)
   options = dict(
       data_root=data_root,
       trainer_module_file=_existing_file(args.module_file,
@@ -274,19 +280,24 @@ def _check_trainer_module(module_file: str,
   Transform. (Checks that need the data, such as the label key, stay in the
   executor.)
   """
-  # TFX and TensorFlow load here, after the other arguments are checked.
+  # In a child process (module_check.py): an exit in the module's code must
+  # not end this one.
+  from tfx_tpu_trainer import module_check  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer import user_module  # pylint: disable=g-import-not-at-top
   try:
-    user_module.load_user_module({'module_file': module_file})
+    module_check.check_trainer_module(module_file)
   except user_module.UserModuleError as e:
     raise common.UsageError(f'{flag}: {e}') from e
 
 
-def _check_csv_files(data_root: str, preprocessing_module_file: str) -> None:
-  """Every CSV file has the columns the preprocessing reads and a data row."""
+def _check_csv_files(data_root: str, preprocessing_module_file: str,
+                     args) -> None:
+  """The CSV files have the columns, UTF-8 text and rows for the batches."""
   try:
     csv_checks.check_data_root(
-        data_root, csv_checks.required_columns(preprocessing_module_file))
+        data_root, csv_checks.required_columns(preprocessing_module_file),
+        batch_sizes=(('--train-batch-size', args.train_batch_size),
+                     ('--eval-batch-size', args.eval_batch_size)))
   except csv_checks.CsvDataError as e:
     raise common.UsageError(str(e)) from e
 
@@ -333,9 +344,13 @@ def _run(args) -> int:
       traceback.print_exc()
       print(f'\nThe pipeline failed: {type(e).__name__}: {e}\n'
             f'Full log: {log_path}', file=console, flush=True)
-      return 1
-  _print_summary(summary, module_file)
-  return 0
+      code = 1
+    else:
+      code = 0
+  if code == 0:
+    _print_summary(summary, module_file)
+  leftover_threads.end_process_if_threads_left(code, 'The pipeline run')
+  return code
 
 
 def _prepare_user_pipeline(args, output_root: str):

@@ -47,6 +47,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from absl import logging
 
+from tfx_tpu_trainer import leftover_threads
+
 METRICS_PATH = '/mlpipeline-metrics.json'
 UI_METADATA_PATH = '/mlpipeline-ui-metadata.json'
 METRICS_ARTIFACT = 'mlpipeline-metrics'
@@ -440,4 +442,5 @@ def _write_json_atomically(path: str, document: Any) -> None:
 
 
 if __name__ == '__main__':
-  main()
+  # A thread the user's module left running must not hold the step forever.
+  leftover_threads.run_then_end(main, 'The TPUTrainer step')

@@ -18,18 +18,29 @@ After a successful export the executor copies the checkpoints and events
 into `model_run` and leaves a marker (`EXPORTED_MARKER`, holding the model
 URI) in the directory; the first TPUTrainer execution of a *later* pipeline
 run of the same pipeline and component removes every earlier run's directory
-that carries the marker, and the run folder when that leaves it empty. A run
-that failed for good (no marker) keeps its directory (see the README on
-cleaning it by hand).
+that carries the marker and that no attempt holds (attempt_lock.py), and the
+run folder when that leaves it empty. A run that failed for good (no marker)
+keeps its directory (see the README on cleaning it by hand).
+
+An attempt trains, exports and marks inside `hold(model_dir)`: it owns the
+directory (a second attempt of the same execution waits), removes finished
+runs and skips damaged checkpoints only once it owns it.
 
 Before training, the directory is created and probed for writing, so a
 read-only, full or misplaced `checkpoint_dir` fails with one clear error
 instead of a TensorFlow traceback after training started.
+
+A retry resumes from the newest checkpoint that reads back whole
+(`skip_damaged_checkpoints`): a truncated or unreadable newer one (a disk
+that filled, a copy cut short) is moved aside under a bookkeeping name and
+the log says which and why; when none reads back, the execution fails
+naming the damaged file and what to delete.
 """
 
+import contextlib
 import os
 import re
-from typing import List, Optional
+from typing import Iterator, List, Optional
 import uuid
 
 from absl import logging
@@ -38,6 +49,7 @@ from tfx.dsl.io import fileio
 from tfx.utils import io_utils
 
 from tfx_tpu_trainer import errors
+from tfx_tpu_trainer.training import attempt_lock
 
 DEFAULT_DIR_NAME = '_checkpoints'
 # Bookkeeping files TPUTrainer keeps beside the checkpoints; never copied
@@ -47,14 +59,20 @@ _BOOKKEEPING_PREFIX = '.tpu_trainer-'
 EXPORTED_MARKER = _BOOKKEEPING_PREFIX + 'exported'
 # One line per export staging directory an attempt created (export.py).
 STAGING_RECORD = _BOOKKEEPING_PREFIX + 'export-staging'
+# Files of a checkpoint that does not read back get this prefix.
+DAMAGED_PREFIX = _BOOKKEEPING_PREFIX + 'damaged-'
 
 
 class CheckpointDirError(errors.TPUTrainerError):
   """The checkpoint directory cannot be created or written."""
 
 
-def _safe(name: str) -> str:
+def safe_name(name: str) -> str:
+  """A pipeline, run or node id as a folder name."""
   return re.sub(r'[^A-Za-z0-9._-]', '_', name)
+
+
+_safe = safe_name
 
 
 def resumable_model_dir(context: Optional[base_executor.BaseExecutor.Context],
@@ -62,9 +80,8 @@ def resumable_model_dir(context: Optional[base_executor.BaseExecutor.Context],
                        ) -> Optional[str]:
   """The resumable training directory, ready for training.
 
-  Creates the directory and probes it for writing, and removes the
-  directories of earlier pipeline runs whose model was exported
-  (`remove_finished_runs`).
+  Creates the directory and probes it for writing; `hold` then owns it for
+  the attempt.
 
   Args:
     context: the executor's context (pipeline info, node, run id).
@@ -82,8 +99,42 @@ def resumable_model_dir(context: Optional[base_executor.BaseExecutor.Context],
   if model_dir is None:
     return None
   prepare_dir(model_dir, checkpoint_dir)
-  remove_finished_runs(model_dir)
   return model_dir
+
+
+@contextlib.contextmanager
+def hold(model_dir: Optional[str]) -> Iterator[None]:
+  """Owns `model_dir` for one attempt: lock, clean up, skip damage.
+
+  Waits while another attempt of the execution holds the directory
+  (attempt_lock.py), then removes the directories of earlier pipeline runs
+  that ended (`remove_finished_runs`) and makes training resume from the
+  newest readable checkpoint (`skip_damaged_checkpoints`). The lock is
+  released when the block ends, or by the kernel when the process dies.
+
+  Args:
+    model_dir: the resumable directory, or None (nothing to hold).
+
+  Yields:
+    Nothing; the attempt trains, exports and marks inside the block.
+  """
+  if model_dir is None:
+    yield
+    return
+  lock = attempt_lock.AttemptLock(model_dir)
+  if attempt_lock.is_lockable(model_dir):
+    lock.acquire()
+  else:
+    logging.warning('The checkpoint directory %s is not on a local file '
+                    'system, so it cannot be locked: a second attempt of '
+                    'this execution running at the same time would train in '
+                    'it too.', model_dir)
+  try:
+    remove_finished_runs(model_dir)
+    skip_damaged_checkpoints(model_dir)
+    yield
+  finally:
+    lock.release()
 
 
 def resumable_dir_path(context: Optional[base_executor.BaseExecutor.Context],
@@ -157,8 +208,10 @@ def remove_finished_runs(model_dir: str) -> List[str]:
   `model_dir` is `<base>/<pipeline>/<run id>/<component>`; the siblings are
   `<base>/<pipeline>/<other run id>/<component>`. A sibling is removed when
   it carries `EXPORTED_MARKER` (its executor exported and copied everything
-  into model_run), and its run folder when that leaves it empty. Runs that
-  are still training or failed for good carry no marker and are kept.
+  into model_run) and no attempt holds it (a retry of that run resuming
+  after its export, attempt_lock.py), and its run folder when that leaves it
+  empty. Runs that are still training or failed for good carry no marker
+  and are kept.
 
   Args:
     model_dir: the current run's directory.
@@ -176,7 +229,15 @@ def remove_finished_runs(model_dir: str) -> List[str]:
       continue
     other = os.path.join(other_run_dir, component)
     if fileio.exists(os.path.join(other, EXPORTED_MARKER)):
-      remove(other)
+      lock = attempt_lock.AttemptLock(other)
+      if attempt_lock.is_lockable(other) and not lock.try_acquire():
+        logging.info('Kept %s: an attempt of its run holds it (%s).', other,
+                     lock.holder())
+        continue
+      try:
+        remove(other)
+      finally:
+        lock.release()
       removed.append(other)
     if fileio.isdir(other_run_dir) and not _listdir(other_run_dir):
       remove(other_run_dir)
@@ -225,3 +286,136 @@ def latest_step(model_dir: str) -> int:
     return 0
   return int(tf.train.load_variable(latest,
                                     tf.compat.v1.GraphKeys.GLOBAL_STEP))
+
+
+def _checkpoint_prefixes(model_dir: str) -> List[str]:
+  """Every checkpoint in `model_dir`, oldest first (by global step).
+
+  Read from the files on disk rather than the `checkpoint` state file, which
+  may itself be the damaged file.
+  """
+  steps = {}
+  for name in _listdir(model_dir):
+    match = re.fullmatch(r'(.+)-(\d+)\.index', name)
+    if match and not name.startswith(_BOOKKEEPING_PREFIX):
+      steps[os.path.join(model_dir, name[:-len('.index')])] = int(
+          match.group(2))
+  return sorted(steps, key=steps.get)
+
+
+def _read_error(prefix: str) -> Optional[str]:
+  """Why the checkpoint at `prefix` does not read back whole (None: it does).
+
+  Every tensor is read, as a restore would: a truncated data file reads its
+  index fine and fails only at the tensors past the cut.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  try:
+    reader = tf.train.load_checkpoint(prefix)
+    for name in reader.get_variable_to_dtype_map():
+      reader.get_tensor(name)
+  except Exception as e:  # pylint: disable=broad-except
+    return f'{type(e).__name__}: {_first_line(e)}'
+  return None
+
+
+class DamagedCheckpointError(errors.TPUTrainerError):
+  """No checkpoint of the resumable directory reads back."""
+
+
+def skip_damaged_checkpoints(model_dir: str) -> List[str]:
+  """Makes training resume from the newest checkpoint that reads back.
+
+  Newer checkpoints that do not read back (truncated, corrupt) have their
+  files renamed with `DAMAGED_PREFIX` (kept for inspection, never copied
+  into model_run) and the `checkpoint` state file is rewritten to the
+  readable ones, so TensorFlow restores the newest readable checkpoint.
+
+  Args:
+    model_dir: the resumable training directory.
+
+  Returns:
+    The prefixes of the checkpoints skipped.
+
+  Raises:
+    DamagedCheckpointError: checkpoints exist but none reads back; names
+      the newest damaged file and what to delete.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  prefixes = _checkpoint_prefixes(model_dir)
+  skipped = []
+  while prefixes:
+    error = _read_error(prefixes[-1])
+    if error is None:
+      break
+    skipped.append((prefixes.pop(), error))
+  if not skipped:
+    return []
+  if not prefixes:
+    prefix, error = skipped[0]
+    raise DamagedCheckpointError(
+        f'No checkpoint in {model_dir} reads back: the newest, {prefix} '
+        f'({_files_of(prefix)}), fails with {error}; the '
+        f'{len(skipped) - 1} older one(s) too. Training cannot resume. '
+        f'Delete the directory {model_dir} (or those checkpoint files and '
+        'its `checkpoint` file) to train from step 0.')
+  for prefix, error in skipped:
+    for path in _files_of(prefix):
+      fileio.rename(path, os.path.join(
+          model_dir, DAMAGED_PREFIX + os.path.basename(path)), overwrite=True)
+    logging.warning(
+        'Skipped the damaged checkpoint %s (%s); its files now start with '
+        '%r. Resuming from %s.', prefix, error, DAMAGED_PREFIX, prefixes[-1])
+  tf.compat.v1.train.update_checkpoint_state(
+      model_dir, prefixes[-1], all_model_checkpoint_paths=prefixes)
+  return [prefix for prefix, _ in skipped]
+
+
+def _files_of(prefix: str) -> List[str]:
+  """The files of one checkpoint: its index, data shards and meta graph."""
+  directory, base = os.path.split(prefix)
+  return sorted(
+      os.path.join(directory, name) for name in _listdir(directory)
+      if name == base + '.index' or name == base + '.meta' or
+      name.startswith(base + '.data-'))
+
+
+def remove_unheld_runs(pipeline_dir: str, grace_secs: float = 60) -> List[str]:
+  """Removes every run's directory under `pipeline_dir` no attempt holds.
+
+  For orchestrators that never retry an execution of an earlier pipeline
+  run (the local runner: a new run id per run), the directory of a killed
+  or failed run is never used again; this removes it, and its run folder
+  when that leaves it empty. A directory an attempt holds (a concurrent
+  run) is kept, as is one younger than `grace_secs` (its attempt may not
+  hold it yet).
+
+  Args:
+    pipeline_dir: `<checkpoint base>/<pipeline name>`.
+    grace_secs: the age below which a directory is kept.
+
+  Returns:
+    The removed directories.
+  """
+  import time  # pylint: disable=g-import-not-at-top
+  removed = []
+  for run in _listdir(pipeline_dir):
+    run_dir = os.path.join(pipeline_dir, run)
+    for component in _listdir(run_dir):
+      model_dir = os.path.join(run_dir, component)
+      if (not attempt_lock.is_lockable(model_dir) or
+          not os.path.isdir(model_dir) or
+          time.time() - os.path.getmtime(model_dir) < grace_secs):
+        continue
+      lock = attempt_lock.AttemptLock(model_dir)
+      if lock.try_acquire():
+        try:
+          remove(model_dir)
+        finally:
+          lock.release()
+        removed.append(model_dir)
+    if os.path.isdir(run_dir) and not _listdir(run_dir):
+      remove(run_dir)
+  if removed:
+    logging.info('Removed the checkpoints of ended runs: %s', removed)
+  return removed

@@ -1,0 +1,104 @@
+"""`run` refuses, before any component, what would fail minutes later.
+
+A read-only output root, a batch larger than its split, a one-row CSV and a
+byte that is not UTF-8 past the rows the header check reads: each exits 2
+with a message that names the flag or the file and line, and writes nothing.
+"""
+
+import contextlib
+import os
+import subprocess
+
+import pytest
+
+from tests.cli import test_run_command as run_command_tests
+
+_exit_code = run_command_tests._exit_code  # pylint: disable=protected-access
+
+
+@contextlib.contextmanager
+def _read_only_dir(path):
+  """A directory no one can write: a read-only tmpfs as root, else mode 555."""
+  path.mkdir()
+  if os.geteuid() != 0:
+    path.chmod(0o555)
+    try:
+      yield path
+    finally:
+      path.chmod(0o755)
+    return
+  mounted = subprocess.run(['mount', '-t', 'tmpfs', '-o', 'ro,size=1m',
+                            'tmpfs', str(path)], capture_output=True,
+                           check=False)
+  if mounted.returncode:
+    pytest.skip(f'cannot mount a read-only tmpfs: {mounted.stderr!r}')
+  try:
+    yield path
+  finally:
+    subprocess.run(['umount', str(path)], check=True)
+
+
+# Item 10: a read-only --output-root is the documented exit-2 error.
+@pytest.mark.parametrize('below', ['', 'new/out'])
+def test_read_only_output_root_exits_2_naming_it(tmp_path, capsys, below):
+  with _read_only_dir(tmp_path / 'ro') as read_only:
+    output_root = os.path.join(str(read_only), below) if below else str(
+        read_only)
+    assert _exit_code(['run', '--output-root', output_root]) == 2
+    err = capsys.readouterr().err
+    assert (f"tfx-tpu-trainer run: error: --output-root {output_root!r} is "
+            'not writable') in err, err
+    assert 'Read-only file system' in err or 'Permission denied' in err, err
+    if below:
+      assert f'its parent {str(read_only)!r} cannot be written' in err
+    assert 'choose a writable directory' in err
+    assert os.listdir(read_only) == []
+
+
+# Item 12: the batch size is checked with the other arguments.
+def test_train_batch_size_larger_than_the_data_exits_2_before_transform(
+    tmp_path, capsys):
+  output_root = tmp_path / 'out'
+  assert _exit_code(['run', '--output-root', str(output_root),
+                     '--train-batch-size', '10000000']) == 2
+  err = capsys.readouterr().err
+  assert ('--train-batch-size 10000000 is larger than the train split: '
+          '--data-root ') in err, err
+  assert ('holds 15002 data row(s), of which ExampleGen puts about 10001 '
+          '(67%) in train') in err, err
+  assert 'Use a --train-batch-size of at most 10001' in err
+  assert not output_root.exists()
+
+
+# Item 8: a one-row CSV and a Latin-1 byte past row 2.
+def test_one_row_csv_exits_2_naming_the_batch_it_cannot_fill(tmp_path,
+                                                              capsys):
+  data = tmp_path / 'data'
+  data.mkdir()
+  (data / 'data.csv').write_text(run_command_tests._header() +  # pylint: disable=protected-access
+                                 run_command_tests._row())  # pylint: disable=protected-access
+  assert _exit_code(['run', '--data-root', str(data), '--output-root',
+                     str(tmp_path / 'out')]) == 2
+  err = capsys.readouterr().err
+  assert ('--train-batch-size 64 is larger than the train split: --data-root '
+          f"{str(data)!r} holds 1 data row(s), of which ExampleGen puts about "
+          '0 (67%) in train') in err, err
+  assert 'at least 97 rows for this batch size' in err
+  assert not (tmp_path / 'out').exists()
+
+
+def test_latin1_byte_past_row_2_names_file_line_and_byte(tmp_path, capsys):
+  data = tmp_path / 'data'
+  data.mkdir()
+  rows = [run_command_tests._row() for _ in range(300)]  # pylint: disable=protected-access
+  rows[4] = rows[4].replace('1', 'caf\xe9', 1)
+  path = data / 'data.csv'
+  path.write_bytes((run_command_tests._header() + ''.join(rows)).encode(  # pylint: disable=protected-access
+      'latin-1'))
+  assert _exit_code(['run', '--data-root', str(data), '--output-root',
+                     str(tmp_path / 'out')]) == 2
+  err = capsys.readouterr().err
+  assert (f'--data-root: {path} is not UTF-8 text: line 6, column 4 holds the '
+          'byte 0xe9 (invalid continuation byte)') in err, err
+  assert 'iconv -f latin1 -t utf-8' in err
+  assert not (tmp_path / 'out').exists()

@@ -1,0 +1,104 @@
+"""Each push claims its own model version, even within one second."""
+
+import os
+import subprocess
+import sys
+import time
+
+import tensorflow as tf
+from tfx.types import standard_artifacts
+from tfx.utils import path_utils
+
+from tfx_tpu_trainer.publishing import pusher
+
+from tests.conftest import REPO_ROOT
+
+
+def _saved_model(model_uri, value):
+  module = tf.Module()
+  module.value = tf.Variable(float(value))
+  module.read = tf.function(lambda: module.value, input_signature=[])
+  path = path_utils.serving_model_dir(model_uri)
+  tf.saved_model.save(module, path)
+  return path
+
+
+def _served_value(version_dir):
+  loaded = tf.saved_model.load(version_dir)
+  return float(loaded.read())
+
+
+def _push(tmp_path, base, value):
+  model = standard_artifacts.Model()
+  model.uri = str(tmp_path / f'model{value}')
+  _saved_model(model.uri, value)
+  blessing = standard_artifacts.ModelBlessing()
+  blessing.uri = str(tmp_path / f'blessing{value}')
+  blessing.set_int_custom_property('blessed', 1)
+  pushed = standard_artifacts.PushedModel()
+  pushed.uri = str(tmp_path / f'pushed{value}')
+  destination = ('{"filesystem": {"baseDirectory": "%s"}}' % base)
+  pusher.Executor().Do({'model': [model], 'model_blessing': [blessing]},
+                       {'pushed_model': [pushed]},
+                       {'push_destination': destination})
+  return pushed
+
+
+def test_a_push_in_a_taken_second_gets_the_next_free_version(tmp_path):
+  base = tmp_path / 'serving'
+  now = int(time.time())
+  # Another run pushed in this second (and, to be sure, the next 120).
+  for version in range(now, now + 121):
+    (base / str(version)).mkdir(parents=True)
+    (base / str(version) / 'other-run').write_text('x')
+  pushed = _push(tmp_path, str(base), 7)
+  destination = pushed.get_string_custom_property('pushed_destination')
+  version = int(os.path.basename(destination))
+  assert version > now + 120
+  assert pushed.get_string_custom_property('pushed_version') == str(version)
+  assert pushed.get_int_custom_property('pushed') == 1
+  assert _served_value(destination) == 7.0
+  for taken in range(now, now + 121):
+    assert os.listdir(base / str(taken)) == ['other-run']
+  assert not [name for name in os.listdir(base)
+              if name.startswith(pusher.STAGING_PREFIX)]
+
+
+_PUSH_AT_ONCE = (
+    'import os, sys, time\n'
+    'from tfx_tpu_trainer.publishing import pusher\n'
+    'model, base, go = sys.argv[1:]\n'
+    'while not os.path.exists(go):\n'
+    '  time.sleep(0.001)\n'
+    'print(pusher.push_new_version(model, base), flush=True)\n')
+
+
+def test_two_runs_pushing_at_once_get_two_versions(tmp_path):
+  base = str(tmp_path / 'serving')
+  go = str(tmp_path / 'go')
+  processes = []
+  for value in (1, 2):
+    model_path = _saved_model(str(tmp_path / f'model{value}'), value)
+    processes.append((value, subprocess.Popen(
+        [sys.executable, '-c', _PUSH_AT_ONCE, model_path, base, go],
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)))
+  time.sleep(0.5)  # Both import and wait; the test passes however long.
+  open(go, 'w').close()
+  pushed = {}
+  for value, process in processes:
+    out, _ = process.communicate()
+    assert process.returncode == 0
+    pushed[value] = out.strip().splitlines()[-1]
+  assert pushed[1] != pushed[2]
+  assert {_served_value(path) for path in pushed.values()} == {1.0, 2.0}
+  assert _served_value(pushed[1]) == 1.0
+
+
+def test_the_taxi_pipeline_pushes_with_this_executor():
+  from tfx_tpu_trainer_cli.bundled.pipelines import taxi_pipeline  # pylint: disable=g-import-not-at-top
+  options = taxi_pipeline.TaxiPipelineOptions(
+      pipeline_root='/tmp/root', data_root='/tmp/data',
+      serving_model_dir='/tmp/serving')
+  pipeline = taxi_pipeline.create_pipeline(options)
+  [component] = [c for c in pipeline.components if c.id == 'Pusher']
+  assert component.executor_spec.executor_class is pusher.Executor

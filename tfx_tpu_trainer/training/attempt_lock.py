@@ -1,0 +1,127 @@
+"""One attempt of an execution at a time owns its checkpoint directory.
+
+An orchestrator may start a retry while the first attempt still runs (a pod
+it lost track of, a node that came back). Two attempts training in one
+resumable directory would both train from the same checkpoint and publish
+two different models; a later run's cleanup would delete a directory an
+attempt still trains in. So an attempt holds an exclusive lock on
+`<model_dir>/LOCK_FILE` from before it reads the checkpoints until it has
+exported and marked the directory:
+
+  * the lock is an `fcntl.flock` on an open file: the kernel releases it
+    when the holder ends in any way (SIGKILL, OOM, a crash), so a killed
+    holder never blocks a retry;
+  * an attempt that finds the lock held waits for it (logging who holds it:
+    host, pid, since when), then resumes from the holder's checkpoints;
+  * cleanup of finished runs takes the lock without waiting and skips a
+    directory it cannot take.
+
+`flock` needs a local (or locally mounted) file system. On a URI such as
+gs:// there is no lock: a warning says so, and the behaviour is the old one.
+"""
+
+import errno
+import fcntl
+import os
+import socket
+import time
+from typing import Optional
+
+from absl import logging
+
+from tfx_tpu_trainer import config as config_lib
+
+# Bookkeeping name (checkpoints._BOOKKEEPING_PREFIX): never copied into
+# model_run.
+LOCK_FILE = '.tpu_trainer-attempt-lock'
+# How often a waiting attempt polls and, in polls, how often it logs.
+_POLL_SECS = 1.0
+_LOG_EVERY_POLLS = 60
+
+
+def is_lockable(model_dir: str) -> bool:
+  """True for local paths, which `flock` can lock (not gs://, s3://, ...)."""
+  return not config_lib.is_uri(model_dir)
+
+
+class AttemptLock:
+  """The exclusive lock of one attempt on one checkpoint directory."""
+
+  def __init__(self, model_dir: str):
+    self.model_dir = model_dir
+    self.path = os.path.join(model_dir, LOCK_FILE)
+    self._fd: Optional[int] = None
+
+  @property
+  def held(self) -> bool:
+    return self._fd is not None
+
+  def try_acquire(self) -> bool:
+    """Takes the lock if free; never waits. True when this process holds it.
+
+    The directory is (re)created first; a lock file that was deleted or
+    replaced after it was opened (a cleanup removed the directory) does not
+    count: the lock is taken again on the file now at the path.
+    """
+    if self._fd is not None:
+      return True
+    while True:
+      os.makedirs(self.model_dir, exist_ok=True)
+      fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+      try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      except OSError as e:
+        os.close(fd)
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+          return False
+        raise
+      try:
+        same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+      except FileNotFoundError:
+        same = False
+      if same:
+        break
+      os.close(fd)
+    os.ftruncate(fd, 0)
+    os.write(fd, f'host {socket.gethostname()} pid {os.getpid()} since '
+             f'{time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}\n'
+             .encode())
+    self._fd = fd
+    return True
+
+  def acquire(self) -> None:
+    """Takes the lock, waiting as long as another attempt holds it."""
+    polls = 0
+    while not self.try_acquire():
+      if polls % _LOG_EVERY_POLLS == 0:
+        logging.warning(
+            'Another attempt of this execution holds the checkpoint '
+            'directory %s (%s); waiting for it to end before resuming from '
+            'its checkpoints (a killed holder releases it at once).',
+            self.model_dir, self.holder() or 'holder unknown')
+      polls += 1
+      time.sleep(_POLL_SECS)
+    if polls:
+      logging.info('The other attempt ended; this attempt now holds %s.',
+                   self.model_dir)
+
+  def holder(self) -> str:
+    """Who holds the lock, as its holder wrote it ('' when unknown)."""
+    try:
+      with open(self.path) as f:
+        return f.read().strip()
+    except OSError:
+      return ''
+
+  def release(self) -> None:
+    if self._fd is not None:
+      fcntl.flock(self._fd, fcntl.LOCK_UN)
+      os.close(self._fd)
+      self._fd = None
+
+  def __enter__(self) -> 'AttemptLock':
+    self.acquire()
+    return self
+
+  def __exit__(self, *unused_exc) -> None:
+    self.release()
