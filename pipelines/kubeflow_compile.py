@@ -51,6 +51,7 @@ from tfx.orchestration.kubeflow.v2 import pipeline_builder
 from pipelines import taxi_pipeline
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import TPUTrainer
+from tfx_tpu_trainer.kubeflow import beam_args as beam_args_lib
 from tfx_tpu_trainer.kubeflow import kfp_v2_protos
 from tfx_tpu_trainer.kubeflow import options as kubeflow_options
 from tfx_tpu_trainer.kubeflow import scheduling as kubeflow
@@ -71,8 +72,7 @@ STEP_ENV = {'PYTHONPATH': IMAGE_COMPONENTS_DIR}
 NO_PACKAGING_ENV = 'UNSUPPORTED_DO_NOT_PACKAGE_USER_MODULES'
 # Beam's DirectRunner over the pod's cores; dropped when --beam-arg names
 # another runner, and each one replaced by a --beam-arg of the same name.
-CLUSTER_BEAM_PIPELINE_ARGS = ('--direct_running_mode=multi_processing',
-                              '--direct_num_workers=0')
+CLUSTER_BEAM_PIPELINE_ARGS = beam_args_lib.CLUSTER_DEFAULTS
 OUTPUT_EXTENSIONS = {
     'kubeflow': ('.tar.gz', '.tgz', '.zip', '.yaml', '.yml'),
     'kubeflow_v2': ('.yaml', '.yml'),
@@ -176,22 +176,16 @@ def trainer_custom_config(options: CompileOptions) -> Dict[str, Any]:
 
 def beam_arg_name(arg: str) -> str:
   """`--runner=DataflowRunner` -> `runner`."""
-  return arg[2:].split('=', 1)[0].replace('-', '_')
+  return beam_args_lib.name(arg)
 
 
 def beam_pipeline_args(beam_args: Sequence[str]) -> List[str]:
   """The cluster defaults, overridden and extended by `beam_args`.
 
   A `beam_args` entry replaces the default of the same name; a `--runner`
-  other than the DirectRunner drops the DirectRunner defaults.
+  other than the DirectRunner (by Beam's name resolution) drops them.
   """
-  names = {beam_arg_name(a) for a in beam_args}
-  runner = [a.split('=', 1)[1] for a in beam_args
-            if beam_arg_name(a) == 'runner' and '=' in a]
-  direct = not runner or runner[-1] in ('DirectRunner', 'direct')
-  defaults = [a for a in CLUSTER_BEAM_PIPELINE_ARGS
-              if beam_arg_name(a) not in names and direct]
-  return defaults + list(beam_args)
+  return beam_args_lib.pipeline_args(beam_args)
 
 
 def pipeline_options(options: CompileOptions
@@ -367,6 +361,11 @@ def _compile_v2(options: CompileOptions, pod: kubeflow.TrainerPod,
   with open(os.path.join(staging, runner_output)) as f:
     job = json.load(f)
   executor = trainer_executor_label(job['pipelineSpec'], trainer.id)
+  # Beam args on the components that run Beam only, as v1 has them.
+  beam_args_lib.strip_from_other_executors(
+      job['pipelineSpec'],
+      beam_args_lib.beam_component_ids(pipeline.components),
+      pipeline.beam_pipeline_args)
   for container in _containers(job['pipelineSpec']):
     container['env'] = [{'name': k, 'value': v} for k, v in STEP_ENV.items()]
 

@@ -7,12 +7,12 @@ TPU scheduling goes on the trainer step only. Every option is checked before
 anything is written, and the summary printed is read back from the files.
 """
 
-import argparse
 import os
 import re
 import sys
 from typing import List, Optional, Sequence
 
+from tfx_tpu_trainer.kubeflow import beam_args as beam_args_lib
 from tfx_tpu_trainer.kubeflow import options as compile_options
 from tfx_tpu_trainer_cli import common
 
@@ -126,12 +126,8 @@ def add_parser(subparsers) -> None:
   parser.add_argument('--trainer-memory', default=None,
                       help='Memory request of the trainer pod (e.g. 32Gi).')
   parser.add_argument(
-      '--beam-arg', action='append', default=[], metavar='--NAME=VALUE',
-      help='A Beam pipeline argument for the data components (ExampleGen, '
-      'StatisticsGen, SchemaGen, ExampleValidator, Transform, Evaluator), '
-      'e.g. --beam-arg=--runner=DataflowRunner; repeatable. Replaces the '
-      'default of the same name (--direct_running_mode=multi_processing, '
-      '--direct_num_workers=0); another --runner drops both.')
+      '--beam-arg', action='append', default=[], metavar='ARG',
+      help=beam_args_lib.HELP)
   parser.add_argument('--use-gcp-secret', action='store_true',
                       help='kubeflow: mount the user-gcp-sa secret on every '
                       'step (TFX\'s option).')
@@ -215,63 +211,12 @@ def _output_path(args, runner: str, pipeline_name: str) -> str:
   return path
 
 
-def _beam_option_parser() -> argparse.ArgumentParser:
-  """Every option Beam's PipelineOptions classes define, with their checks."""
-  from apache_beam.options import pipeline_options  # pylint: disable=g-import-not-at-top
-
-  class _Parser(argparse.ArgumentParser):
-
-    def error(self, message):
-      raise common.UsageError(f'--beam-arg: {message}')
-
-  parser = _Parser(add_help=False, allow_abbrev=False)
-  classes, seen = [pipeline_options.PipelineOptions], set()
-  while classes:
-    cls = classes.pop()
-    if cls in seen:
-      continue
-    seen.add(cls)
-    classes.extend(cls.__subclasses__())
-    try:
-      cls._add_argparse_args(parser)  # pylint: disable=protected-access
-    except argparse.ArgumentError:
-      pass  # An option two classes define; the first is enough.
-  return parser
-
-
-_BEAM_ARG = re.compile(r'^--[A-Za-z][A-Za-z0-9_-]*(=.*)?$', re.S)
-_DATAFLOW_REQUIRED = ('project', 'region', 'temp_location')
-
-
 def _beam_args(values: Sequence[str]) -> List[str]:
-  """Each --beam-arg is one `--name=value` (or `--flag`) Beam knows."""
-  from pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
-  if not values:
-    return []
-  parser = _beam_option_parser()
-  known = {action.dest for action in parser._actions}  # pylint: disable=protected-access
-  for value in values:
-    if not _BEAM_ARG.match(value):
-      raise common.UsageError(
-          f'--beam-arg {value!r} is not one Beam argument of the form '
-          '--name=value or --flag (write --beam-arg=--runner=DataflowRunner).')
-    name = kubeflow_compile.beam_arg_name(value)
-    if name not in known:
-      raise common.UsageError(
-          f'--beam-arg {value!r}: {name!r} is not a Beam pipeline option.')
-  parsed, _ = parser.parse_known_args(list(values))
-  if getattr(parsed, 'runner', None) in ('DataflowRunner', 'dataflow'):
-    given = {kubeflow_compile.beam_arg_name(v) for v in values}
-    missing = [n for n in _DATAFLOW_REQUIRED
-               if n not in given and not (n == 'temp_location' and
-                                          'gcp_temp_location' in given)]
-    if missing:
-      raise common.UsageError(
-          '--beam-arg=--runner=DataflowRunner needs ' + ', '.join(
-              f'--beam-arg=--{n}=...' for n in missing) + ' (and usually '
-          '--beam-arg=--sdk_container_image=<the --image>, so the workers '
-          'have TFX and this package).')
-  return list(values)
+  """Each --beam-arg is one `--name=value` (or `--flag`) Beam accepts."""
+  try:
+    return beam_args_lib.validate(values)
+  except beam_args_lib.BeamArgError as e:
+    raise common.UsageError(str(e)) from e
 
 
 def _trainer_pod_options(args):

@@ -533,7 +533,8 @@ V5E = 'tpu-v5-lite-podslice'
     (['--beam-arg=--direct_running_mode=threads'],
      "--beam-arg: argument --direct_running_mode: invalid choice: 'threads'"),
     (['--beam-arg=--runner=DataflowRunner', '--beam-arg=--project=p'],
-     '--beam-arg=--runner=DataflowRunner needs --beam-arg=--region=..., '
+     '--beam-arg=--runner=DataflowRunner (the DataflowRunner) needs '
+     '--beam-arg=--region=..., '
      '--beam-arg=--temp_location=... (and usually '
      '--beam-arg=--sdk_container_image=<the --image>, so the workers have '
      'TFX and this package).'),
