@@ -54,7 +54,10 @@ from tfx_tpu_trainer import TPUTrainer
 from tfx_tpu_trainer.kubeflow import beam_args as beam_args_lib
 from tfx_tpu_trainer.kubeflow import kfp_v2_protos
 from tfx_tpu_trainer.kubeflow import options as kubeflow_options
+from tfx_tpu_trainer.kubeflow import runtimes
 from tfx_tpu_trainer.kubeflow import scheduling as kubeflow
+from tfx_tpu_trainer.kubeflow import tpu_check_step
+from tfx_tpu_trainer.kubeflow import vertex_tpu
 
 RUNNERS = kubeflow_options.RUNNERS
 DEFAULT_IMAGE = kubeflow_options.DEFAULT_IMAGE
@@ -115,6 +118,12 @@ class CompileOptions:
   preprocessing_fn: str = PREPROCESSING_FN
   trainer_module_file: str = IMAGE_TRAINER_MODULE_FILE
   beam_args: Tuple[str, ...] = ()  # added to CLUSTER_BEAM_PIPELINE_ARGS
+  # TPU runtime (runtimes.py): se or pjrt; None: the generation's default.
+  tpu_runtime: Optional[str] = None
+  # A TpuCheck step before every other, scheduled like the trainer.
+  tpu_check: bool = False
+  # kubeflow_v2: write the Vertex AI job beside the KFP v2 spec.
+  vertex_job: bool = True
 
   @property
   def trainer_pod(self) -> kubeflow.TrainerPod:
@@ -136,6 +145,8 @@ class CompileResult:
   beam_pipeline_args: Tuple[str, ...]
   # One line per file: what its trainer step/executor carries.
   trainer_summaries: Tuple[str, ...]
+  tpu_runtime: Optional[runtimes.RuntimeChoice] = None
+  tpu_check_id: Optional[str] = None
 
   @property
   def path(self) -> str:
@@ -220,31 +231,38 @@ def vertex_job_path(kfp_v2_path: str) -> str:
   raise ValueError(f'{kfp_v2_path!r} does not end with .yaml or .yml')
 
 
-def output_paths(runner: str, output_path: str) -> Tuple[str, ...]:
+def output_paths(runner: str, output_path: str,
+                 vertex_job: bool = True) -> Tuple[str, ...]:
   """Every file a compile writes: v2 writes the Vertex job beside the spec."""
-  if runner == 'kubeflow_v2':
+  if runner == 'kubeflow_v2' and vertex_job:
     return (output_path, vertex_job_path(output_path))
   return (output_path,)
 
 
 def vertex_accelerator_type(options: CompileOptions) -> Optional[str]:
-  """Vertex AI's accelerator type for the trainer, None without a TPU.
+  """Vertex AI's accelerator for the trainer: None; a TPU is refused.
 
   Raises:
-    ValueError: when the TPU has no Vertex AI name and none was given.
+    ValueError: with use_tpu: no Vertex AI pipeline step can carry the GKE
+      TPU VM slice the KFP v2 spec requests (vertex_tpu.py says why).
   """
   if not options.use_tpu:
     return None
-  if options.vertex_accelerator_type:
-    return options.vertex_accelerator_type
-  vertex_type = getattr(options.tpu, 'vertex_accelerator_type', None)
-  if vertex_type is None:
-    raise ValueError(
-        f'{getattr(options.tpu, "accelerator", options.tpu)} has no Vertex AI '
-        'accelerator type (Vertex AI names: '
-        f'{", ".join(sorted(set(kubeflow.VERTEX_ACCELERATOR_TYPES.values())))}'
-        '); pass --vertex-accelerator-type.')
-  return vertex_type
+  raise ValueError(vertex_tpu.refusal(
+      getattr(options.tpu, 'accelerator', str(options.tpu)),
+      getattr(options.tpu, 'topology', ''), options.vertex_accelerator_type))
+
+
+def tpu_runtime(options: CompileOptions) -> Optional[runtimes.RuntimeChoice]:
+  """The TPU runtime of the trainer step (None: no TPU VM).
+
+  Raises:
+    runtimes.TPURuntimeError: a generation or runtime TF 2.15 lacks.
+  """
+  if not options.use_tpu or not isinstance(options.tpu,
+                                           kubeflow.TpuVmScheduling):
+    return None
+  return runtimes.choose(options.tpu.accelerator, options.tpu_runtime)
 
 
 def compile_pipeline(options: CompileOptions) -> CompileResult:
@@ -271,11 +289,16 @@ def compile_pipeline(options: CompileOptions) -> CompileResult:
   if (options.runner == 'kubeflow_v2' and options.use_tpu and
       not isinstance(options.tpu, kubeflow.TpuVmScheduling)):
     raise ValueError('kubeflow_v2 takes TPU VM requests only (tpu_vm()).')
+  if options.tpu_check and not options.use_tpu:
+    raise ValueError('tpu_check needs use_tpu: it checks the trainer\'s TPU.')
   pod = options.trainer_pod
+  runtime = tpu_runtime(options)
   vertex_type = (vertex_accelerator_type(options)
-                 if options.runner == 'kubeflow_v2' else None)
+                 if options.runner == 'kubeflow_v2' and options.vertex_job
+                 else None)
   paths = tuple(os.path.abspath(p)
-                for p in output_paths(options.runner, options.output_path))
+                for p in output_paths(options.runner, options.output_path,
+                                      options.vertex_job))
   output_dir = os.path.dirname(paths[0])
   os.makedirs(output_dir, exist_ok=True)
   staging = tempfile.mkdtemp(dir=output_dir, prefix='.compile-')
@@ -284,14 +307,18 @@ def compile_pipeline(options: CompileOptions) -> CompileResult:
       factory_options = pipeline_options(options)
       pipeline = taxi_pipeline.create_pipeline(factory_options)
       trainer = _trainer(pipeline)
+      # The TPU steps: the trainer, and the check scheduled like it.
+      tpu_steps = TpuSteps(trainer.id, runtime.env if runtime else {})
+      if options.tpu_check:
+        tpu_steps.check_id = tpu_check_step.add_first(pipeline).id
       if options.runner == 'kubeflow':
-        _compile_v1(options, pod, pipeline, trainer, staging,
+        _compile_v1(options, pod, pipeline, tpu_steps, staging,
                     os.path.basename(paths[0]))
         summaries = (describe_v1_trainer(
             os.path.join(staging, os.path.basename(paths[0])), trainer.id),)
       else:
-        summaries = _compile_v2(options, pod, vertex_type, pipeline, trainer,
-                                staging, paths)
+        summaries = _compile_v2(options, pod, vertex_type, pipeline,
+                                tpu_steps, staging, paths)
     for path in paths:
       os.replace(os.path.join(staging, os.path.basename(path)), path)
   finally:
@@ -303,7 +330,21 @@ def compile_pipeline(options: CompileOptions) -> CompileResult:
       trainer_image=options.trainer_image or options.image,
       custom_config=factory_options.custom_config,
       beam_pipeline_args=tuple(factory_options.beam_pipeline_args),
-      trainer_summaries=summaries)
+      trainer_summaries=summaries,
+      tpu_runtime=runtime,
+      tpu_check_id=tpu_steps.check_id)
+
+
+@dataclasses.dataclass
+class TpuSteps:
+  """The steps scheduled on the TPU: the trainer, and the check if any."""
+  trainer_id: str
+  env: Dict[str, str]  # The TPU runtime's (runtimes.RuntimeChoice.env).
+  check_id: Optional[str] = None
+
+  @property
+  def ids(self) -> List[str]:
+    return [self.trainer_id] + ([self.check_id] if self.check_id else [])
 
 
 @contextlib.contextmanager
@@ -321,35 +362,43 @@ def user_modules_not_packaged() -> Iterator[None]:
 
 
 def _compile_v1(options: CompileOptions, pod: kubeflow.TrainerPod,
-                pipeline: tfx.dsl.Pipeline, trainer: TPUTrainer,
+                pipeline: tfx.dsl.Pipeline, tpu_steps: 'TpuSteps',
                 output_dir: str, output_filename: str) -> None:
-  trainer_op = kubeflow.trainer_step_op(trainer.id, pod, options.trainer_image)
+  trainer_op = kubeflow.trainer_step_op(tpu_steps.trainer_id, pod,
+                                        options.trainer_image, tpu_steps.env)
+  step_ops = [trainer_op]
+  if tpu_steps.check_id:
+    step_ops.append(kubeflow.tpu_step_op(tpu_steps.check_id, pod,
+                                         options.trainer_image, tpu_steps.env))
   config = kubeflow_dag_runner.KubeflowDagRunnerConfig(
       pipeline_operator_funcs=kubeflow.pipeline_operator_funcs(
-          trainer_op, use_gcp_sa=options.use_gcp_sa, env=STEP_ENV),
+          trainer_op, use_gcp_sa=options.use_gcp_sa, env=STEP_ENV) +
+      step_ops[1:],
       tfx_image=options.image,
       kubeflow_metadata_config=(
           kubeflow_dag_runner.get_default_kubeflow_metadata_config()))
   kubeflow_dag_runner.KubeflowDagRunner(
       output_dir=output_dir, output_filename=output_filename,
       config=config).run(pipeline)
-  if len(trainer_op.applied_to) != 1:
-    raise RuntimeError(
-        f'Expected one step for component {trainer.id!r}, found '
-        f'{trainer_op.applied_to}.')
-  logging.info('Trainer step %s carries the trainer pod options.',
-               trainer_op.applied_to[0])
+  for step_op in step_ops:
+    if len(step_op.applied_to) != 1:
+      raise RuntimeError(
+          f'Expected one step for component {step_op.component_id!r}, found '
+          f'{step_op.applied_to}.')
+    logging.info('Step %s carries the trainer pod options.',
+                 step_op.applied_to[0])
 
 
 def _compile_v2(options: CompileOptions, pod: kubeflow.TrainerPod,
                 vertex_type: Optional[str], pipeline: tfx.dsl.Pipeline,
-                trainer: TPUTrainer, staging: str,
-                paths: Sequence[str]) -> Tuple[str, str]:
+                tpu_steps: 'TpuSteps', staging: str,
+                paths: Sequence[str]) -> Tuple[str, ...]:
   """PipelineJob from the runner; the KFP v2 spec and Vertex job from it."""
   default_image = options.image
   if options.trainer_image:
-    default_image = {pipeline_builder.DEFAULT_IMAGE_PATH_KEY: options.image,
-                     trainer.id: options.trainer_image}
+    default_image = {pipeline_builder.DEFAULT_IMAGE_PATH_KEY: options.image}
+    default_image.update({step: options.trainer_image
+                          for step in tpu_steps.ids})
   # Schema 2.1.0: the only one a KFP v2 backend accepts on upload (its API
   # server refuses 2.0.0, TFX's default); Vertex AI takes it too.
   config = kubeflow_v2_dag_runner.KubeflowV2DagRunnerConfig(
@@ -360,7 +409,9 @@ def _compile_v2(options: CompileOptions, pod: kubeflow.TrainerPod,
       output_filename=runner_output).run(pipeline)
   with open(os.path.join(staging, runner_output)) as f:
     job = json.load(f)
-  executor = trainer_executor_label(job['pipelineSpec'], trainer.id)
+  trainer_id = tpu_steps.trainer_id
+  tpu_executors = [trainer_executor_label(job['pipelineSpec'], step)
+                   for step in tpu_steps.ids]
   # Beam args on the components that run Beam only, as v1 has them.
   beam_args_lib.strip_from_other_executors(
       job['pipelineSpec'],
@@ -368,17 +419,22 @@ def _compile_v2(options: CompileOptions, pod: kubeflow.TrainerPod,
       pipeline.beam_pipeline_args)
   for container in _containers(job['pipelineSpec']):
     container['env'] = [{'name': k, 'value': v} for k, v in STEP_ENV.items()]
+  for executor in tpu_executors:  # The TPU runtime's environment.
+    _container(job['pipelineSpec'], executor)['env'] += [
+        {'name': k, 'value': v} for k, v in tpu_steps.env.items()]
 
   kfp_spec = json.loads(json.dumps(job['pipelineSpec']))
   kfp_spec['defaultPipelineRoot'] = options.pipeline_root
   resources = pod.kfp_v2_resources()
   if resources:
-    _container(kfp_spec, executor)['resources'] = resources
+    for executor in tpu_executors:
+      _container(kfp_spec, executor)['resources'] = resources
   documents = [kfp_spec]
   executor_config = pod.kubernetes_executor_config()
   if executor_config:
     documents.append({'platforms': {KUBERNETES_PLATFORM: {
-        'deploymentSpec': {'executors': {executor: executor_config}}}}})
+        'deploymentSpec': {'executors': {
+            executor: executor_config for executor in tpu_executors}}}}})
   # Strict round trips through the real protobufs: nothing unknown is written.
   kfp_v2_protos.parse(documents[0], kfp_v2_protos.PIPELINE_SPEC)
   if executor_config:
@@ -388,19 +444,20 @@ def _compile_v2(options: CompileOptions, pod: kubeflow.TrainerPod,
   with open(os.path.join(staging, os.path.basename(paths[0])), 'w') as f:
     yaml.safe_dump_all(documents, f, sort_keys=False)
 
+  summaries = (describe_kfp_v2_trainer(
+      os.path.join(staging, os.path.basename(paths[0])), trainer_id),)
+  if not options.vertex_job:
+    return summaries
   vertex_resources = pod.vertex_resources(vertex_type)
   if vertex_resources:
-    _container(job['pipelineSpec'], executor)['resources'] = vertex_resources
+    for executor in tpu_executors:
+      _container(job['pipelineSpec'], executor)['resources'] = (
+          vertex_resources)
   _parse_vertex_job(job)
   with open(os.path.join(staging, os.path.basename(paths[1])), 'w') as f:
     json.dump(job, f, indent=2, sort_keys=True)
-  return (
-      describe_kfp_v2_trainer(os.path.join(staging,
-                                           os.path.basename(paths[0])),
-                              trainer.id),
-      describe_vertex_trainer(os.path.join(staging,
-                                           os.path.basename(paths[1])),
-                              trainer.id))
+  return summaries + (describe_vertex_trainer(
+      os.path.join(staging, os.path.basename(paths[1])), trainer_id),)
 
 
 def _parse_vertex_job(job: Dict[str, Any]) -> None:
@@ -463,7 +520,8 @@ def describe_v1_trainer(path: str, trainer_id: str) -> str:
                    resources.get('requests') or {},
                    step.get('nodeSelector') or {},
                    step.get('tolerations') or [],
-                   (step.get('metadata') or {}).get('annotations') or {})
+                   (step.get('metadata') or {}).get('annotations') or {},
+                   container.get('env') or [])
 
 
 def describe_kfp_v2_trainer(path: str, trainer_id: str) -> str:
@@ -484,7 +542,8 @@ def describe_kfp_v2_trainer(path: str, trainer_id: str) -> str:
         'executors'].get(executor, {})
   return _describe(os.path.basename(path), container['image'], limits,
                    requests, (config.get('nodeSelector') or {}).get(
-                       'labels', {}), config.get('tolerations') or [], {})
+                       'labels', {}), config.get('tolerations') or [], {},
+                   container.get('env') or [])
 
 
 def describe_vertex_trainer(path: str, trainer_id: str) -> str:
@@ -499,13 +558,14 @@ def describe_vertex_trainer(path: str, trainer_id: str) -> str:
     if field in resources:
       limits[name] = f'{resources[field]:g}{unit}'
   return _describe(os.path.basename(path), container['image'], limits, {}, {},
-                   [], {})
+                   [], {}, container.get('env') or [])
 
 
 def _describe(name: str, image: str, limits: Dict[str, Any],
               requests: Dict[str, Any], node_selector: Dict[str, str],
               tolerations: List[Dict[str, Any]],
-              annotations: Dict[str, str]) -> str:
+              annotations: Dict[str, str],
+              env: Sequence[Dict[str, Any]] = ()) -> str:
   parts = [f'image {image}']
   if limits:
     parts.append('limits ' + ', '.join(f'{k}: {v}' for k, v in limits.items()))
@@ -522,6 +582,10 @@ def _describe(name: str, image: str, limits: Dict[str, Any],
   if annotations:
     parts.append('annotations ' + ', '.join(
         f'{k}: {v}' for k, v in annotations.items()))
+  runtime_env = [f'{e.get("name")}={e.get("value")}' for e in env
+                 if e.get('name') in runtimes.STEP_ENV_NAMES]
+  if runtime_env:
+    parts.append('TPU runtime env ' + ', '.join(runtime_env))
   if not any('tpu' in str(k).lower() for k in limits):
     parts.append('no TPU')
   return f'{name}: ' + '; '.join(parts)

@@ -14,12 +14,13 @@ from typing import List, Optional, Sequence
 
 from tfx_tpu_trainer.kubeflow import beam_args as beam_args_lib
 from tfx_tpu_trainer.kubeflow import options as compile_options
+from tfx_tpu_trainer.kubeflow import runtimes
 from tfx_tpu_trainer_cli import common
 
 _URI = re.compile(r'^[a-z][a-z0-9+.-]*://\S+$')
 # Options that only one TPU style reads.
 _TPU_VM_FLAGS = (('accelerator', '--accelerator'), ('topology', '--topology'),
-                 ('chips', '--chips'))
+                 ('chips', '--chips'), ('tpu_runtime', '--tpu-runtime'))
 _TPU_NODE_FLAGS = (('tpu_node_version', '--tpu-node-version'),
                    ('tpu_cores', '--tpu-cores'), ('tf_version', '--tf-version'))
 
@@ -82,7 +83,8 @@ def add_parser(subparsers) -> None:
       'limit, kubeflow runner only, with a warning (default: tpu-vm).')
   parser.add_argument('--accelerator', default=None,
                       help='tpu-vm: GKE TPU accelerator (default: '
-                      'tpu-v5-lite-podslice).')
+                      f'{runtimes.DEFAULT_ACCELERATOR}: '
+                      f'{runtimes.DEFAULT_ACCELERATOR_REASON}).')
   parser.add_argument('--topology', default=None,
                       help='tpu-vm: single-host topology, e.g. 2x4 or 2x2x1 '
                       '(default: the accelerator\'s largest single-host '
@@ -90,6 +92,7 @@ def add_parser(subparsers) -> None:
   parser.add_argument('--chips', type=common.positive_int, default=None,
                       help='tpu-vm: google.com/tpu limit; must equal the '
                       'topology\'s chip count (the default).')
+  _add_tpu_runtime_arguments(parser)
   parser.add_argument('--tpu-node-version', default=None,
                       help='tpu-node: v2, v3, preemptible-v2 or '
                       'preemptible-v3 (default: v3).')
@@ -138,6 +141,41 @@ def add_parser(subparsers) -> None:
   parser.add_argument('--eval-batch-size', type=common.positive_int,
                       default=64)
   parser.set_defaults(handler=_compile)
+
+
+def _add_tpu_runtime_arguments(parser) -> None:
+  """--tpu-runtime, --tpu-check, --no-vertex-job (issue 23)."""
+  parser.add_argument(
+      '--tpu-runtime', choices=runtimes.RUNTIMES, default=None,
+      help='tpu-vm: TensorFlow 2.15\'s TPU runtime on the trainer step, set '
+      'by its environment: se (StreamExecutor) or pjrt (default: the '
+      'generation\'s, se on v4, pjrt on v5e and v5p; docs/kubeflow.md, "TPU '
+      'runtimes"). Build the trainer image with the Dockerfile target '
+      'tpu-se or tpu-pjrt to match.')
+  parser.add_argument(
+      '--tpu-check', action='store_true',
+      help='Add `tfx-tpu-trainer tpu-check` as the first step, scheduled like '
+      'the trainer (image, TPU, runtime), so a TPU that cannot run the '
+      'trainer fails the run before the data steps.')
+  parser.add_argument(
+      '--no-vertex-job', dest='vertex_job', action='store_false',
+      help='kubeflow_v2: write the KFP v2 spec alone, no Vertex AI job (a '
+      'Vertex AI job cannot schedule the trainer on a GKE TPU VM slice).')
+
+
+def _tpu_runtime(args, tpu):
+  """The validated TPU runtime choice (None: no TPU VM)."""
+  if args.tpu_check and not args.use_tpu:
+    raise common.UsageError('--tpu-check needs --use-tpu: it checks the '
+                            'trainer\'s TPU.')
+  if not args.vertex_job and args.runner != 'kubeflow_v2':
+    raise common.UsageError('--no-vertex-job needs --runner kubeflow_v2.')
+  if tpu is None or not hasattr(tpu, 'accelerator'):
+    return None
+  try:
+    return runtimes.choose(tpu.accelerator, args.tpu_runtime)
+  except runtimes.TPURuntimeError as e:
+    raise common.UsageError(str(e)) from e
 
 
 def _location(value: str, flag: str) -> str:
@@ -205,7 +243,7 @@ def _output_path(args, runner: str, pipeline_name: str) -> str:
   directory = os.path.dirname(path)
   if os.path.exists(directory) and not os.path.isdir(directory):
     raise common.UsageError(f'--output-dir {directory!r} is not a directory.')
-  for output in kubeflow_compile.output_paths(runner, path):
+  for output in kubeflow_compile.output_paths(runner, path, args.vertex_job):
     if os.path.isdir(output):
       raise common.UsageError(f'--output-file: {output!r} is a directory.')
   return path
@@ -279,6 +317,7 @@ def validate_compile_args(args):
   if (args.tpu_zone or args.tpu_project) and not args.tpu_name:
     raise common.UsageError('--tpu-zone and --tpu-project need --tpu-name.')
   tpu = _tpu_request(args)
+  _tpu_runtime(args, tpu)
   node_selector, tolerations, cpu, memory = _trainer_pod_options(args)
   options = kubeflow_compile.CompileOptions(
       runner=runner,
@@ -305,12 +344,15 @@ def validate_compile_args(args):
       train_batch_size=args.train_batch_size,
       eval_batch_size=args.eval_batch_size,
       use_gcp_sa=args.use_gcp_secret,
-      beam_args=tuple(_beam_args(args.beam_arg)))
+      beam_args=tuple(_beam_args(args.beam_arg)),
+      tpu_runtime=args.tpu_runtime,
+      tpu_check=args.tpu_check,
+      vertex_job=args.vertex_job)
   try:
     options.trainer_pod  # pylint: disable=pointless-statement
   except kubeflow.TPUSchedulingError as e:
     raise common.UsageError(str(e)) from e
-  if runner == 'kubeflow_v2':
+  if runner == 'kubeflow_v2' and options.vertex_job:
     try:
       kubeflow_compile.vertex_accelerator_type(options)
     except ValueError as e:
@@ -345,11 +387,19 @@ def _compile(args) -> int:
     print('tfx-tpu-trainer compile: warning: ' +
           kubeflow.TPU_NODE_RETIRED_WARNING, file=sys.stderr)
   result = kubeflow_compile.compile_pipeline(options)
+  if result.tpu_runtime is not None:
+    for warning in result.tpu_runtime.warnings:
+      print('tfx-tpu-trainer compile: warning: ' + warning, file=sys.stderr)
   for path in result.paths:
     print(f'Wrote {path} ({_file_kind(result.runner, path)}).')
   print(f'  Trainer step:   {result.trainer_id}')
   for summary in result.trainer_summaries:
     print(f'    {summary}')
+  if result.tpu_runtime is not None:
+    print(f'  TPU runtime:    {result.tpu_runtime.describe()}')
+  if result.tpu_check_id:
+    print(f'  TPU check:      step {result.tpu_check_id} first, scheduled like '
+          'the trainer (tfx-tpu-trainer tpu-check)')
   print(f'  custom_config:  {result.custom_config}')
   print(f'  Beam args:      {" ".join(result.beam_pipeline_args)}')
   print(f'  Module files:   {options.trainer_module_file}, '
@@ -359,9 +409,12 @@ def _compile(args) -> int:
           f'{compile_options.DEFAULT_IMAGE}; build the Dockerfile, push it, '
           'and pass its name.')
   if options.use_tpu and not options.trainer_image:
+    target = (result.tpu_runtime.image_target if result.tpu_runtime else
+              'tpu-se')
     print('  Note: no --trainer-image: the trainer runs --image; training on '
-          'TPU needs the TPU runtime (libtpu): build `make tpu-image`, push '
-          'it, and pass it as --trainer-image.')
+          'TPU needs the TPU runtime (libtpu): build the Dockerfile target '
+          f'{target} (`make tpu-image`), push it, and pass it as '
+          '--trainer-image.')
   if options.use_tpu and 'tpu' not in result.custom_config:
     print('  Note: no --tpu-name: the trainer takes the TPU from TPU_NAME, '
           'or else KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS (set by GKE for a TPU '

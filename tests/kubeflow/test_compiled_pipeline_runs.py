@@ -170,7 +170,8 @@ def test_tpu_pipeline_fails_only_at_the_trainer_with_no_tpu(
   # Beam in memory here (through --beam-arg, which must reach every step):
   # the CPU test already proves the multi-processing default, and this
   # keeps the test short.
-  workflow = _compile(work, data_root, 'tpu', '--trainer-image',
+  workflow = _compile(work, data_root, 'tpu', '--accelerator',
+                      'tpu-v5-lite-podslice', '--trainer-image',
                       'gcr.io/test/tfx-tpu-trainer-tpu:1',
                       '--beam-arg=--direct_running_mode=in_memory')
   trainer_template = [t for t in workflow['spec']['templates']

@@ -4,8 +4,9 @@ TensorFlow 2.15 on TPU VMs comes in two runtimes (Google, "TPU software
 versions", https://cloud.google.com/tpu/docs/runtimes, which lists
 `tpu-vm-tf-2.15.0-se/-pjrt` and `tpu-vm-tf-2.15.1-se/-pjrt`):
 
-* StreamExecutor (`se`): the runtime TPUEstimator was written against;
-  TensorFlow loads `/lib/libtpu.so` itself.
+* StreamExecutor (`se`): the only runtime before TF 2.15 (same page), so the
+  one TPUEstimator was developed and tested on; TensorFlow loads
+  `/lib/libtpu.so` itself.
 * PJRT (`pjrt`): libtpu as a pluggable device, switched on by
   `NEXT_PLUGGABLE_DEVICE_USE_C_API=true` and
   `TF_PLUGGABLE_DEVICE_LIBRARY_PATH=/lib/libtpu.so` (Google's Vertex AI page
@@ -39,6 +40,8 @@ PJRT_ENV = {'NEXT_PLUGGABLE_DEVICE_USE_C_API': 'true',
 RUNTIME_ENV = 'TFX_TPU_TRAINER_TPU_RUNTIME'
 ACCELERATOR_ENV = 'TFX_TPU_TRAINER_ACCELERATOR'
 LIBTPU_VERSION_ENV = 'TFX_TPU_TRAINER_LIBTPU_VERSION'
+# Every variable a compiled TPU step may carry from here.
+STEP_ENV_NAMES = (RUNTIME_ENV, ACCELERATOR_ENV) + tuple(PJRT_ENV)
 
 # The sources cited by the matrix.
 SOURCE_RUNTIMES = 'https://cloud.google.com/tpu/docs/runtimes'
@@ -89,8 +92,8 @@ GENERATIONS: Dict[str, Generation] = {g.name: g for g in (
         name='v4',
         accelerators=('tpu-v4-podslice',),
         runtimes=(SE, PJRT),
-        estimator=('StreamExecutor: the runtime TPUEstimator was built on; '
-                   'no failure reported. PJRT: untested by any report found'),
+        estimator=('StreamExecutor (the only runtime before TF 2.15): no '
+                   'failure reported. PJRT: no report found either way'),
         broken=((PJRT, 'the PJRT path of ' + _PJRT_ESTIMATOR_REPORT),)),
     Generation(
         name='v5e',
@@ -118,9 +121,10 @@ GENERATIONS: Dict[str, Generation] = {g.name: g for g in (
 DEFAULT_ACCELERATOR = 'tpu-v4-podslice'
 DEFAULT_ACCELERATOR_REASON = (
     'v4 is the newest generation on which TensorFlow 2.15 runs the '
-    'StreamExecutor runtime, the one TPUEstimator was written against; v5e '
-    'and v5p need PJRT, under which tf.estimator is reported broken '
-    f'({ISSUE_90807}), and v6e has no TensorFlow support.')
+    'StreamExecutor runtime, the only one before TF 2.15 and so the one '
+    'TPUEstimator was developed on; v5e and v5p need PJRT, under which '
+    f'tf.estimator is reported broken ({ISSUE_90807}), and v6e has no '
+    'TensorFlow support.')
 
 
 def generation(accelerator: str) -> Generation:
@@ -160,7 +164,7 @@ class RuntimeChoice:
     return f'tpu-{self.runtime}'
 
   def describe(self) -> str:
-    return (f'TPU runtime {self.runtime} ({self.generation}, image target '
+    return (f'{self.runtime} (TPU {self.generation}, Dockerfile target '
             f'{self.image_target}; env ' + ', '.join(
                 f'{k}={v}' for k, v in self.env.items()) + ')')
 
