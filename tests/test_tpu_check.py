@@ -186,3 +186,22 @@ def test_round_trip_is_the_trainers_path_on_cpu(tmp_path):
   assert result['predicted_examples'] == 2 * tpu_check.ROUND_TRIP_BATCH_SIZE
   assert set(timings) == {'build', 'train and evaluate', 'predict', 'export'}
   assert os.path.isdir(tmp_path / 'serving_model')
+
+
+@pytest.mark.slow
+def test_with_tensorflow_imported_the_tf_steps_run_in_process(tmp_path):
+  import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
+  (tmp_path / 'dev').mkdir()
+  (tmp_path / 'dev' / 'accel0').write_text('')
+  library = tmp_path / 'libtpu.so'
+  library.write_bytes(b'\x7fELF')
+  results = tpu_check.run_checks(
+      environ={'TPU_LIBRARY_PATH': str(library),
+               runtimes.ACCELERATOR_ENV: 'tpu-v4-podslice',
+               runtimes.RUNTIME_ENV: 'se'},
+      dev_dir=str(tmp_path / 'dev'))
+  # No TPU behind the device file: the TF1 session cannot start it.
+  assert [(r.step, r.ok) for r in results] == [
+      ('tpu', True), ('libtpu', True), ('runtime', True),
+      ('tpu system', False)]
+  assert results[-1].advice.startswith('the TPU runtime could not start')

@@ -19,7 +19,10 @@
 Steps 4 and 5 run in a child process (`python -m tfx_tpu_trainer.tpu_check`)
 that reports each step as a JSON line: a TPU runtime that segfaults (as
 tensorflow/tensorflow#90807 reports under PJRT) or hangs is then named as the
-step it broke, with what to do, instead of killing the check.
+step it broke, with what to do, instead of killing the check. Where this
+process has imported TensorFlow already (the pipeline step: TFX's
+entrypoint imports it, and a TPU build of TensorFlow takes the TPU when it
+loads libtpu), a child could not get the TPU, so they run in-process.
 """
 
 import dataclasses
@@ -325,6 +328,31 @@ def _child_main(work_dir: str, tpu_name: str) -> int:
   return 0
 
 
+def run_steps_in_process(tpu_name: str) -> List[CheckResult]:
+  """Steps 4 and 5 in this process, stopping at the first that fails."""
+  results = []
+  with tempfile.TemporaryDirectory(prefix='tpu-check-') as work_dir:
+    steps = (
+        (SYSTEM_STEP, lambda timings: initialize_tpu_system(tpu_name)),
+        (ROUND_TRIP_STEP, lambda timings: round_trip(
+            work_dir, use_tpu=True, tpu_name=tpu_name, timings=timings)),
+    )
+    for step, run in steps:
+      started = time.monotonic()
+      timings: Dict[str, float] = {}
+      try:
+        event = {'ok': True, 'result': run(timings), 'timings': timings}
+      except Exception as e:  # pylint: disable=broad-except
+        event = {'ok': False,
+                 'detail': f'{type(e).__name__}: {str(e).splitlines()[0][:500]}'
+                           if str(e) else type(e).__name__}
+      event['seconds'] = time.monotonic() - started
+      results.append(_describe_child_result(step, event))
+      if not event['ok']:
+        break
+  return results
+
+
 def _describe_child_result(step: str, event: Dict[str, Any]) -> CheckResult:
   if not event.get('ok'):
     return CheckResult(step, False, event.get('detail', ''),
@@ -430,7 +458,9 @@ def run_checks(environ: Optional[Mapping[str, str]] = None,
       return results
   tpu_name = next((environ[k] for k in TPU_NAME_ENVS if environ.get(k)),
                   'local')
-  for result in run_child_steps(tpu_name, timeout_secs):
+  in_process = 'tensorflow' in sys.modules  # See the module docstring.
+  for result in (run_steps_in_process(tpu_name) if in_process else
+                 run_child_steps(tpu_name, timeout_secs)):
     results.append(result)
     report(result)
   return results

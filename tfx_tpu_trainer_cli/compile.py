@@ -110,8 +110,11 @@ def add_parser(subparsers) -> None:
   parser.add_argument(
       '--vertex-accelerator-type', default=None,
       help='kubeflow_v2: the trainer\'s accelerator in the Vertex AI job, a '
-      'Vertex AI AcceleratorType name (default: from --accelerator: '
-      'TPU_V5_LITEPOD for v5e, TPU_V4_POD for v4; v5p and v6e have none).')
+      'Vertex AI AcceleratorType name. With a TPU every value is refused: a '
+      'Vertex pipeline step takes TPU_V2/TPU_V3, which would disagree with '
+      'the GKE TPU VM slice of the KFP v2 spec, and TPU_V4_POD/'
+      'TPU_V5_LITEPOD need a machine type and topology a step cannot carry '
+      '(use --no-vertex-job; docs/kubeflow.md, "Vertex AI and TPUs").')
   parser.add_argument(
       '--trainer-node-selector', action='append', default=[],
       metavar='KEY=VALUE',

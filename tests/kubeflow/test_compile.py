@@ -432,26 +432,26 @@ V5E = 'tpu-v5-lite-podslice'
      "accelerator 'tpu-v9' is not a known GKE TPU accelerator; accepted "
      'values: tpu-v4-podslice, tpu-v5-lite-device, tpu-v5-lite-podslice, '
      'tpu-v5p-slice, tpu-v6e-slice.'),
-    (['--topology', '2x4', '--chips', '4'],
+    (['--accelerator', V5E, '--topology', '2x4', '--chips', '4'],
      f'chips 4 does not match topology 2x4 of {V5E}: a single-host slice '
      'requests all its chips, 2*4 = 8.'),
     (['--accelerator', 'tpu-v4-podslice', '--chips', '8'],
      'chips 8 does not match topology 2x2x1 of tpu-v4-podslice: a single-host '
      'slice requests all its chips, 2*2*1 = 4.'),
-    (['--topology', '4x4'],
+    (['--accelerator', V5E, '--topology', '4x4'],
      f"topology '4x4' of {V5E} is a multi-host slice (16 chips; one host has "
      'at most 8), and a Kubeflow step runs one pod on one host; accepted '
      'values: 1x1, 2x2, 2x4.'),
-    (['--topology', '4x2'],
+    (['--accelerator', V5E, '--topology', '4x2'],
      f"topology '4x2' is not a single-host topology of {V5E}; accepted "
      'values: 1x1, 2x2, 2x4.'),
-    (['--topology', '2x2x1'],
+    (['--accelerator', V5E, '--topology', '2x2x1'],
      f"topology '2x2x1' does not have the form AxB of {V5E} topologies; "
      'accepted values: 1x1, 2x2, 2x4.'),
     (['--accelerator', 'tpu-v5p-slice', '--topology', '2x4'],
      "topology '2x4' does not have the form AxBxC of tpu-v5p-slice "
      'topologies; accepted values: 2x2x1.'),
-    (['--topology', 'two-by-four'],
+    (['--accelerator', V5E, '--topology', 'two-by-four'],
      f"topology 'two-by-four' does not have the form AxB of {V5E} "
      'topologies; accepted values: 1x1, 2x2, 2x4.'),
     (['--tpu-style', 'tpu-node', '--tpu-node-version', 'v4'],
@@ -668,15 +668,18 @@ def test_console_script_compiles_offline(tmp_path):
   assert (f'Wrote {tmp_path / "taxi.yaml"} (Argo workflow for KFP v1).'
           in result.stdout)
   # The summary is read back from the file written.
+  # The default: TPU v4, one host, StreamExecutor (runtimes.py says why).
   assert ('    taxi.yaml: image gcr.io/YOUR_PROJECT/tfx-tpu-trainer:latest; '
-          'limits google.com/tpu: 8; node selector '
-          'cloud.google.com/gke-tpu-accelerator=tpu-v5-lite-podslice, '
-          'cloud.google.com/gke-tpu-topology=2x4; tolerations '
-          'google.com/tpu:NoSchedule\n') in result.stdout
+          'limits google.com/tpu: 4; node selector '
+          'cloud.google.com/gke-tpu-accelerator=tpu-v4-podslice, '
+          'cloud.google.com/gke-tpu-topology=2x2x1; tolerations '
+          'google.com/tpu:NoSchedule; TPU runtime env '
+          'TFX_TPU_TRAINER_TPU_RUNTIME=se, '
+          'TFX_TPU_TRAINER_ACCELERATOR=tpu-v4-podslice\n') in result.stdout
   with open(tmp_path / 'taxi.yaml') as f:
     trainer = _steps(yaml.safe_load(f))[TRAINER_STEP]
   assert trainer['container']['resources'] == {
-      'limits': {'google.com/tpu': '8'}}
+      'limits': {'google.com/tpu': '4'}}
 
 
 # --- Retired TPU-node style; Beam arguments for Dataflow ---------------------

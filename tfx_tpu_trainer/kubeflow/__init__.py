@@ -9,4 +9,10 @@
                 (including retries whose execution had already succeeded).
   kfp_v2_protos today's KFP v2 PipelineSpec/PlatformSpec and kfp-kubernetes
                 protobufs (from `proto/`), beside the pinned kfp's older ones.
+  runtimes      TF 2.15's TPU runtimes (StreamExecutor, PJRT) per TPU
+                generation, with sources: the support matrix as data.
+  beam_args     the `--beam-arg` values, checked as Beam reads them, and
+                which components get them.
+  vertex_tpu    why a Vertex AI pipeline step cannot carry a GKE TPU slice.
+  tpu_check_step `tpu-check` as a pipeline's first step (`TpuCheck`).
 """
