@@ -296,8 +296,8 @@ _ADVICE = {
         'matches TensorFlow (1.9.0 for 2.15)'),
     ROUND_TRIP_STEP: (
         'the TPU starts but TPUEstimator does not run on it with this runtime: '
-        f'on v4 use the StreamExecutor runtime (tpu-se); see {runtimes.ISSUE_90807}'
-        ' and docs/kubeflow.md, "TPU runtimes"'),
+        'on v4 use the StreamExecutor runtime (tpu-se); see '
+        f'{runtimes.ISSUE_90807} and docs/kubeflow.md, "TPU runtimes"'),
 }
 
 
@@ -359,9 +359,10 @@ def _describe_child_result(step: str, event: Dict[str, Any]) -> CheckResult:
                        event.get('seconds', 0.0), _ADVICE[step])
   result = event.get('result') or {}
   if step == SYSTEM_STEP:
+    mesh = 'x'.join(map(str, result.get('mesh_shape', [])))
     detail = (f'initialised from a TF1 session on {result.get("master")!r}: '
               f'{result.get("devices")} TPU devices, {result.get("hosts")} '
-              f'host(s), mesh {"x".join(map(str, result.get("mesh_shape", [])))}')
+              f'host(s), mesh {mesh}')
   else:
     timings = event.get('timings') or {}
     detail = ('train+eval+predict+export: ' + ', '.join(
@@ -467,7 +468,8 @@ def run_checks(environ: Optional[Mapping[str, str]] = None,
 
 
 def check_or_raise(environ: Optional[Mapping[str, str]] = None,
-                   timeout_secs: float = DEFAULT_TIMEOUT_SECS) -> List[CheckResult]:
+                   timeout_secs: float = DEFAULT_TIMEOUT_SECS
+                  ) -> List[CheckResult]:
   """All checks; raises `TpuCheckError` naming the first that failed."""
   results = run_checks(environ, timeout_secs=timeout_secs)
   failed = [r for r in results if not r.ok]
