@@ -93,13 +93,7 @@ GKE_TPU_ACCELERATORS: Dict[str, GkeTpuAccelerator] = {
 }
 # Chosen on the runtime evidence (runtimes.DEFAULT_ACCELERATOR_REASON).
 DEFAULT_ACCELERATOR = runtimes.DEFAULT_ACCELERATOR
-# Vertex AI's names (google.cloud.aiplatform_v1.types.AcceleratorType, in
-# google-cloud-aiplatform 1.91) of the GKE accelerators; v5p and v6e have none.
-VERTEX_ACCELERATOR_TYPES = {
-    'tpu-v4-podslice': 'TPU_V4_POD',
-    'tpu-v5-lite-device': 'TPU_V5_LITEPOD',
-    'tpu-v5-lite-podslice': 'TPU_V5_LITEPOD',
-}
+# Vertex AI: a pipeline step cannot carry these TPUs (vertex_tpu.py).
 
 # TPU node style (`kfp.gcp.use_tpu`): resource `cloud-tpus.google.com/<v>`.
 TPU_NODE_RESOURCE_PREFIX = 'cloud-tpus.google.com/'
@@ -186,11 +180,6 @@ class TpuVmScheduling:
     for toleration in self.tolerations:
       op.add_toleration(toleration)
     return op
-
-  @property
-  def vertex_accelerator_type(self) -> Optional[str]:
-    """Vertex AI's `AcceleratorType` name for this TPU, None if it has none."""
-    return VERTEX_ACCELERATOR_TYPES.get(self.accelerator)
 
   def describe(self) -> str:
     return (f'{TPU_VM_RESOURCE}: {self.chips} on {self.accelerator} '
