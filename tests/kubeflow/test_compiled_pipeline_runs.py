@@ -12,8 +12,9 @@ points at. Data: 1,000 rows of the taxi CSV; 100 training steps on CPU.
    multi-processing DirectRunner included), the model is pushed, the
    trainer's /mlpipeline-metrics.json and /mlpipeline-ui-metadata.json are
    valid; the trainer step retried in a new pod exits 0 with the same metrics.
-2. The TPU compile (the default v4 2x2x1, with `--beam-arg=--direct_running_mode=in_memory`
-   to keep it short, and to see a --beam-arg reach the steps): every step
+2. The TPU compile (the default v4 2x2x1, with
+   `--beam-arg=--direct_running_mode=in_memory` to keep it short, and to
+   see a --beam-arg reach the steps): every step
    before the trainer exits 0, and the trainer fails with the project's
    "no TPU" message.
 """
