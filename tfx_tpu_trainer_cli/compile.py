@@ -55,7 +55,10 @@ def add_parser(subparsers) -> None:
       f'(default: the placeholder {compile_options.DEFAULT_IMAGE}).')
   parser.add_argument('--trainer-image', default=None,
                       help='Image of the trainer step only, e.g. one with the '
-                      'TPU runtime (default: --image).')
+                      'TPU runtime (default: --image). {runtime} in it '
+                      'becomes the TPU runtime chosen for --accelerator (se '
+                      'or pjrt), e.g. gcr.io/P/tfx-tpu-trainer-tpu-{runtime}:1 '
+                      'picks the Dockerfile target\'s image per generation.')
   parser.add_argument('--pipeline-root', required=True,
                       help='Pipeline root in the cluster, e.g. '
                       'gs://BUCKET/tfx/taxi_tpu.')
@@ -179,6 +182,17 @@ def _tpu_runtime(args, tpu):
     return runtimes.choose(tpu.accelerator, args.tpu_runtime)
   except runtimes.TPURuntimeError as e:
     raise common.UsageError(str(e)) from e
+
+
+def _runtime_image(image: Optional[str], runtime) -> Optional[str]:
+  """`{runtime}` in --trainer-image: the chosen TPU runtime (se, pjrt)."""
+  if image is None or runtimes.IMAGE_RUNTIME_FIELD not in image:
+    return image
+  if runtime is None:
+    raise common.UsageError(
+        f'--trainer-image {image!r} names {runtimes.IMAGE_RUNTIME_FIELD}, '
+        'which needs a TPU VM runtime (--use-tpu, --tpu-style tpu-vm).')
+  return runtime.image_name(image)
 
 
 def _location(value: str, flag: str) -> str:
@@ -320,7 +334,7 @@ def validate_compile_args(args):
   if (args.tpu_zone or args.tpu_project) and not args.tpu_name:
     raise common.UsageError('--tpu-zone and --tpu-project need --tpu-name.')
   tpu = _tpu_request(args)
-  _tpu_runtime(args, tpu)
+  runtime = _tpu_runtime(args, tpu)
   node_selector, tolerations, cpu, memory = _trainer_pod_options(args)
   options = kubeflow_compile.CompileOptions(
       runner=runner,
@@ -330,7 +344,8 @@ def validate_compile_args(args):
           args.serving_model_dir, '--serving-model-dir')),
       output_path=_output_path(args, runner, pipeline_name),
       image=_image(args.image, '--image'),
-      trainer_image=_image(args.trainer_image, '--trainer-image'),
+      trainer_image=_runtime_image(
+          _image(args.trainer_image, '--trainer-image'), runtime),
       pipeline_name=pipeline_name,
       use_tpu=args.use_tpu,
       tpu=tpu,

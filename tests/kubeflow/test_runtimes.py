@@ -167,3 +167,29 @@ def test_v2_tpu_executors_carry_the_chosen_runtime(tmp_path, capsys):
   assert 'TPU runtime env NEXT_PLUGGABLE_DEVICE_USE_C_API=true' in (
       captured.out)
   assert 'TPU v4 with the pjrt runtime: reported broken' in captured.err
+
+
+@pytest.mark.parametrize('accelerator,image', [
+    ('tpu-v4-podslice', 'gcr.io/p/tfx-tpu-trainer-tpu-se:1'),
+    ('tpu-v5p-slice', 'gcr.io/p/tfx-tpu-trainer-tpu-pjrt:1')])
+def test_trainer_image_follows_the_generations_runtime(tmp_path, capsys,
+                                                       accelerator, image):
+  assert cli.main(['compile', '--pipeline-root', PIPELINE_ROOT, '--data-root',
+                   DATA_ROOT, '--output-dir', str(tmp_path), '--accelerator',
+                   accelerator, '--trainer-image',
+                   'gcr.io/p/tfx-tpu-trainer-tpu-{runtime}:1']) == 0
+  assert f'taxi_tpu.tar.gz: image {image};' in capsys.readouterr().out
+  template, _ = _v1_env(str(tmp_path / 'taxi_tpu.tar.gz'), 'TPUTrainer')
+  assert template['container']['image'] == image
+
+
+def test_a_runtime_image_without_a_tpu_is_refused(tmp_path, capsys):
+  assert cli.main(['compile', '--pipeline-root', PIPELINE_ROOT, '--data-root',
+                   DATA_ROOT, '--output-dir', str(tmp_path / 'out'),
+                   '--no-use-tpu', '--trainer-image',
+                   'gcr.io/p/tpu-{runtime}:1']) == 2
+  assert capsys.readouterr().err == (
+      "tfx-tpu-trainer compile: error: --trainer-image "
+      "'gcr.io/p/tpu-{runtime}:1' names {runtime}, which needs a TPU VM "
+      'runtime (--use-tpu, --tpu-style tpu-vm).\n')
+  assert not (tmp_path / 'out').exists()

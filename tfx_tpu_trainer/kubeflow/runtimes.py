@@ -40,6 +40,8 @@ PJRT_ENV = {'NEXT_PLUGGABLE_DEVICE_USE_C_API': 'true',
 RUNTIME_ENV = 'TFX_TPU_TRAINER_TPU_RUNTIME'
 ACCELERATOR_ENV = 'TFX_TPU_TRAINER_ACCELERATOR'
 LIBTPU_VERSION_ENV = 'TFX_TPU_TRAINER_LIBTPU_VERSION'
+# In a trainer image name, replaced by the chosen runtime (se, pjrt).
+IMAGE_RUNTIME_FIELD = '{runtime}'
 # Every variable a compiled TPU step may carry from here.
 STEP_ENV_NAMES = (RUNTIME_ENV, ACCELERATOR_ENV) + tuple(PJRT_ENV)
 
@@ -162,6 +164,10 @@ class RuntimeChoice:
   def image_target(self) -> str:
     """The Dockerfile target built for this runtime."""
     return f'tpu-{self.runtime}'
+
+  def image_name(self, template: str) -> str:
+    """`template` with `IMAGE_RUNTIME_FIELD` replaced by the runtime."""
+    return template.replace(IMAGE_RUNTIME_FIELD, self.runtime)
 
   def describe(self) -> str:
     return (f'{self.runtime} (TPU {self.generation}, Dockerfile target '
