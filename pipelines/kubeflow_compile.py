@@ -96,7 +96,7 @@ class CompileOptions:
   # Folders in the image added to every step's PYTHONPATH (after
   # IMAGE_COMPONENTS_DIR), e.g. that of another preprocessing module.
   python_path: Tuple[str, ...] = ()
-  # TPU runtime (runtimes.py): se or pjrt; None: the generation's default.
+  # TPU runtime (tpu_runtimes.py): se or pjrt; None: the generation's default.
   tpu_runtime: Optional[str] = None
   # A TpuCheck step before every other, scheduled like the trainer.
   tpu_check: bool = False

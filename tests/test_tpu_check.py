@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from tfx_tpu_trainer import tpu_check
-from tfx_tpu_trainer.kubeflow import runtimes
+from tfx_tpu_trainer import tpu_runtimes as runtimes
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _NO_TPU_ENV = {k: v for k, v in os.environ.items()

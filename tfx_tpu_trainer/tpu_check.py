@@ -5,7 +5,7 @@
    Nothing else is tried without one, so a machine without a TPU fails at
    once, before TensorFlow is imported.
 2. `libtpu`: the TPU runtime library is there, and its version.
-3. `runtime`: the runtime in use (StreamExecutor or PJRT, runtimes.py) is
+3. `runtime`: the runtime in use (StreamExecutor or PJRT, tpu_runtimes.py) is
    one TensorFlow 2.15 supports on this generation and the one the compiled
    step asked for.
 4. `tpu system`: `tf.compat.v1.tpu.initialize_system()` runs in a TF1 session
@@ -38,7 +38,7 @@ import time
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from tfx_tpu_trainer import errors
-from tfx_tpu_trainer.kubeflow import runtimes
+from tfx_tpu_trainer import tpu_runtimes as runtimes
 
 TPU_STEP, LIBTPU_STEP, RUNTIME_STEP, SYSTEM_STEP, ROUND_TRIP_STEP = (
     'tpu', 'libtpu', 'runtime', 'tpu system', 'round trip')

@@ -426,7 +426,7 @@ def test_compile_writes_nothing_under_pipeline_root_and_restores_env(
 def test_tpu_vm_defaults_and_chip_rule():
   from tfx_tpu_trainer import errors  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer.kubeflow import scheduling as kubeflow  # pylint: disable=g-import-not-at-top
-  # The default: v4, the StreamExecutor runtime (runtimes.py says why).
+  # The default: v4, the StreamExecutor runtime (tpu_runtimes.py says why).
   assert kubeflow.tpu_vm() == kubeflow.TpuVmScheduling(
       'tpu-v4-podslice', '2x2x1', 4)
   assert kubeflow.tpu_vm('tpu-v5-lite-podslice') == kubeflow.TpuVmScheduling(
@@ -698,7 +698,7 @@ def test_console_script_compiles_offline(tmp_path):
   assert (f'Wrote {tmp_path / "taxi.yaml"} (Argo workflow for KFP v1).'
           in result.stdout)
   # The summary is read back from the file written.
-  # The default: TPU v4, one host, StreamExecutor (runtimes.py says why).
+  # The default: TPU v4, one host, StreamExecutor (tpu_runtimes.py says why).
   assert ('    taxi.yaml: image gcr.io/YOUR_PROJECT/tfx-tpu-trainer:latest; '
           'limits google.com/tpu: 4; node selector '
           'cloud.google.com/gke-tpu-accelerator=tpu-v4-podslice, '

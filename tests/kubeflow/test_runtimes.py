@@ -1,4 +1,4 @@
-"""TPU runtimes per generation: the matrix (runtimes.py, rendered in
+"""TPU runtimes per generation: the matrix (tpu_runtimes.py, rendered in
 docs/kubeflow.md), the default accelerator and its reason, refusals and
 warnings citing their sources, and compiled v1/v2 files whose TPU steps
 carry the chosen runtime's environment (shown in the compile summary)."""
@@ -8,7 +8,7 @@ import os
 import pytest
 import yaml
 
-from tfx_tpu_trainer.kubeflow import runtimes
+from tfx_tpu_trainer import tpu_runtimes as runtimes
 from tfx_tpu_trainer_cli import main as cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(

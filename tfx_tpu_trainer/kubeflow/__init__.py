@@ -14,8 +14,6 @@
   compiler      the compile API: any pipeline with TPUTrainer(s) for KFP v1,
                 KFP v2 and Vertex AI (`KubeflowOptions`, `compile_pipeline`).
   compiled_files what the compiled files say, read back from them.
-  runtimes      TF 2.15's TPU runtimes (StreamExecutor, PJRT) per TPU
-                generation, with sources: the support matrix as data.
   beam_args     the `--beam-arg` values, checked as Beam reads them, and
                 which components get them.
   vertex_tpu    why a Vertex AI pipeline step cannot carry a GKE TPU slice.

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Sequence
 
 import yaml
 
-from tfx_tpu_trainer.kubeflow import runtimes
+from tfx_tpu_trainer import tpu_runtimes as runtimes
 
 KUBERNETES_PLATFORM = 'kubernetes'
 
