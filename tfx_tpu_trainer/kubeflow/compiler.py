@@ -86,11 +86,11 @@ from tfx.utils import json_utils
 
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
+from tfx_tpu_trainer import tpu_runtimes as runtimes
 from tfx_tpu_trainer.kubeflow import beam_args as beam_args_lib
 from tfx_tpu_trainer.kubeflow import compiled_files
 from tfx_tpu_trainer.kubeflow import kfp_v2_protos
 from tfx_tpu_trainer.kubeflow import options as kubeflow_options
-from tfx_tpu_trainer import tpu_runtimes as runtimes
 from tfx_tpu_trainer.kubeflow import scheduling
 from tfx_tpu_trainer.kubeflow import tpu_check_step
 from tfx_tpu_trainer.kubeflow import v2_metrics
