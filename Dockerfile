@@ -1,5 +1,5 @@
 # Images of the Kubeflow steps, built from this repository (see README,
-# "Kubeflow"). Two targets:
+# "Kubeflow", and docs/kubeflow.md, "TPU runtimes"). Targets:
 #
 #   image (default)  every step: Python 3.10, exactly requirements.lock (TFX
 #                    1.15.1, TF 2.15.1 CPU, Beam 2.59.0, kfp 1.8.22 ...), this
@@ -7,19 +7,28 @@
 #                    worker boot as entrypoint, so Dataflow can run it as the
 #                    SDK container (--beam-arg=--sdk_container_image=...).
 #   tpu              the trainer on GKE TPU VMs: the same plus TensorFlow 2.15's
-#                    TPU VM build and its libtpu, from Google's Cloud TPU
-#                    release storage (PyPI's tensorflow-tpu starts at 2.16,
-#                    which has no Estimator).
+#                    TPU VM build and its libtpu at /lib/libtpu.so, from
+#                    Google's Cloud TPU release storage (PyPI's tensorflow-tpu
+#                    starts at 2.16, which has no Estimator); no runtime
+#                    chosen: the compiled step's environment chooses it.
+#   tpu-se           tpu with the StreamExecutor runtime (TPU v4; the
+#                    default accelerator's runtime).
+#   tpu-pjrt         tpu with the PJRT runtime (TPU v5e, v5p: PJRT only).
 #
-#   docker build --target image -t IMAGE .        (make image)
-#   docker build --target tpu -t TPU_IMAGE .      (make tpu-image)
+#   docker build --target image -t IMAGE .            (make image)
+#   docker build --target tpu-se -t TPU_SE_IMAGE .    (make tpu-image)
+#   docker build --target tpu-pjrt -t TPU_PJRT_IMAGE . (make tpu-image)
 #
-# Both run as the non-root user tfx (uid 1000). The base is Python itself,
+# `compile` sets the runtime's variables on the trainer step for the
+# accelerator's generation (tfx_tpu_trainer/tpu_runtimes.py) and names
+# the target to use; `tfx-tpu-trainer tpu-check` in the image says whether
+# the runtime it runs is the one the step asked for.
+#
+# All run as the non-root user tfx (uid 1000). The base is Python itself,
 # not tensorflow/tfx:1.15.1, whose package set differs from the lock (TFX's
 # own build script notes its TensorFlow is 2.15.0): the lock is what the
 # tests ran.
 
-# Beam's SDK worker boot binary, of the Beam version in requirements.lock.
 FROM apache/beam_python3.10_sdk:2.59.0 AS beam-sdk
 
 FROM python:3.10.13-slim-bookworm AS image
@@ -53,9 +62,12 @@ ENTRYPOINT ["/opt/apache/beam/boot"]
 
 FROM image AS tpu
 ARG USER_UID=1000
-# TensorFlow 2.15's TPU VM build: Google publishes 2.15.0 (there is no
-# 2.15.1 TPU build), with libtpu 1.9.0 for it. It replaces the CPU
-# tensorflow 2.15.1 of the lock; tensorflow-estimator 2.15.0 stays.
+# TensorFlow 2.15's TPU VM build. Google's instructions for TF 2.15 in a
+# container (Vertex AI, "Training with TPU accelerators") install the 2.15.0
+# wheel and libtpu 1.9.0 by these URLs. Google's TPU software versions list
+# tpu-vm-tf-2.15.1-se/-pjrt too, but no 2.15.1 wheel URL was found in any
+# source, so 2.15.0 stays: it replaces the lock's CPU tensorflow 2.15.1 (same
+# minor); tensorflow-estimator 2.15.0 stays.
 ARG TF_TPU_VERSION=2.15.0
 ARG LIBTPU_VERSION=1.9.0
 ARG TF_TPU_WHEEL=https://storage.googleapis.com/cloud-tpu-tpuvm-artifacts/tensorflow/tf-${TF_TPU_VERSION}/tensorflow-${TF_TPU_VERSION}-cp310-cp310-manylinux_2_17_x86_64.manylinux2014_x86_64.whl
@@ -67,8 +79,21 @@ RUN python -m pip install --no-cache-dir --no-deps --force-reinstall \
       "${TF_TPU_WHEEL}" \
     && python -c "import urllib.request, sys; urllib.request.urlretrieve(sys.argv[1], '/lib/libtpu.so')" "${LIBTPU_URL}" \
     && python -c "import tensorflow as tf, tensorflow_estimator; assert tf.__version__ == '${TF_TPU_VERSION}', tf.__version__"
-# TPU v5e runs TensorFlow through the PJRT runtime, with libtpu as a
-# pluggable device (Google's instructions for TF 2.15 on TPU VMs).
+# A bare libtpu.so records no version; tpu-check reports this one.
+ENV TFX_TPU_TRAINER_LIBTPU_VERSION=${LIBTPU_VERSION}
+USER ${USER_UID}
+
+# StreamExecutor: TensorFlow loads /lib/libtpu.so itself.
+FROM tpu AS tpu-se
+ARG USER_UID=1000
+ENV TFX_TPU_TRAINER_TPU_RUNTIME=se
+USER ${USER_UID}
+
+# PJRT: libtpu as a pluggable device (Google's two variables for TF 2.15 on
+# TPU v5e).
+FROM tpu AS tpu-pjrt
+ARG USER_UID=1000
 ENV NEXT_PLUGGABLE_DEVICE_USE_C_API=true \
-    TF_PLUGGABLE_DEVICE_LIBRARY_PATH=/lib/libtpu.so
+    TF_PLUGGABLE_DEVICE_LIBRARY_PATH=/lib/libtpu.so \
+    TFX_TPU_TRAINER_TPU_RUNTIME=pjrt
 USER ${USER_UID}

@@ -38,13 +38,16 @@ lock:
 
 # The Kubeflow images (Dockerfile targets; README "Kubeflow"). Needs Docker.
 IMAGE ?= tfx-tpu-trainer:latest
-TPU_IMAGE ?= tfx-tpu-trainer-tpu:latest
+TPU_SE_IMAGE ?= tfx-tpu-trainer-tpu-se:latest
+TPU_PJRT_IMAGE ?= tfx-tpu-trainer-tpu-pjrt:latest
 
 image:
 	docker build --target image -t $(IMAGE) .
 
+# One image per TPU runtime (docs/kubeflow.md, "TPU runtimes").
 tpu-image:
-	docker build --target tpu -t $(TPU_IMAGE) .
+	docker build --target tpu-se -t $(TPU_SE_IMAGE) .
+	docker build --target tpu-pjrt -t $(TPU_PJRT_IMAGE) .
 
 clean:
 	rm -rf $(VENV) .tools .pytest_cache

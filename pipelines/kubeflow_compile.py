@@ -80,7 +80,7 @@ class CompileOptions:
   tpu_name: Optional[str] = None
   tpu_zone: Optional[str] = None
   tpu_project: Optional[str] = None
-  vertex_accelerator_type: Optional[str] = None  # default: from the TPU
+  vertex_accelerator_type: Optional[str] = None  # refused with a TPU
   trainer_node_selector: Tuple[Tuple[str, str], ...] = ()
   trainer_tolerations: Tuple[kubeflow.Toleration, ...] = ()
   trainer_cpu: Optional[str] = None
@@ -96,6 +96,12 @@ class CompileOptions:
   # Folders in the image added to every step's PYTHONPATH (after
   # IMAGE_COMPONENTS_DIR), e.g. that of another preprocessing module.
   python_path: Tuple[str, ...] = ()
+  # TPU runtime (tpu_runtimes.py): se or pjrt; None: the generation's default.
+  tpu_runtime: Optional[str] = None
+  # A TpuCheck step before every other, scheduled like the trainer.
+  tpu_check: bool = False
+  # kubeflow_v2: write the Vertex AI job beside the KFP v2 spec.
+  vertex_job: bool = True
 
   @property
   def trainer_pod(self) -> kubeflow.TrainerPod:
@@ -164,7 +170,7 @@ def beam_pipeline_args(beam_args) -> list:
 
 
 def vertex_accelerator_type(options: CompileOptions) -> Optional[str]:
-  """Vertex AI's accelerator type for the trainer, None without a TPU."""
+  """Vertex AI's accelerator for the trainer: None; a TPU is refused."""
   return compiler.vertex_accelerator_type(kubeflow_options(options))
 
 
@@ -191,7 +197,10 @@ def kubeflow_options(options: CompileOptions) -> compiler.KubeflowOptions:
                                if options.use_tpu else None),
       beam_args=tuple(options.beam_args),
       step_env=tuple(step_env(options).items()),
-      use_gcp_sa=options.use_gcp_sa)
+      use_gcp_sa=options.use_gcp_sa,
+      tpu_runtime=options.tpu_runtime if options.use_tpu else None,
+      tpu_check=options.tpu_check,
+      vertex_job=options.vertex_job)
 
 
 def compile_pipeline(options: CompileOptions) -> CompileResult:
@@ -209,7 +218,8 @@ def compile_pipeline(options: CompileOptions) -> CompileResult:
 
   Raises:
     ValueError: for an unknown runner, a missing TPU request, a TPU-node
-      request for kubeflow_v2 (compiler.CompileError is a ValueError).
+      request for kubeflow_v2, a TPU runtime the generation lacks, a Vertex
+      job with a TPU.
   """
   if options.use_tpu and options.tpu is None:
     raise ValueError('use_tpu needs a TPU request (options.tpu).')

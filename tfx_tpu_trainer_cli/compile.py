@@ -11,7 +11,6 @@ module files packaged as wheels under `<pipeline_root>/_wheels` by TFX, unless
 written, and the summary printed is read back from the files.
 """
 
-import argparse
 import contextlib
 import os
 import posixpath
@@ -19,6 +18,8 @@ import re
 import sys
 from typing import List, Optional, Sequence
 
+from tfx_tpu_trainer import tpu_runtimes as runtimes
+from tfx_tpu_trainer.kubeflow import beam_args as beam_args_lib
 from tfx_tpu_trainer.kubeflow import options as compile_options
 from tfx_tpu_trainer_cli import common
 
@@ -39,7 +40,7 @@ _BUNDLED_ONLY = {
 }
 # Options that only one TPU style reads.
 _TPU_VM_FLAGS = (('accelerator', '--accelerator'), ('topology', '--topology'),
-                 ('chips', '--chips'))
+                 ('chips', '--chips'), ('tpu_runtime', '--tpu-runtime'))
 _TPU_NODE_FLAGS = (('tpu_node_version', '--tpu-node-version'),
                    ('tpu_cores', '--tpu-cores'), ('tf_version', '--tf-version'))
 
@@ -91,7 +92,10 @@ def add_parser(subparsers) -> None:
       f'(default: the placeholder {compile_options.DEFAULT_IMAGE}).')
   parser.add_argument('--trainer-image', default=None,
                       help='Image of the trainer step only, e.g. one with the '
-                      'TPU runtime (default: --image).')
+                      'TPU runtime (default: --image). {runtime} in it '
+                      'becomes the TPU runtime chosen for --accelerator (se '
+                      'or pjrt), e.g. gcr.io/P/tfx-tpu-trainer-tpu-{runtime}:1 '
+                      'picks the Dockerfile target\'s image per generation.')
   parser.add_argument('--pipeline-root', default=None,
                       help='Pipeline root in the cluster, e.g. '
                       'gs://BUCKET/tfx/taxi_tpu (required without '
@@ -132,7 +136,8 @@ def add_parser(subparsers) -> None:
       'limit, kubeflow runner only, with a warning (default: tpu-vm).')
   parser.add_argument('--accelerator', default=None,
                       help='tpu-vm: GKE TPU accelerator (default: '
-                      'tpu-v5-lite-podslice).')
+                      f'{runtimes.DEFAULT_ACCELERATOR}: '
+                      f'{runtimes.DEFAULT_ACCELERATOR_REASON}).')
   parser.add_argument('--topology', default=None,
                       help='tpu-vm: single-host topology, e.g. 2x4 or 2x2x1 '
                       '(default: the accelerator\'s largest single-host '
@@ -140,6 +145,7 @@ def add_parser(subparsers) -> None:
   parser.add_argument('--chips', type=common.positive_int, default=None,
                       help='tpu-vm: google.com/tpu limit; must equal the '
                       'topology\'s chip count (the default).')
+  _add_tpu_runtime_arguments(parser)
   parser.add_argument('--tpu-node-version', default=None,
                       help='tpu-node: v2, v3, preemptible-v2 or '
                       'preemptible-v3 (default: v3).')
@@ -157,8 +163,11 @@ def add_parser(subparsers) -> None:
   parser.add_argument(
       '--vertex-accelerator-type', default=None,
       help='kubeflow_v2: the trainer\'s accelerator in the Vertex AI job, a '
-      'Vertex AI AcceleratorType name (default: from --accelerator: '
-      'TPU_V5_LITEPOD for v5e, TPU_V4_POD for v4; v5p and v6e have none).')
+      'Vertex AI AcceleratorType name. With a TPU every value is refused: a '
+      'Vertex pipeline step takes TPU_V2/TPU_V3, which would disagree with '
+      'the GKE TPU VM slice of the KFP v2 spec, and TPU_V4_POD/'
+      'TPU_V5_LITEPOD need a machine type and topology a step cannot carry '
+      '(use --no-vertex-job; docs/kubeflow.md, "Vertex AI and TPUs").')
   parser.add_argument(
       '--trainer-node-selector', action='append', default=[],
       metavar='KEY=VALUE',
@@ -176,12 +185,8 @@ def add_parser(subparsers) -> None:
   parser.add_argument('--trainer-memory', default=None,
                       help='Memory request of the trainer pod (e.g. 32Gi).')
   parser.add_argument(
-      '--beam-arg', action='append', default=[], metavar='--NAME=VALUE',
-      help='A Beam pipeline argument for the data components (ExampleGen, '
-      'StatisticsGen, SchemaGen, ExampleValidator, Transform, Evaluator), '
-      'e.g. --beam-arg=--runner=DataflowRunner; repeatable. Replaces the '
-      'default of the same name (--direct_running_mode=multi_processing, '
-      '--direct_num_workers=0); another --runner drops both.')
+      '--beam-arg', action='append', default=[], metavar='ARG',
+      help=beam_args_lib.HELP)
   parser.add_argument('--use-gcp-secret', action='store_true',
                       help='kubeflow: mount the user-gcp-sa secret on every '
                       'step (TFX\'s option).')
@@ -190,6 +195,26 @@ def add_parser(subparsers) -> None:
     parser.add_argument(flag, type=common.positive_int, default=None,
                         help=f'(default: {_BUNDLED_ONLY[flag][1]})')
   parser.set_defaults(handler=_compile)
+
+
+def _add_tpu_runtime_arguments(parser) -> None:
+  """--tpu-runtime, --tpu-check, --no-vertex-job."""
+  parser.add_argument(
+      '--tpu-runtime', choices=runtimes.RUNTIMES, default=None,
+      help='tpu-vm: TensorFlow 2.15\'s TPU runtime on the TPU steps, set '
+      'by their environment: se (StreamExecutor) or pjrt (default: the '
+      'generation\'s, se on v4, pjrt on v5e and v5p; docs/kubeflow.md, "TPU '
+      'runtimes"). Build the trainer image with the Dockerfile target '
+      'tpu-se or tpu-pjrt to match.')
+  parser.add_argument(
+      '--tpu-check', action='store_true',
+      help='Add `tfx-tpu-trainer tpu-check` as the first step, scheduled like '
+      'the trainer (image, TPU, runtime), so a TPU that cannot run the '
+      'trainer fails the run before the data steps.')
+  parser.add_argument(
+      '--no-vertex-job', dest='vertex_job', action='store_false',
+      help='kubeflow_v2: write the KFP v2 spec alone, no Vertex AI job (a '
+      'Vertex AI job cannot schedule the trainer on a GKE TPU VM slice).')
 
 
 def _bundled_only_options(args) -> None:
@@ -283,69 +308,18 @@ def _output_path(args, runner: str, pipeline_name: str) -> str:
   directory = os.path.dirname(path)
   if os.path.exists(directory) and not os.path.isdir(directory):
     raise common.UsageError(f'--output-dir {directory!r} is not a directory.')
-  for output in kubeflow_compile.output_paths(runner, path):
+  for output in kubeflow_compile.output_paths(runner, path, args.vertex_job):
     if os.path.isdir(output):
       raise common.UsageError(f'--output-file: {output!r} is a directory.')
   return path
 
 
-def _beam_option_parser() -> argparse.ArgumentParser:
-  """Every option Beam's PipelineOptions classes define, with their checks."""
-  from apache_beam.options import pipeline_options  # pylint: disable=g-import-not-at-top
-
-  class _Parser(argparse.ArgumentParser):
-
-    def error(self, message):
-      raise common.UsageError(f'--beam-arg: {message}')
-
-  parser = _Parser(add_help=False, allow_abbrev=False)
-  classes, seen = [pipeline_options.PipelineOptions], set()
-  while classes:
-    cls = classes.pop()
-    if cls in seen:
-      continue
-    seen.add(cls)
-    classes.extend(cls.__subclasses__())
-    try:
-      cls._add_argparse_args(parser)  # pylint: disable=protected-access
-    except argparse.ArgumentError:
-      pass  # An option two classes define; the first is enough.
-  return parser
-
-
-_BEAM_ARG = re.compile(r'^--[A-Za-z][A-Za-z0-9_-]*(=.*)?$', re.S)
-_DATAFLOW_REQUIRED = ('project', 'region', 'temp_location')
-
-
 def _beam_args(values: Sequence[str]) -> List[str]:
-  """Each --beam-arg is one `--name=value` (or `--flag`) Beam knows."""
-  from tfx_tpu_trainer_cli.bundled.pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
-  if not values:
-    return []
-  parser = _beam_option_parser()
-  known = {action.dest for action in parser._actions}  # pylint: disable=protected-access
-  for value in values:
-    if not _BEAM_ARG.match(value):
-      raise common.UsageError(
-          f'--beam-arg {value!r} is not one Beam argument of the form '
-          '--name=value or --flag (write --beam-arg=--runner=DataflowRunner).')
-    name = kubeflow_compile.beam_arg_name(value)
-    if name not in known:
-      raise common.UsageError(
-          f'--beam-arg {value!r}: {name!r} is not a Beam pipeline option.')
-  parsed, _ = parser.parse_known_args(list(values))
-  if getattr(parsed, 'runner', None) in ('DataflowRunner', 'dataflow'):
-    given = {kubeflow_compile.beam_arg_name(v) for v in values}
-    missing = [n for n in _DATAFLOW_REQUIRED
-               if n not in given and not (n == 'temp_location' and
-                                          'gcp_temp_location' in given)]
-    if missing:
-      raise common.UsageError(
-          '--beam-arg=--runner=DataflowRunner needs ' + ', '.join(
-              f'--beam-arg=--{n}=...' for n in missing) + ' (and usually '
-          '--beam-arg=--sdk_container_image=<the --image>, so the workers '
-          'have TFX and this package).')
-  return list(values)
+  """Each --beam-arg is one `--name=value` (or `--flag`) Beam accepts."""
+  try:
+    return beam_args_lib.validate(values)
+  except beam_args_lib.BeamArgError as e:
+    raise common.UsageError(str(e)) from e
 
 
 def _trainer_pod_options(args):
@@ -375,6 +349,22 @@ def _check_cluster_args(args) -> None:
         '--vertex-accelerator-type needs --runner kubeflow_v2 and --use-tpu.')
   if args.vertex_accelerator_type is not None:
     _vertex_accelerator_type(args.vertex_accelerator_type)
+    if not args.vertex_job:
+      raise common.UsageError(
+          '--vertex-accelerator-type names the Vertex AI job\'s accelerator; '
+          '--no-vertex-job writes none.')
+  if args.tpu_check and not args.use_tpu:
+    raise common.UsageError('--tpu-check needs --use-tpu: it checks the '
+                            'trainer\'s TPU.')
+  if not args.vertex_job and runner != 'kubeflow_v2':
+    raise common.UsageError('--no-vertex-job needs --runner kubeflow_v2.')
+  if (args.trainer_image is not None and
+      runtimes.IMAGE_RUNTIME_FIELD in args.trainer_image and
+      (not args.use_tpu or args.tpu_style != 'tpu-vm')):
+    raise common.UsageError(
+        f'--trainer-image {args.trainer_image!r} names '
+        f'{runtimes.IMAGE_RUNTIME_FIELD}, which needs a TPU VM runtime '
+        '(--use-tpu, --tpu-style tpu-vm).')
   if args.use_gcp_secret and runner != 'kubeflow':
     raise common.UsageError('--use-gcp-secret needs --runner kubeflow.')
   if args.use_tpu and args.tpu_style == 'tpu-node' and runner != 'kubeflow':
@@ -466,12 +456,16 @@ def validate_compile_args(args):
       eval_batch_size=args.eval_batch_size,
       use_gcp_sa=args.use_gcp_secret,
       beam_args=tuple(_beam_args(args.beam_arg)),
+      tpu_runtime=args.tpu_runtime,
+      tpu_check=args.tpu_check,
+      vertex_job=args.vertex_job,
       **module_files)
-  if runner == 'kubeflow_v2':
-    try:
-      kubeflow_compile.vertex_accelerator_type(options)
-    except compiler.CompileError as e:
-      raise common.UsageError(str(e)) from e
+  try:
+    # The TPU runtime, the Vertex AI job with a TPU, the trainer image.
+    compiler.check_options(kubeflow_compile.kubeflow_options(options),
+                           pipeline_name)
+  except compiler.CompileError as e:
+    raise common.UsageError(str(e)) from e
   try:
     config = config_lib.TrainerConfig.from_custom_config(
         kubeflow_compile.trainer_custom_config(options), environ={})
@@ -513,12 +507,15 @@ def cluster_options(args):
       tpu_project=args.tpu_project,
       vertex_accelerator_type=args.vertex_accelerator_type,
       beam_args=tuple(_beam_args(args.beam_arg)),
-      use_gcp_sa=args.use_gcp_secret)
-  if args.runner == 'kubeflow_v2':
-    try:
-      compiler.vertex_accelerator_type(options)
-    except compiler.CompileError as e:
-      raise common.UsageError(str(e)) from e
+      use_gcp_sa=args.use_gcp_secret,
+      tpu_runtime=args.tpu_runtime,
+      tpu_check=args.tpu_check,
+      vertex_job=args.vertex_job)
+  try:
+    # The TPU runtime, the Vertex AI job with a TPU, the trainer image.
+    compiler.check_cluster_options(options)
+  except compiler.CompileError as e:
+    raise common.UsageError(str(e)) from e
   return options
 
 
@@ -601,12 +598,20 @@ def _warn_tpu_node(pod) -> None:
 
 
 def _print_summary(result) -> None:
+  if result.tpu_runtime is not None:
+    for warning in result.tpu_runtime.warnings:
+      print('tfx-tpu-trainer compile: warning: ' + warning, file=sys.stderr)
   for path in result.paths:
     print(f'Wrote {path} ({_file_kind(result.runner, path)}).')
   label = 'Trainer step:  ' if len(result.trainer_ids) == 1 else 'Trainer steps: '
   print(f'  {label} {", ".join(result.trainer_ids)}')
   for summary in result.trainer_summaries:
     print(f'    {summary}')
+  if result.tpu_runtime is not None:
+    print(f'  TPU runtime:    {result.tpu_runtime.describe()}')
+  if result.tpu_check_id:
+    print(f'  TPU check:      step {result.tpu_check_id} first, scheduled like '
+          'the trainer (tfx-tpu-trainer tpu-check)')
   for trainer_id in result.trainer_ids:
     prefix = '' if len(result.trainer_ids) == 1 else f'{trainer_id}: '
     print(f'  custom_config:  {prefix}{result.custom_configs[trainer_id]}')
@@ -619,9 +624,12 @@ def _print_notes(result, options) -> None:
           f'{compile_options.DEFAULT_IMAGE}; build the Dockerfile, push it, '
           'and pass its name.')
   if options.use_tpu and not options.trainer_image:
+    target = (result.tpu_runtime.image_target if result.tpu_runtime else
+              'tpu-se')
     print('  Note: no --trainer-image: the trainer runs --image; training on '
-          'TPU needs the TPU runtime (libtpu): build `make tpu-image`, push '
-          'it, and pass it as --trainer-image.')
+          'TPU needs the TPU runtime (libtpu): build the Dockerfile target '
+          f'{target} (`make tpu-image`), push it, and pass it as '
+          '--trainer-image.')
   if options.use_tpu and any('tpu' not in c
                              for c in result.custom_configs.values()):
     print('  Note: no --tpu-name: the trainer takes the TPU from TPU_NAME, '

@@ -6,6 +6,7 @@ Subcommands:
   compile    the taxi pipeline (or yours) for Kubeflow Pipelines (v1, v2,
              Vertex AI).
   preflight  checks on CPU that a trainer module is TPU-ready.
+  tpu-check  checks that this machine's TPU runs the trainer.
 """
 
 import argparse
@@ -23,9 +24,11 @@ from tfx_tpu_trainer_cli import common
 from tfx_tpu_trainer_cli import compile as compile_command
 from tfx_tpu_trainer_cli import preflight as preflight_command
 from tfx_tpu_trainer_cli import run as run_command
+from tfx_tpu_trainer_cli import tpu_check as tpu_check_command
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
-_SUBCOMMANDS = (run_command, compile_command, preflight_command)
+_SUBCOMMANDS = (run_command, compile_command, preflight_command,
+                tpu_check_command)
 
 
 def build_parser() -> argparse.ArgumentParser:

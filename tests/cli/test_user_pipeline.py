@@ -24,6 +24,12 @@ EXAMPLE_DIR = os.path.join(REPO, 'examples', 'penguin_tpu')
 IMAGE = 'gcr.io/test-project/tfx-tpu-trainer:1'
 TRAINER_IMAGE = 'gcr.io/test-project/tfx-tpu-trainer-tpu:1'
 TPU_LIMIT = {'google.com/tpu': '8'}
+V5E = 'tpu-v5-lite-podslice'
+# The TPU runtime's environment on v5e (PJRT, tpu_runtimes.py).
+V5E_RUNTIME_ENV = {'NEXT_PLUGGABLE_DEVICE_USE_C_API': 'true',
+                   'TF_PLUGGABLE_DEVICE_LIBRARY_PATH': '/lib/libtpu.so',
+                   'TFX_TPU_TRAINER_TPU_RUNTIME': 'pjrt',
+                   'TFX_TPU_TRAINER_ACCELERATOR': V5E}
 
 _NO_TRAINER = '''
 from tfx import v1 as tfx
@@ -141,9 +147,13 @@ def test_module_files_in_image_needs_pipeline(tmp_path, capsys):
      'unrecognized arguments: --module (did you mean --module-file?)'),
     (['compile', '--pipeline-ro', 'gs://b'], 'usage: tfx-tpu-trainer compile ',
      'unrecognized arguments: --pipeline-ro (did you mean --pipeline-root?)'),
+    (['tpu-check', '--time', '5'], 'usage: tfx-tpu-trainer tpu-check ',
+     'unrecognized arguments: --time (did you mean --timeout?)'),
+    (['compile', '--tpu-run', 'se'], 'usage: tfx-tpu-trainer compile ',
+     'unrecognized arguments: --tpu-run (did you mean --tpu-runtime?)'),
     (['rnu'], 'usage: tfx-tpu-trainer ',
-     "invalid choice: 'rnu' (choose from 'run', 'compile', 'preflight') "
-     '(did you mean run?)'),
+     "invalid choice: 'rnu' (choose from 'run', 'compile', 'preflight', "
+     "'tpu-check') (did you mean run?)"),
 ])
 def test_options_are_never_matched_by_prefix(capsys, argv, usage, message):
   assert _exit_code(argv) == 2
@@ -196,23 +206,56 @@ def _tfx_parameters(step):
   return ir['nodes'][0]['pipelineNode']['parameters']['parameters']
 
 
+def _runtime_env(container):
+  from tfx_tpu_trainer import tpu_runtimes as runtimes  # pylint: disable=g-import-not-at-top
+  return {e['name']: e['value'] for e in container.get('env') or []
+          if e['name'] in runtimes.STEP_ENV_NAMES}
+
+
 def test_user_pipeline_compiles_for_kfp_v1_with_tpu_on_the_trainer_only(
     penguin_env, capsys):
   out = penguin_env / 'v1'
   assert cli.main(['compile', '--pipeline', _spec(penguin_env),
                    '--output-dir', str(out), '--image', IMAGE,
-                   '--trainer-image', TRAINER_IMAGE]) == 0
-  stdout = capsys.readouterr().out
+                   '--trainer-image', TRAINER_IMAGE, '--accelerator', V5E,
+                   '--tpu-check']) == 0
+  captured = capsys.readouterr()
+  stdout = captured.out
   assert f'Wrote {out / "penguin-tpu.tar.gz"} (Argo workflow for KFP v1).' in (
       stdout)
   assert 'Trainer step:   TPUTrainer' in stdout
+  # The runtime env, read back from the file; PJRT's report as a warning.
+  assert ('TPU runtime env ' + ', '.join(
+      f'{k}={v}' for k, v in V5E_RUNTIME_ENV.items())) in stdout
+  assert '  TPU runtime:    pjrt (TPU v5e, Dockerfile target tpu-pjrt;' in (
+      stdout)
+  assert '  TPU check:      step TpuCheck first' in stdout
+  assert 'issues/90807' in captured.err
   with tarfile.open(out / 'penguin-tpu.tar.gz') as package:
     workflow = yaml.safe_load(package.extractfile('pipeline.yaml'))
   steps = {t['name']: t for t in workflow['spec']['templates']
            if 'container' in t}
   assert sorted(steps) == ['csvexamplegen', 'evaluator', 'pusher', 'schemagen',
-                           'statisticsgen', 'tputrainer', 'transform']
+                           'statisticsgen', 'tpucheck', 'tputrainer',
+                           'transform']
+  # The check runs first: every other step waits for it.
+  (dag,) = [t['dag'] for t in workflow['spec']['templates'] if 'dag' in t]
+  for task in dag['tasks']:
+    if task['name'] != 'tpucheck':
+      assert 'tpucheck' in task['dependencies'], task['name']
   for name, step in steps.items():
+    if name in ('tputrainer', 'tpucheck'):
+      # Both scheduled alike: TPU, node selectors, image, runtime env.
+      assert step['container']['resources']['limits'] == TPU_LIMIT, name
+      assert step['nodeSelector'] == {
+          'cloud.google.com/gke-tpu-accelerator': V5E,
+          'cloud.google.com/gke-tpu-topology': '2x4'}, name
+      assert step['container']['image'] == TRAINER_IMAGE, name
+      assert _runtime_env(step['container']) == V5E_RUNTIME_ENV, name
+    else:
+      assert not _runtime_env(step['container']), name
+    if name == 'tpucheck':
+      continue
     if name == 'tputrainer':
       assert step['container']['resources']['limits'] == TPU_LIMIT
       assert step['nodeSelector'] == {
@@ -244,37 +287,84 @@ def test_user_pipeline_compiles_for_kfp_v2_with_tpu_on_the_trainer_only(
   out = penguin_env / 'v2'
   wheels = penguin_env / 'root' / '_wheels'
   before = sorted(os.listdir(wheels)) if wheels.exists() else []
+  # A Vertex AI job cannot carry the TPU: the KFP v2 spec alone.
   assert cli.main(['compile', '--pipeline', _spec(penguin_env), '--runner',
                    'kubeflow_v2', '--output-dir', str(out), '--image', IMAGE,
-                   '--module-files-in-image']) == 0
-  assert 'as given, inside the image' in capsys.readouterr().out
-  assert sorted(os.listdir(out)) == ['penguin-tpu.kfp-v2-pipeline.yaml',
-                                     'penguin-tpu.vertex-pipeline-job.json']
+                   '--module-files-in-image', '--accelerator', V5E,
+                   '--no-vertex-job', '--tpu-check']) == 0
+  stdout = capsys.readouterr().out
+  assert 'as given, inside the image' in stdout
+  assert 'TPU runtime env NEXT_PLUGGABLE_DEVICE_USE_C_API=true' in stdout
+  assert sorted(os.listdir(out)) == ['penguin-tpu.kfp-v2-pipeline.yaml']
   with open(out / 'penguin-tpu.kfp-v2-pipeline.yaml') as f:
     spec, platform = yaml.safe_load_all(f)
   assert spec['defaultPipelineRoot'] == str(penguin_env / 'root')
   executors = spec['deploymentSpec']['executors']
   tasks = spec['root']['dag']['tasks']
-  trainer_executor = spec['components'][tasks['TPUTrainer']['componentRef'][
-      'name']]['executorLabel']
+  tpu_executors = [spec['components'][tasks[task]['componentRef']['name']][
+      'executorLabel'] for task in ('TPUTrainer', 'TpuCheck')]
   for label, executor in executors.items():
     resources = executor['container'].get('resources')
-    if label == trainer_executor:
+    if label in tpu_executors:
       assert resources['accelerator']['resourceType'] == 'google.com/tpu'
       assert resources['accelerator']['resourceCount'] == '8'
+      assert _runtime_env(executor['container']) == V5E_RUNTIME_ENV, label
     else:
       assert resources is None, label
-  assert list(platform['platforms']['kubernetes']['deploymentSpec'][
-      'executors']) == [trainer_executor]
-  with open(out / 'penguin-tpu.vertex-pipeline-job.json') as f:
-    job = json.load(f)
-  vertex = job['pipelineSpec']['deploymentSpec']['executors']
-  assert vertex[trainer_executor]['container']['resources'] == {
-      'accelerator': {'type': 'TPU_V5_LITEPOD', 'count': '8'}}
+      assert not _runtime_env(executor['container']), label
+  assert sorted(platform['platforms']['kubernetes']['deploymentSpec'][
+      'executors']) == sorted(tpu_executors)
+  # The check runs first.
+  for task_name, task in tasks.items():
+    if task_name != 'TpuCheck':
+      assert 'TpuCheck' in task.get('dependentTasks', []), task_name
   # --module-files-in-image: the path as given, no wheel written.
   assert (sorted(os.listdir(wheels)) if wheels.exists() else []) == before
   module = penguin_env / 'my_pipeline' / 'penguin_tpu_module.py'
-  assert str(module) in json.dumps(job['pipelineSpec'])
+  assert str(module) in json.dumps(spec)
+
+
+def test_user_pipeline_vertex_job_with_a_tpu_is_refused(penguin_env, capsys):
+  out = penguin_env / 'vertex_tpu'
+  assert _exit_code(['compile', '--pipeline', _spec(penguin_env), '--runner',
+                     'kubeflow_v2', '--output-dir', str(out), '--image',
+                     IMAGE, '--module-files-in-image', '--accelerator',
+                     V5E]) == 2
+  assert capsys.readouterr().err == (
+      'tfx-tpu-trainer compile: error: the Vertex AI job cannot schedule the '
+      f'trainer on this TPU: Vertex AI runs {V5E} 2x4 as machine type '
+      'ct5lp-hightpu-8t (TPU_V5_LITEPOD) with tpuTopology 2x4, which a '
+      'pipeline step cannot carry (its resources hold an accelerator type '
+      'and count only; steps take TPU_V2/TPU_V3). Pass --no-vertex-job to '
+      'write the KFP v2 spec alone (for a KFP v2 backend on GKE), or '
+      '--no-use-tpu for a CPU Vertex job; see docs/kubeflow.md, "Vertex AI '
+      'and TPUs".\n')
+  assert not out.exists()
+
+
+def test_user_pipeline_cpu_vertex_job(penguin_env, capsys):
+  out = penguin_env / 'vertex_cpu'
+  assert cli.main(['compile', '--pipeline', _spec(penguin_env), '--runner',
+                   'kubeflow_v2', '--output-dir', str(out), '--image', IMAGE,
+                   '--module-files-in-image', '--no-use-tpu',
+                   '--trainer-cpu', '4']) == 0
+  assert 'no TPU' in capsys.readouterr().out
+  assert sorted(os.listdir(out)) == ['penguin-tpu.kfp-v2-pipeline.yaml',
+                                     'penguin-tpu.vertex-pipeline-job.json']
+  with open(out / 'penguin-tpu.vertex-pipeline-job.json') as f:
+    job = json.load(f)
+  spec = job['pipelineSpec']
+  trainer_executor = spec['components'][spec['root']['dag']['tasks'][
+      'TPUTrainer']['componentRef']['name']]['executorLabel']
+  for label, executor in spec['deploymentSpec']['executors'].items():
+    resources = executor['container'].get('resources')
+    if label == trainer_executor:
+      assert resources == {'cpuLimit': 4.0}
+    else:
+      assert resources is None, label
+    assert not _runtime_env(executor['container']), label
+  module = penguin_env / 'my_pipeline' / 'penguin_tpu_module.py'
+  assert str(module) in json.dumps(spec)
 
 
 def test_user_pipeline_name_must_suit_kfp_v2(tmp_path, capsys):
@@ -292,7 +382,8 @@ def test_user_pipeline_name_must_suit_kfp_v2(tmp_path, capsys):
       '''))
   assert _exit_code(['compile', '--pipeline', f'{path}:create_pipeline',
                      '--runner', 'kubeflow_v2', '--module-files-in-image',
-                     '--output-dir', str(tmp_path / 'out')]) == 2
+                     '--no-vertex-job', '--output-dir',
+                     str(tmp_path / 'out')]) == 2
   assert ("--pipeline: the pipeline name 'My_Pipeline' is not accepted by "
           '--runner kubeflow_v2' in capsys.readouterr().err)
   assert not (tmp_path / 'out').exists()

@@ -61,12 +61,16 @@ def _v2_outputs(tmp_path_factory, name, *argv):
   """The KFP v2 documents and the Vertex job, each parsed by its protobuf."""
   files = _compile_all(tmp_path_factory, name, '--runner', 'kubeflow_v2',
                        *argv)
-  assert sorted(files) == sorted(V2_FILES)  # No staging leftovers.
+  vertex_job = '--no-vertex-job' not in argv
+  # No staging leftovers.
+  assert sorted(files) == sorted(V2_FILES if vertex_job else V2_FILES[:1])
   with open(files[V2_FILES[0]]) as f:
     documents = list(yaml.safe_load_all(f))
   kfp_v2_protos.parse(documents[0], kfp_v2_protos.PIPELINE_SPEC)
   if len(documents) > 1:
     kfp_v2_protos.parse(documents[1], kfp_v2_protos.PLATFORM_SPEC)
+  if not vertex_job:
+    return documents, None
   with open(files[V2_FILES[1]]) as f:
     job = json.load(f)
   json_format.ParseDict(job, pipeline_spec_pb2.PipelineJob())
@@ -97,9 +101,10 @@ def _v1_custom_config(step):
 
 @pytest.fixture(scope='module')
 def tpu_vm_workflow(tmp_path_factory):
-  """The default compile (kubeflow, TPU VM v5e 2x4) with a trainer image."""
+  """A kubeflow compile on TPU VM v5e 2x4 with a trainer image."""
   return _argo_workflow(_compile(
-      tmp_path_factory, 'v1', '--trainer-image', TRAINER_IMAGE,
+      tmp_path_factory, 'v1', '--accelerator', 'tpu-v5-lite-podslice',
+      '--trainer-image', TRAINER_IMAGE,
       '--tpu-zone', 'us-west4-a', '--tpu-name', 'local', '--tpu-project',
       'test-project', '--use-gcp-secret', '--beam-arg=--direct_num_workers=4',
       *TRAINER_POD_ARGS))
@@ -117,9 +122,19 @@ def tpu_node_workflow(tmp_path_factory):
 
 @pytest.fixture(scope='module')
 def v2_outputs(tmp_path_factory):
+  """The KFP v2 spec alone: a Vertex AI job cannot carry this TPU."""
   return _v2_outputs(tmp_path_factory, 'v2', '--trainer-image', TRAINER_IMAGE,
                      '--accelerator', 'tpu-v5-lite-device', '--topology',
-                     '2x2', '--chips', '4', *TRAINER_POD_ARGS)
+                     '2x2', '--chips', '4', '--no-vertex-job',
+                     *TRAINER_POD_ARGS)
+
+
+@pytest.fixture(scope='module')
+def v2_cpu_outputs(tmp_path_factory):
+  """Both files: without a TPU the Vertex AI job is written too."""
+  return _v2_outputs(tmp_path_factory, 'v2_cpu', '--trainer-image',
+                     TRAINER_IMAGE, '--no-use-tpu', '--trainer-cpu', '4',
+                     '--trainer-memory', '16Gi')
 
 
 def test_every_step_is_compiled(tpu_vm_workflow):
@@ -254,9 +269,10 @@ def _executor_label(spec, task):
   return spec['components'][component]['executorLabel']
 
 
-def test_v2_writes_a_kfp_v2_spec_and_a_vertex_job_named_apart(v2_outputs):
-  documents, job = v2_outputs
-  assert len(documents) == 2  # PipelineSpec, then PlatformSpec.
+def test_v2_writes_a_kfp_v2_spec_and_a_vertex_job_named_apart(
+    v2_outputs, v2_cpu_outputs):
+  assert len(v2_outputs[0]) == 2  # PipelineSpec, then PlatformSpec.
+  documents, job = v2_cpu_outputs
   assert 'pipelineSpec' not in documents[0]  # Bare spec, not a PipelineJob.
   assert documents[0]['pipelineInfo']['name'] == 'taxi-tpu'
   # A KFP v2 API server accepts schema 2.1.0 only (v2_template.go).
@@ -311,9 +327,10 @@ def test_v2_kfp_spec_tpu_scheduling_on_the_trainer_only(v2_outputs):
 
 
 def test_v2_trainer_outputs_system_metrics_and_runs_through_its_entrypoint(
-    v2_outputs):
-  documents, job = v2_outputs
-  for spec in (documents[0], job['pipelineSpec']):
+    v2_outputs, v2_cpu_outputs):
+  # The KFP v2 spec of a TPU compile; the Vertex job of a CPU one (a Vertex
+  # AI job cannot carry a GKE TPU VM slice).
+  for spec in (v2_outputs[0][0], v2_cpu_outputs[1]['pipelineSpec']):
     trainer = _executor_label(spec, 'TPUTrainer')
     component = spec['root']['dag']['tasks']['TPUTrainer']['componentRef'][
         'name']
@@ -332,15 +349,14 @@ def test_v2_trainer_outputs_system_metrics_and_runs_through_its_entrypoint(
             'tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor')
 
 
-def test_v2_vertex_job_machine_fields_on_the_trainer_only(v2_outputs):
-  _, job = v2_outputs
+def test_v2_vertex_job_machine_fields_on_the_trainer_only(v2_cpu_outputs):
+  _, job = v2_cpu_outputs
   spec = job['pipelineSpec']
   trainer = _executor_label(spec, 'TPUTrainer')
   for name, executor in spec['deploymentSpec']['executors'].items():
     container = executor['container']
     if name == trainer:
       assert container['resources'] == {
-          'accelerator': {'type': 'TPU_V5_LITEPOD', 'count': '4'},
           'cpuLimit': 4.0, 'memoryLimit': 16 * 2**30 / 1e9}
       assert container['image'] == TRAINER_IMAGE
     else:
@@ -349,16 +365,17 @@ def test_v2_vertex_job_machine_fields_on_the_trainer_only(v2_outputs):
 
 def test_v2_each_accelerator_compiles_to_its_own_scheduling(tmp_path_factory):
   seen = {}
-  for accelerator, extra in (
-      ('tpu-v5-lite-podslice', ()), ('tpu-v5-lite-device', ()),
-      ('tpu-v6e-slice', ('--vertex-accelerator-type', 'TPU_V5_LITEPOD'))):
+  for accelerator, topology in (
+      ('tpu-v5-lite-podslice', '2x4'), ('tpu-v5-lite-device', '2x4'),
+      ('tpu-v4-podslice', '2x2x1')):
     documents, _ = _v2_outputs(tmp_path_factory, accelerator, '--accelerator',
-                               accelerator, '--topology', '2x4', *extra)
+                               accelerator, '--topology', topology,
+                               '--no-vertex-job')
     executors = documents[1]['platforms']['kubernetes']['deploymentSpec'][
         'executors']
     labels = executors['TPUTrainer_executor']['nodeSelector']['labels']
     assert labels == {'cloud.google.com/gke-tpu-accelerator': accelerator,
-                      'cloud.google.com/gke-tpu-topology': '2x4'}
+                      'cloud.google.com/gke-tpu-topology': topology}
     seen[accelerator] = yaml.safe_dump_all(documents)
   assert len(set(seen.values())) == 3
 
@@ -384,11 +401,13 @@ def test_compile_writes_nothing_under_pipeline_root_and_restores_env(
   from tfx_tpu_trainer.kubeflow import scheduling as kubeflow  # pylint: disable=g-import-not-at-top
   monkeypatch.delenv(kubeflow_compile.NO_PACKAGING_ENV, raising=False)
   root = tmp_path / 'root'
-  for runner, name in (('kubeflow', 'p.yaml'), ('kubeflow_v2', 'p2.yaml')):
+  # v2 on CPU: a Vertex AI job cannot carry a GKE TPU VM slice.
+  for runner, name, use_tpu in (('kubeflow', 'p.yaml', True),
+                                ('kubeflow_v2', 'p2.yaml', False)):
     result = kubeflow_compile.compile_pipeline(kubeflow_compile.CompileOptions(
         pipeline_root=str(root), data_root=str(tmp_path / 'data'),
         output_path=str(tmp_path / 'out' / name), runner=runner,
-        tpu=kubeflow.tpu_vm()))
+        use_tpu=use_tpu, tpu=kubeflow.tpu_vm() if use_tpu else None))
     assert all(os.path.isfile(p) for p in result.paths)
     assert kubeflow_compile.NO_PACKAGING_ENV not in os.environ
   assert not root.exists()  # No _wheels: nothing packaged, nothing written.
@@ -407,10 +426,11 @@ def test_compile_writes_nothing_under_pipeline_root_and_restores_env(
 def test_tpu_vm_defaults_and_chip_rule():
   from tfx_tpu_trainer import errors  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer.kubeflow import scheduling as kubeflow  # pylint: disable=g-import-not-at-top
+  # The default: v4, the StreamExecutor runtime (tpu_runtimes.py says why).
   assert kubeflow.tpu_vm() == kubeflow.TpuVmScheduling(
-      'tpu-v5-lite-podslice', '2x4', 8)
-  assert kubeflow.tpu_vm('tpu-v4-podslice') == kubeflow.TpuVmScheduling(
       'tpu-v4-podslice', '2x2x1', 4)
+  assert kubeflow.tpu_vm('tpu-v5-lite-podslice') == kubeflow.TpuVmScheduling(
+      'tpu-v5-lite-podslice', '2x4', 8)
   assert kubeflow.tpu_vm('tpu-v5-lite-device', '1x1').chips == 1
   assert kubeflow.tpu_vm('tpu-v5p-slice', '2x2x1', 4).resource_limits == {
       'google.com/tpu': '4'}
@@ -442,26 +462,26 @@ V5E = 'tpu-v5-lite-podslice'
      "accelerator 'tpu-v9' is not a known GKE TPU accelerator; accepted "
      'values: tpu-v4-podslice, tpu-v5-lite-device, tpu-v5-lite-podslice, '
      'tpu-v5p-slice, tpu-v6e-slice.'),
-    (['--topology', '2x4', '--chips', '4'],
+    (['--accelerator', V5E, '--topology', '2x4', '--chips', '4'],
      f'chips 4 does not match topology 2x4 of {V5E}: a single-host slice '
      'requests all its chips, 2*4 = 8.'),
     (['--accelerator', 'tpu-v4-podslice', '--chips', '8'],
      'chips 8 does not match topology 2x2x1 of tpu-v4-podslice: a single-host '
      'slice requests all its chips, 2*2*1 = 4.'),
-    (['--topology', '4x4'],
+    (['--accelerator', V5E, '--topology', '4x4'],
      f"topology '4x4' of {V5E} is a multi-host slice (16 chips; one host has "
      'at most 8), and a Kubeflow step runs one pod on one host; accepted '
      'values: 1x1, 2x2, 2x4.'),
-    (['--topology', '4x2'],
+    (['--accelerator', V5E, '--topology', '4x2'],
      f"topology '4x2' is not a single-host topology of {V5E}; accepted "
      'values: 1x1, 2x2, 2x4.'),
-    (['--topology', '2x2x1'],
+    (['--accelerator', V5E, '--topology', '2x2x1'],
      f"topology '2x2x1' does not have the form AxB of {V5E} topologies; "
      'accepted values: 1x1, 2x2, 2x4.'),
     (['--accelerator', 'tpu-v5p-slice', '--topology', '2x4'],
      "topology '2x4' does not have the form AxBxC of tpu-v5p-slice "
      'topologies; accepted values: 2x2x1.'),
-    (['--topology', 'two-by-four'],
+    (['--accelerator', V5E, '--topology', 'two-by-four'],
      f"topology 'two-by-four' does not have the form AxB of {V5E} "
      'topologies; accepted values: 1x1, 2x2, 2x4.'),
     (['--tpu-style', 'tpu-node', '--tpu-node-version', 'v4'],
@@ -513,9 +533,38 @@ V5E = 'tpu-v5-lite-podslice'
     (['--runner', 'kubeflow_v2', '--vertex-accelerator-type', 'TPU_V9'],
      "--vertex-accelerator-type 'TPU_V9' is not a Vertex AI accelerator type;"
      ' accepted values: NVIDIA_TESLA_K80,'),
-    (['--runner', 'kubeflow_v2', '--accelerator', 'tpu-v6e-slice'],
-     'tpu-v6e-slice has no Vertex AI accelerator type (Vertex AI names: '
-     'TPU_V4_POD, TPU_V5_LITEPOD); pass --vertex-accelerator-type.'),
+    (['--runner', 'kubeflow_v2', '--accelerator', 'tpu-v5p-slice'],
+     'the Vertex AI job cannot schedule the trainer on this TPU: Vertex AI '
+     'runs tpu-v5p-slice 2x2x1 as machine type ct5p-hightpu-4t with '
+     'tpuTopology 2x2x1, which a pipeline step cannot carry (its resources '
+     'hold an accelerator type and count only; steps take TPU_V2/TPU_V3). '
+     'Pass --no-vertex-job to write the KFP v2 spec alone (for a KFP v2 '
+     'backend on GKE), or --no-use-tpu for a CPU Vertex job; see '
+     'docs/kubeflow.md, "Vertex AI and TPUs".'),
+    (['--runner', 'kubeflow_v2', '--accelerator', 'tpu-v6e-slice',
+      '--vertex-accelerator-type', 'TPU_V5_LITEPOD'],
+     'accelerator tpu-v6e-slice (TPU v6e) is refused: Google says "Starting '
+     'with TPU v6e, TensorFlow is no longer supported" '
+     '(https://cloud.google.com/vertex-ai/docs/training/'
+     'training-with-tpu-vm); use tpu-v4-podslice (StreamExecutor) or '
+     'tpu-v5-lite-podslice (PJRT).'),
+    (['--runner', 'kubeflow_v2', '--accelerator', 'tpu-v5-lite-podslice',
+      '--vertex-accelerator-type', 'TPU_V3'],
+     'the Vertex AI job cannot schedule the trainer on this TPU: '
+     '--vertex-accelerator-type TPU_V3 would disagree with the KFP v2 spec, '
+     'which requests tpu-v5-lite-podslice 2x4 (TPU v2/v3 have no GKE TPU VM '
+     'accelerator here).'),
+    (['--accelerator', 'tpu-v5-lite-podslice', '--tpu-runtime', 'se'],
+     'tpu-runtime se is not supported on TPU v5e (tpu-v5-lite-podslice): '
+     'TensorFlow 2.15 runs v5e with pjrt only '
+     '(https://cloud.google.com/tpu/docs/runtimes); use --tpu-runtime pjrt.'),
+    (['--tpu-style', 'tpu-node', '--tpu-runtime', 'se'],
+     '--tpu-runtime does not apply to --tpu-style tpu-node.'),
+    (['--no-use-tpu', '--tpu-check'],
+     "--tpu-check needs --use-tpu: it checks the trainer's TPU."),
+    (['--no-vertex-job'], '--no-vertex-job needs --runner kubeflow_v2.'),
+    (['--tpu-runtime', 'xla'],
+     "argument --tpu-runtime: invalid choice: 'xla'"),
     (['--runner', 'kubeflow_v2', '--tpu-style', 'tpu-node'],
      '--tpu-style tpu-node needs --runner kubeflow: the TPU-node style (Cloud '
      'TPU nodes: tf-version.cloud-tpus.google.com, '
@@ -529,7 +578,7 @@ V5E = 'tpu-v5-lite-podslice'
      "trainer-node-selector 'a b=c' is not KEY=VALUE"),
     (['--trainer-node-selector', 'cloud.google.com/gke-tpu-topology=4x4'],
      'trainer-node-selector cloud.google.com/gke-tpu-topology=4x4 contradicts '
-     'the TPU request (cloud.google.com/gke-tpu-topology=2x4); set it with '
+     'the TPU request (cloud.google.com/gke-tpu-topology=2x2x1); set it with '
      '--accelerator/--topology.'),
     (['--trainer-node-selector', 'a=1', '--trainer-node-selector', 'a=2'],
      'trainer-node-selector sets a more than once.'),
@@ -562,7 +611,8 @@ V5E = 'tpu-v5-lite-podslice'
     (['--beam-arg=--direct_running_mode=threads'],
      "--beam-arg: argument --direct_running_mode: invalid choice: 'threads'"),
     (['--beam-arg=--runner=DataflowRunner', '--beam-arg=--project=p'],
-     '--beam-arg=--runner=DataflowRunner needs --beam-arg=--region=..., '
+     '--beam-arg=--runner=DataflowRunner (the DataflowRunner) needs '
+     '--beam-arg=--region=..., '
      '--beam-arg=--temp_location=... (and usually '
      '--beam-arg=--sdk_container_image=<the --image>, so the workers have '
      'TFX and this package).'),
@@ -648,15 +698,18 @@ def test_console_script_compiles_offline(tmp_path):
   assert (f'Wrote {tmp_path / "taxi.yaml"} (Argo workflow for KFP v1).'
           in result.stdout)
   # The summary is read back from the file written.
+  # The default: TPU v4, one host, StreamExecutor (tpu_runtimes.py says why).
   assert ('    taxi.yaml: image gcr.io/YOUR_PROJECT/tfx-tpu-trainer:latest; '
-          'limits google.com/tpu: 8; node selector '
-          'cloud.google.com/gke-tpu-accelerator=tpu-v5-lite-podslice, '
-          'cloud.google.com/gke-tpu-topology=2x4; tolerations '
-          'google.com/tpu:NoSchedule\n') in result.stdout
+          'limits google.com/tpu: 4; node selector '
+          'cloud.google.com/gke-tpu-accelerator=tpu-v4-podslice, '
+          'cloud.google.com/gke-tpu-topology=2x2x1; tolerations '
+          'google.com/tpu:NoSchedule; TPU runtime env '
+          'TFX_TPU_TRAINER_TPU_RUNTIME=se, '
+          'TFX_TPU_TRAINER_ACCELERATOR=tpu-v4-podslice\n') in result.stdout
   with open(tmp_path / 'taxi.yaml') as f:
     trainer = _steps(yaml.safe_load(f))[TRAINER_STEP]
   assert trainer['container']['resources'] == {
-      'limits': {'google.com/tpu': '8'}}
+      'limits': {'google.com/tpu': '4'}}
 
 
 # --- Retired TPU-node style; Beam arguments for Dataflow ---------------------

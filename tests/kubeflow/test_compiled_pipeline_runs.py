@@ -12,8 +12,9 @@ points at. Data: 1,000 rows of the taxi CSV; 100 training steps on CPU.
    multi-processing DirectRunner included), the model is pushed, the
    trainer's /mlpipeline-metrics.json and /mlpipeline-ui-metadata.json are
    valid; the trainer step retried in a new pod exits 0 with the same metrics.
-2. The TPU compile (v5e 2x4, with `--beam-arg=--direct_running_mode=in_memory`
-   to keep it short, and to see a --beam-arg reach the steps): every step
+2. The TPU compile (the default v4 2x2x1, with
+   `--beam-arg=--direct_running_mode=in_memory` to keep it short, and to
+   see a --beam-arg reach the steps): every step
    before the trainer exits 0, and the trainer fails with the project's
    "no TPU" message.
 3. A user's pipeline (examples/penguin_tpu copied out of the repository)
@@ -180,13 +181,16 @@ def test_tpu_pipeline_fails_only_at_the_trainer_with_no_tpu(
   # Beam in memory here (through --beam-arg, which must reach every step):
   # the CPU test already proves the multi-processing default, and this
   # keeps the test short.
+  # The default TPU (v4, StreamExecutor): PJRT's variables would make this
+  # virtual environment's TensorFlow, which has no /lib/libtpu.so, fail at
+  # import (NotFoundError ... pluggable device libraries ... '/lib/libtpu.so').
   workflow = _compile(work, data_root, 'tpu', '--trainer-image',
                       'gcr.io/test/tfx-tpu-trainer-tpu:1',
                       '--beam-arg=--direct_running_mode=in_memory')
   trainer_template = [t for t in workflow['spec']['templates']
                       if t['name'] == 'tputrainer'][0]
   assert trainer_template['container']['resources']['limits'] == {
-      'google.com/tpu': '8'}
+      'google.com/tpu': '4'}
   run = _run(work, workflow, mlmd_server, 'tpu')
   beam_steps = []
   for task in run.dag_tasks():

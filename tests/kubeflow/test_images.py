@@ -1,6 +1,7 @@
-"""The Dockerfile's two images: they parse, pin what requirements.lock pins,
+"""The Dockerfile's images: they parse, pin what requirements.lock pins,
 take TensorFlow 2.15's TPU build and libtpu from Google's Cloud TPU storage,
-and run as a non-root user. No Docker daemon here: nothing is built."""
+set each TPU runtime's environment as tpu_runtimes.py has it, and run as a
+non-root user. No Docker daemon here: nothing is built."""
 
 import os
 import re
@@ -50,11 +51,40 @@ def _stage(dockerfile, name):
   return [(i, a) for s, i, a in dockerfile if s == name]
 
 
-def test_two_targets_image_and_tpu(dockerfile):
+def test_targets_image_tpu_and_one_per_runtime(dockerfile):
   froms = [a for _, i, a in dockerfile if i == 'FROM']
   assert froms == ['apache/beam_python3.10_sdk:2.59.0 AS beam-sdk',
                    'python:3.10.13-slim-bookworm AS image',
-                   'image AS tpu']
+                   'image AS tpu', 'tpu AS tpu-se', 'tpu AS tpu-pjrt']
+
+
+def _env(dockerfile, stage):
+  env = {}
+  for instruction, args in _stage(dockerfile, stage):
+    if instruction == 'ENV':
+      for pair in args.split():
+        name, _, value = pair.partition('=')
+        env[name] = value
+  return env
+
+
+def test_each_runtime_target_sets_the_environment_runtimes_py_names(
+    dockerfile):
+  from tfx_tpu_trainer import tpu_runtimes as runtimes  # pylint: disable=g-import-not-at-top
+  # The runtime-neutral TPU image records libtpu's version, no runtime.
+  assert _env(dockerfile, 'tpu') == {
+      runtimes.LIBTPU_VERSION_ENV: '${LIBTPU_VERSION}'}
+  assert _env(dockerfile, 'tpu-se') == {runtimes.RUNTIME_ENV: runtimes.SE}
+  assert _env(dockerfile, 'tpu-pjrt') == dict(
+      runtimes.PJRT_ENV, **{runtimes.RUNTIME_ENV: runtimes.PJRT})
+  for runtime in runtimes.RUNTIMES:
+    choice = runtimes.choose(
+        'tpu-v4-podslice' if runtime == runtimes.SE else 'tpu-v5p-slice',
+        runtime)
+    assert choice.image_target == f'tpu-{runtime}'
+    target_env = _env(dockerfile, choice.image_target)
+    assert {k: v for k, v in choice.env.items()
+            if k != runtimes.ACCELERATOR_ENV} == target_env
 
 
 def test_image_installs_exactly_the_lock_and_this_package(dockerfile):
@@ -89,7 +119,7 @@ def test_tpu_image_takes_tf_215_tpu_build_and_libtpu(dockerfile):
 
 
 def test_both_images_run_as_a_non_root_user(dockerfile):
-  for stage in ('image', 'tpu'):
+  for stage in ('image', 'tpu', 'tpu-se', 'tpu-pjrt'):
     users = [a for i, a in _stage(dockerfile, stage) if i == 'USER']
     assert users and users[-1] == '${USER_UID}', stage
     assert ('ARG', 'USER_UID=1000') in _stage(dockerfile, stage), stage
@@ -108,11 +138,12 @@ def test_image_path_and_pythonpath_match_the_compiler(dockerfile):
   assert ('COPY', 'components ./components') in image
 
 
-def test_makefile_builds_both_targets():
+def test_makefile_builds_every_target():
   with open(os.path.join(REPO, 'Makefile')) as f:
     makefile = f.read()
   assert 'docker build --target image -t $(IMAGE) .' in makefile
-  assert 'docker build --target tpu -t $(TPU_IMAGE) .' in makefile
+  assert 'docker build --target tpu-se -t $(TPU_SE_IMAGE) .' in makefile
+  assert 'docker build --target tpu-pjrt -t $(TPU_PJRT_IMAGE) .' in makefile
 
 
 @pytest.mark.skipif(not shutil.which('hadolint'), reason='hadolint not found')

@@ -11,4 +11,11 @@
                 protobufs (from `proto/`), beside the pinned kfp's older ones.
   v2_metrics    the trainer's `system.Metrics` output (KFP v2 / Vertex UIs)
                 and the v2 trainer step's entrypoint.
+  compiler      the compile API: any pipeline with TPUTrainer(s) for KFP v1,
+                KFP v2 and Vertex AI (`KubeflowOptions`, `compile_pipeline`).
+  compiled_files what the compiled files say, read back from them.
+  beam_args     the `--beam-arg` values, checked as Beam reads them, and
+                which components get them.
+  vertex_tpu    why a Vertex AI pipeline step cannot carry a GKE TPU slice.
+  tpu_check_step `tpu-check` as a pipeline's first step (`TpuCheck`).
 """

@@ -2,7 +2,8 @@
 
 The compile command reports these, never its own options, so its summary is
 what a cluster will get: the trainer step's image, TPU limits, requests,
-node selectors, tolerations and annotations, from the KFP v1 Argo workflow,
+node selectors, tolerations, annotations and TPU runtime environment
+(`runtimes.STEP_ENV_NAMES`), from the KFP v1 Argo workflow,
 the KFP v2 pipeline spec (with its `platforms.kubernetes` document) or the
 Vertex AI PipelineJob.
 """
@@ -11,9 +12,11 @@ import json
 import os
 import re
 import tarfile
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Sequence
 
 import yaml
+
+from tfx_tpu_trainer import tpu_runtimes as runtimes
 
 KUBERNETES_PLATFORM = 'kubernetes'
 
@@ -73,7 +76,8 @@ def describe_v1_trainer(path: str, trainer_id: str) -> str:
                    resources.get('requests') or {},
                    step.get('nodeSelector') or {},
                    step.get('tolerations') or [],
-                   (step.get('metadata') or {}).get('annotations') or {})
+                   (step.get('metadata') or {}).get('annotations') or {},
+                   step_container.get('env') or [])
 
 
 def describe_kfp_v2_trainer(path: str, trainer_id: str) -> str:
@@ -95,7 +99,8 @@ def describe_kfp_v2_trainer(path: str, trainer_id: str) -> str:
         'executors'].get(executor, {})
   return _describe(os.path.basename(path), executor_container['image'], limits,
                    requests, (config.get('nodeSelector') or {}).get(
-                       'labels', {}), config.get('tolerations') or [], {})
+                       'labels', {}), config.get('tolerations') or [], {},
+                   executor_container.get('env') or [])
 
 
 def describe_vertex_trainer(path: str, trainer_id: str) -> str:
@@ -112,13 +117,14 @@ def describe_vertex_trainer(path: str, trainer_id: str) -> str:
     if field in resources:
       limits[name] = f'{resources[field]:g}{unit}'
   return _describe(os.path.basename(path), executor_container['image'], limits,
-                   {}, {}, [], {})
+                   {}, {}, [], {}, executor_container.get('env') or [])
 
 
 def _describe(name: str, image: str, limits: Dict[str, Any],
               requests: Dict[str, Any], node_selector: Dict[str, str],
               tolerations: List[Dict[str, Any]],
-              annotations: Dict[str, str]) -> str:
+              annotations: Dict[str, str],
+              env: Sequence[Dict[str, Any]] = ()) -> str:
   parts = [f'image {image}']
   if limits:
     parts.append('limits ' + ', '.join(f'{k}: {v}' for k, v in limits.items()))
@@ -135,6 +141,10 @@ def _describe(name: str, image: str, limits: Dict[str, Any],
   if annotations:
     parts.append('annotations ' + ', '.join(
         f'{k}: {v}' for k, v in annotations.items()))
+  runtime_env = [f'{e.get("name")}={e.get("value")}' for e in env
+                 if e.get('name') in runtimes.STEP_ENV_NAMES]
+  if runtime_env:
+    parts.append('TPU runtime env ' + ', '.join(runtime_env))
   if not any('tpu' in str(k).lower() for k in limits):
     parts.append('no TPU')
   return f'{name}: ' + '; '.join(parts)

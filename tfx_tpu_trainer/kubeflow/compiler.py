@@ -21,21 +21,39 @@ Two runners:
   `metadata-grpc-configmap` env, optionally the `user-gcp-sa` secret) and the
   Kubeflow metadata config; each `TPUTrainer` step alone gets the
   `TrainerPod` (TPU limit, node selectors, tolerations, requests), the
-  trainer image, and the `mlpipeline-metrics` output.
+  trainer image, the TPU runtime's environment and the `mlpipeline-metrics`
+  output.
 * `kubeflow_v2`: `KubeflowV2DagRunner` writes a Vertex AI PipelineJob; from
   it come two files: the bare pipeline spec for a KFP v2 backend
   (`<stem>.kfp-v2-pipeline.yaml`: the `PipelineSpec`, then the
   `PlatformSpec` with the trainers' node selectors and tolerations under
   `platforms.kubernetes`) and the PipelineJob for Vertex AI
-  (`<stem>.vertex-pipeline-job.json`). Each `TPUTrainer` executor alone gets
-  its resources, in the fields that platform reads.
+  (`<stem>.vertex-pipeline-job.json`; `vertex_job=False` writes the spec
+  alone). Each `TPUTrainer` executor alone gets its resources, in the fields
+  that platform reads, and the TPU runtime's environment. A Vertex AI job
+  with a TPU is refused (`vertex_tpu.py` says why: a Vertex pipeline step
+  cannot carry a GKE TPU VM slice); compile TPU pipelines for KFP v2 with
+  `vertex_job=False`.
+
+TPU runtime (`tpu_runtimes.py`): a TPU VM request runs the generation's TPU
+runtime (StreamExecutor on v4, PJRT on v5e/v5p; `tpu_runtime` picks one
+where the generation has both); its environment goes on every TPU step, v6e
+and runtimes a generation lacks are refused, and combinations reported
+broken come back as `CompileResult.tpu_runtime.warnings`. `{runtime}` in
+`trainer_image` becomes the chosen runtime (`se`, `pjrt`). `tpu_check=True`
+adds a `TpuCheck` step (`tpu_check_step.py`) upstream of every component,
+scheduled like the trainers, so a TPU that cannot run the trainer fails the
+run before the data steps.
 
 On every `TPUTrainer` of a TPU compile, `custom_config` gains `use_tpu: true`
 and the TPU name the pod resolves (`local` on a GKE TPU VM) unless it sets
 them; a trainer that sets `use_tpu: false` is an error. Beam-powered
 components get the cluster's Beam arguments (the DirectRunner over the pod's
 cores), then the pipeline's own, then `KubeflowOptions.beam_args`; a later
-argument replaces an earlier one of the same name.
+argument replaces an earlier one of the same name. `beam_args` are checked
+as Beam reads them (`beam_args.py`: one known option each, the runner by
+Beam's own name resolution, Dataflow's required options); components that
+run no Beam get none, in v1 and v2.
 
 Module files. TFX packages each component's `module_file` as a wheel under
 `<pipeline_root>/_wheels` while the runner compiles (the pipeline root must
@@ -68,11 +86,15 @@ from tfx.utils import json_utils
 
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
+from tfx_tpu_trainer import tpu_runtimes as runtimes
+from tfx_tpu_trainer.kubeflow import beam_args as beam_args_lib
 from tfx_tpu_trainer.kubeflow import compiled_files
 from tfx_tpu_trainer.kubeflow import kfp_v2_protos
 from tfx_tpu_trainer.kubeflow import options as kubeflow_options
 from tfx_tpu_trainer.kubeflow import scheduling
+from tfx_tpu_trainer.kubeflow import tpu_check_step
 from tfx_tpu_trainer.kubeflow import v2_metrics
+from tfx_tpu_trainer.kubeflow import vertex_tpu
 
 KUBEFLOW = 'kubeflow'
 KUBEFLOW_V2 = 'kubeflow_v2'
@@ -81,8 +103,7 @@ DEFAULT_IMAGE = kubeflow_options.DEFAULT_IMAGE
 NO_PACKAGING_ENV = 'UNSUPPORTED_DO_NOT_PACKAGE_USER_MODULES'
 # Beam's DirectRunner over the pod's cores; dropped when a Beam argument
 # names another runner, and each one replaced by an argument of its name.
-CLUSTER_BEAM_PIPELINE_ARGS = ('--direct_running_mode=multi_processing',
-                              '--direct_num_workers=0')
+CLUSTER_BEAM_PIPELINE_ARGS = beam_args_lib.CLUSTER_DEFAULTS
 OUTPUT_EXTENSIONS = {
     KUBEFLOW: ('.tar.gz', '.tgz', '.zip', '.yaml', '.yml'),
     KUBEFLOW_V2: ('.yaml', '.yml'),
@@ -118,18 +139,27 @@ class KubeflowOptions:
     runner: `kubeflow` (KFP v1, Argo) or `kubeflow_v2` (KFP v2 + Vertex AI).
     image: the image of every step.
     trainer_image: the image of the TPUTrainer steps (e.g. with the TPU
-      runtime), None for `image`.
+      runtime), None for `image`; `{runtime}` in it becomes the TPU runtime
+      chosen (`se`, `pjrt`), e.g. `gcr.io/P/tfx-tpu-trainer-tpu-{runtime}:1`.
     trainer_pod: TPU, node selectors, tolerations and requests of every
       TPUTrainer step; `trainer_pod.tpu` None trains on CPU.
     tpu_name, tpu_zone, tpu_project: the TPU the trainers resolve, written
       into `custom_config['tpu']` where a trainer names none (default: the
       TPU style's, `local` for a TPU VM).
     vertex_accelerator_type: kubeflow_v2: Vertex AI's accelerator type for
-      the trainers (default: from `trainer_pod.tpu`).
-    beam_args: Beam arguments added last to every Beam-powered component.
+      the trainers. With a TPU every value is refused, as is the Vertex job
+      itself (`vertex_tpu.py`); kept so the refusal can name the value.
+    beam_args: Beam arguments added last to every Beam-powered component,
+      each one option Beam accepts (`beam_args.validate`).
     cluster_beam_defaults: start from `CLUSTER_BEAM_PIPELINE_ARGS`.
     step_env: environment variables of every step.
     use_gcp_sa: kubeflow: mount the `user-gcp-sa` secret on every step.
+    tpu_runtime: the TPU runtime of a TPU VM request, `se` or `pjrt`
+      (tpu_runtimes.py); None: the generation's default.
+    tpu_check: add a `TpuCheck` step before every other, scheduled like the
+      trainers (needs a TPU).
+    vertex_job: kubeflow_v2: write the Vertex AI job beside the KFP v2 spec
+      (refused with a TPU: pass False to write the spec alone).
   """
   runner: str = KUBEFLOW
   image: str = DEFAULT_IMAGE
@@ -143,6 +173,9 @@ class KubeflowOptions:
   cluster_beam_defaults: bool = True
   step_env: Tuple[Tuple[str, str], ...] = ()
   use_gcp_sa: bool = False
+  tpu_runtime: Optional[str] = None
+  tpu_check: bool = False
+  vertex_job: bool = True
 
   @property
   def use_tpu(self) -> bool:
@@ -162,6 +195,10 @@ class CompileResult:
   beam_pipeline_args: Tuple[str, ...]
   # One line per file and trainer: what its trainer step/executor carries.
   trainer_summaries: Tuple[str, ...]
+  # The TPU runtime of the TPU steps (None: no TPU VM), with its warnings.
+  tpu_runtime: Optional[runtimes.RuntimeChoice] = None
+  # The TpuCheck step's component id (None: no tpu_check).
+  tpu_check_id: Optional[str] = None
 
   @property
   def path(self) -> str:
@@ -223,7 +260,7 @@ def tpu_trainers(pipeline: tfx.dsl.Pipeline) -> List[Any]:
 
 def beam_arg_name(arg: str) -> str:
   """`--runner=DataflowRunner` -> `runner`."""
-  return arg[2:].split('=', 1)[0].replace('-', '_')
+  return beam_args_lib.name(arg)
 
 
 def beam_pipeline_args(beam_args: Sequence[str],
@@ -232,14 +269,19 @@ def beam_pipeline_args(beam_args: Sequence[str],
   """The cluster defaults, then `existing`, then `beam_args`.
 
   A later argument replaces an earlier one of the same name; a `--runner`
-  other than the DirectRunner drops the DirectRunner defaults. Arguments
-  that are not strings (placeholders) are kept as they are.
+  other than the DirectRunner (by Beam's own name resolution: `direct`,
+  `directrunner` ...) drops the DirectRunner defaults. Arguments that are
+  not strings (placeholders) are kept as they are.
+
+  Raises:
+    CompileError: a `--runner` Beam does not know.
   """
   given = list(existing) + list(beam_args)
   names = [beam_arg_name(a) if isinstance(a, str) else None for a in given]
-  runner = [a.split('=', 1)[1] for a, n in zip(given, names)
-            if n == 'runner' and '=' in a]
-  direct = not runner or runner[-1] in ('DirectRunner', 'direct')
+  try:
+    direct = beam_args_lib.is_direct([a for a in given if isinstance(a, str)])
+  except beam_args_lib.BeamArgError as e:
+    raise CompileError(str(e)) from e
   defaults = [a for a in CLUSTER_BEAM_PIPELINE_ARGS
               if cluster_defaults and direct and beam_arg_name(a) not in names]
   kept = [a for i, (a, n) in enumerate(zip(given, names))
@@ -261,36 +303,71 @@ def vertex_job_path(kfp_v2_path: str) -> str:
   raise ValueError(f'{kfp_v2_path!r} does not end with .yaml or .yml')
 
 
-def output_paths(runner: str, output_path: str) -> Tuple[str, ...]:
+def output_paths(runner: str, output_path: str,
+                 vertex_job: bool = True) -> Tuple[str, ...]:
   """Every file a compile writes: v2 writes the Vertex job beside the spec."""
-  if runner == KUBEFLOW_V2:
+  if runner == KUBEFLOW_V2 and vertex_job:
     return (output_path, vertex_job_path(output_path))
   return (output_path,)
 
 
 def vertex_accelerator_type(options: KubeflowOptions) -> Optional[str]:
-  """Vertex AI's accelerator type for the trainers, None without a TPU.
+  """Vertex AI's accelerator for the trainers: None; a TPU is refused.
 
   Raises:
-    CompileError: when the TPU has no Vertex AI name and none was given.
+    CompileError: with a TPU: no Vertex AI pipeline step can carry the GKE
+      TPU VM slice the KFP v2 spec requests (vertex_tpu.py says why and
+      what to do).
   """
   tpu = options.trainer_pod.tpu
   if tpu is None:
     return None
-  if options.vertex_accelerator_type:
-    return options.vertex_accelerator_type
-  vertex_type = getattr(tpu, 'vertex_accelerator_type', None)
-  if vertex_type is None:
+  raise CompileError(vertex_tpu.refusal(
+      getattr(tpu, 'accelerator', str(tpu)), getattr(tpu, 'topology', ''),
+      options.vertex_accelerator_type))
+
+
+def tpu_runtime(options: KubeflowOptions) -> Optional[runtimes.RuntimeChoice]:
+  """The TPU runtime of the TPU steps (None: no TPU VM request).
+
+  Raises:
+    CompileError: a generation or runtime TF 2.15 lacks, or `tpu_runtime`
+      without a TPU VM request.
+  """
+  tpu = options.trainer_pod.tpu
+  if not isinstance(tpu, scheduling.TpuVmScheduling):
+    if options.tpu_runtime is not None:
+      raise CompileError(
+          f'tpu_runtime {options.tpu_runtime!r} needs a TPU VM request '
+          '(trainer_pod.tpu = scheduling.tpu_vm(...)); TPU nodes and CPU '
+          'trainers have no TPU runtime to choose.')
+    return None
+  try:
+    return runtimes.choose(tpu.accelerator, options.tpu_runtime)
+  except runtimes.TPURuntimeError as e:
+    raise CompileError(str(e)) from e
+
+
+def trainer_image(options: KubeflowOptions,
+                  runtime: Optional[runtimes.RuntimeChoice]) -> Optional[str]:
+  """`options.trainer_image` with `{runtime}` replaced by the TPU runtime.
+
+  Raises:
+    CompileError: `{runtime}` without a TPU VM request.
+  """
+  image = options.trainer_image
+  if image is None or runtimes.IMAGE_RUNTIME_FIELD not in image:
+    return image
+  if runtime is None:
     raise CompileError(
-        f'{getattr(tpu, "accelerator", tpu)} has no Vertex AI accelerator '
-        'type (Vertex AI names: '
-        f'{", ".join(sorted(set(scheduling.VERTEX_ACCELERATOR_TYPES.values())))}'
-        '); pass --vertex-accelerator-type.')
-  return vertex_type
+        f'trainer_image {image!r} names {runtimes.IMAGE_RUNTIME_FIELD}, which '
+        'needs a TPU VM runtime (trainer_pod.tpu = scheduling.tpu_vm(...)).')
+  return runtime.image_name(image)
 
 
-def check_options(options: KubeflowOptions, pipeline_name: str) -> None:
-  """What can be checked before the pipeline is compiled.
+def check_cluster_options(options: KubeflowOptions
+                         ) -> Optional[runtimes.RuntimeChoice]:
+  """The checks that need no pipeline; returns the TPU runtime chosen.
 
   Raises:
     CompileError: naming the bad option.
@@ -299,16 +376,48 @@ def check_options(options: KubeflowOptions, pipeline_name: str) -> None:
     raise CompileError(
         f'runner must be one of {RUNNERS}, got {options.runner!r}')
   tpu = options.trainer_pod.tpu
+  if options.tpu_check and tpu is None:
+    raise CompileError(
+        'tpu_check needs a TPU (trainer_pod.tpu): it checks the trainer\'s '
+        'TPU.')
+  if not options.vertex_job and options.runner != KUBEFLOW_V2:
+    raise CompileError('vertex_job=False needs runner kubeflow_v2.')
+  runtime = tpu_runtime(options)
+  trainer_image(options, runtime)
   if options.runner == KUBEFLOW_V2:
     if tpu is not None and not isinstance(tpu, scheduling.TpuVmScheduling):
       raise CompileError('kubeflow_v2 takes TPU VM requests only (tpu_vm()).')
-    if not V2_PIPELINE_NAME.match(pipeline_name):
+    if options.vertex_job:
+      vertex_accelerator_type(options)
+    elif options.vertex_accelerator_type:
       raise CompileError(
-          f'Pipeline name {pipeline_name!r} is not accepted by kubeflow_v2: '
-          'use lower-case letters, digits and -, e.g. taxi-tpu.')
-    vertex_accelerator_type(options)
+          'vertex_accelerator_type needs the Vertex AI job (vertex_job=True).')
   elif options.vertex_accelerator_type:
     raise CompileError('vertex_accelerator_type needs runner kubeflow_v2.')
+  try:
+    beam_args_lib.validate(options.beam_args)
+  except beam_args_lib.BeamArgError as e:
+    raise CompileError(str(e)) from e
+  return runtime
+
+
+def check_options(options: KubeflowOptions, pipeline_name: str
+                 ) -> Optional[runtimes.RuntimeChoice]:
+  """What can be checked before the pipeline is compiled.
+
+  Returns:
+    The TPU runtime chosen (None: no TPU VM request).
+
+  Raises:
+    CompileError: naming the bad option.
+  """
+  runtime = check_cluster_options(options)
+  if options.runner == KUBEFLOW_V2 and not V2_PIPELINE_NAME.match(
+      pipeline_name):
+    raise CompileError(
+        f'Pipeline name {pipeline_name!r} is not accepted by kubeflow_v2: '
+        'use lower-case letters, digits and -, e.g. taxi-tpu.')
+  return runtime
 
 
 def tpu_custom_config(custom_config: Mapping[str, Any],
@@ -370,7 +479,7 @@ def compile_pipeline(pipeline: tfx.dsl.Pipeline, output_path: str,
     CompileError: a bad option, or a trainer step not found while compiling.
   """
   name = pipeline.pipeline_info.pipeline_name
-  check_options(options, name)
+  runtime = check_options(options, name)
   if not output_path.endswith(OUTPUT_EXTENSIONS[options.runner]):
     raise CompileError(
         f'Output file {output_path!r} must end with one of '
@@ -381,9 +490,17 @@ def compile_pipeline(pipeline: tfx.dsl.Pipeline, output_path: str,
       t.id: tpu_custom_config(_custom_config(t), options, t.id)
       for t in trainers}
   vertex_type = (vertex_accelerator_type(options)
-                 if options.runner == KUBEFLOW_V2 else None)
+                 if options.runner == KUBEFLOW_V2 and options.vertex_job
+                 else None)
   paths = tuple(os.path.abspath(p)
-                for p in output_paths(options.runner, output_path))
+                for p in output_paths(options.runner, output_path,
+                                      options.vertex_job))
+  tpu_steps = TpuSteps(
+      trainer_ids=tuple(t.id for t in trainers),
+      env=runtime.env if runtime else {},
+      image=trainer_image(options, runtime))
+  if options.tpu_check:
+    tpu_steps.check_id = _add_tpu_check(pipeline)
   for trainer in trainers:
     trainer.exec_properties[CUSTOM_CONFIG_KEY] = json_utils.dumps(
         custom_configs[trainer.id])
@@ -393,13 +510,13 @@ def compile_pipeline(pipeline: tfx.dsl.Pipeline, output_path: str,
   staging = tempfile.mkdtemp(dir=output_dir, prefix='.compile-')
   try:
     staged = [os.path.join(staging, os.path.basename(p)) for p in paths]
-    ids = [t.id for t in trainers]
+    ids = list(tpu_steps.trainer_ids)
     if options.runner == KUBEFLOW:
-      _compile_v1(options, pipeline, ids, staged[0])
+      _compile_v1(options, pipeline, tpu_steps, staged[0])
       summaries = tuple(compiled_files.describe_v1_trainer(staged[0], i)
                         for i in ids)
     else:
-      _compile_v2(options, vertex_type, pipeline, ids, staging, staged)
+      _compile_v2(options, vertex_type, pipeline, tpu_steps, staging, staged)
       summaries = tuple(
           describe(path, i) for path, describe in zip(
               staged, (compiled_files.describe_kfp_v2_trainer,
@@ -414,10 +531,41 @@ def compile_pipeline(pipeline: tfx.dsl.Pipeline, output_path: str,
       runner=options.runner,
       pipeline_name=name,
       trainer_ids=tuple(t.id for t in trainers),
-      trainer_image=options.trainer_image or options.image,
+      trainer_image=tpu_steps.image or options.image,
       custom_configs=custom_configs,
       beam_pipeline_args=tuple(beam_args),
-      trainer_summaries=summaries)
+      trainer_summaries=summaries,
+      tpu_runtime=runtime,
+      tpu_check_id=tpu_steps.check_id)
+
+
+@dataclasses.dataclass
+class TpuSteps:
+  """The steps scheduled on the TPU: the trainers, and the check if any."""
+  trainer_ids: Tuple[str, ...]
+  env: Dict[str, str]  # The TPU runtime's (runtimes.RuntimeChoice.env).
+  image: Optional[str]  # The trainer image, `{runtime}` resolved.
+  check_id: Optional[str] = None
+
+  @property
+  def ids(self) -> List[str]:
+    return list(self.trainer_ids) + ([self.check_id] if self.check_id else [])
+
+
+def _add_tpu_check(pipeline: tfx.dsl.Pipeline) -> str:
+  """Adds the TpuCheck step upstream of every component; returns its id.
+
+  Raises:
+    CompileError: the pipeline has a component of that id already.
+  """
+  taken = [c.id for c in pipeline.components
+           if c.id == tpu_check_step.COMPONENT_ID]
+  if taken:
+    raise CompileError(
+        f'tpu_check: pipeline {pipeline.pipeline_info.pipeline_name!r} has a '
+        f'component {tpu_check_step.COMPONENT_ID!r} already; rename it, or '
+        'compile without tpu_check.')
+  return tpu_check_step.add_first(pipeline).id
 
 
 def _custom_config(trainer: Any) -> Dict[str, Any]:
@@ -447,14 +595,19 @@ def _set_beam_args(pipeline: tfx.dsl.Pipeline,
 
 
 def _compile_v1(options: KubeflowOptions, pipeline: tfx.dsl.Pipeline,
-                trainer_ids: Sequence[str], output_file: str) -> None:
+                tpu_steps: TpuSteps, output_file: str) -> None:
   """KubeflowDagRunner with TFX's default operator functions kept."""
   trainer_ops = [scheduling.trainer_step_op(i, options.trainer_pod,
-                                            options.trainer_image)
-                 for i in trainer_ids]
+                                            tpu_steps.image, tpu_steps.env)
+                 for i in tpu_steps.trainer_ids]
+  step_ops = list(trainer_ops)
+  if tpu_steps.check_id:
+    step_ops.append(scheduling.tpu_step_op(
+        tpu_steps.check_id, options.trainer_pod, tpu_steps.image,
+        tpu_steps.env))
   funcs = scheduling.pipeline_operator_funcs(
       trainer_ops[0], use_gcp_sa=options.use_gcp_sa,
-      env=dict(options.step_env)) + trainer_ops[1:]
+      env=dict(options.step_env)) + step_ops[1:]
   config = kubeflow_dag_runner.KubeflowDagRunnerConfig(
       pipeline_operator_funcs=funcs,
       tfx_image=options.image,
@@ -464,23 +617,23 @@ def _compile_v1(options: KubeflowOptions, pipeline: tfx.dsl.Pipeline,
       output_dir=os.path.dirname(output_file),
       output_filename=os.path.basename(output_file),
       config=config).run(pipeline)
-  for op in trainer_ops:
+  for op in step_ops:
     if len(op.applied_to) != 1:
       raise CompileError(
           f'Expected one step for component {op.component_id!r}, found '
           f'{op.applied_to}.')
-    logging.info('Trainer step %s carries the trainer pod options.',
+    logging.info('Step %s carries the trainer pod options.',
                  op.applied_to[0])
 
 
 def _compile_v2(options: KubeflowOptions, vertex_type: Optional[str],
-                pipeline: tfx.dsl.Pipeline, trainer_ids: Sequence[str],
+                pipeline: tfx.dsl.Pipeline, tpu_steps: TpuSteps,
                 staging: str, staged: Sequence[str]) -> None:
   """PipelineJob from the runner; the KFP v2 spec and Vertex job from it."""
   default_image = options.image
-  if options.trainer_image:
+  if tpu_steps.image:
     default_image = {pipeline_builder.DEFAULT_IMAGE_PATH_KEY: options.image}
-    default_image.update({i: options.trainer_image for i in trainer_ids})
+    default_image.update({i: tpu_steps.image for i in tpu_steps.ids})
   # Schema 2.1.0: the only one a KFP v2 backend accepts on upload (its API
   # server refuses 2.0.0, TFX's default); Vertex AI takes it too.
   config = kubeflow_v2_dag_runner.KubeflowV2DagRunnerConfig(
@@ -491,14 +644,28 @@ def _compile_v2(options: KubeflowOptions, vertex_type: Optional[str],
       output_filename=runner_output).run(pipeline)
   with open(os.path.join(staging, runner_output)) as f:
     job = json.load(f)
-  executors = [compiled_files.trainer_executor_label(job['pipelineSpec'], i)
-               for i in trainer_ids]
-  for executor in executors:
+  for executor in (compiled_files.trainer_executor_label(job['pipelineSpec'],
+                                                        i)
+                   for i in tpu_steps.trainer_ids):
     _start_with_system_metrics(job['pipelineSpec'], executor)
+  # The TPU steps: the trainers, and the check if any.
+  executors = [compiled_files.trainer_executor_label(job['pipelineSpec'], i)
+               for i in tpu_steps.ids]
+  # Beam args on the components that run Beam only, as v1 has them.
+  pipeline_beam_args = list(pipeline.beam_pipeline_args)
+  if all(isinstance(a, str) for a in pipeline_beam_args):
+    beam_args_lib.strip_from_other_executors(
+        job['pipelineSpec'],
+        beam_args_lib.beam_component_ids(pipeline.components),
+        pipeline_beam_args)
   if options.step_env:
     for step_container in compiled_files.containers(job['pipelineSpec']):
       step_container['env'] = [{'name': k, 'value': v}
                                for k, v in options.step_env]
+  for executor in executors:  # The TPU runtime's environment.
+    step_container = compiled_files.container(job['pipelineSpec'], executor)
+    step_container['env'] = step_container.get('env', []) + [
+        {'name': k, 'value': v} for k, v in tpu_steps.env.items()]
 
   pod = options.trainer_pod
   kfp_spec = json.loads(json.dumps(job['pipelineSpec']))
@@ -522,6 +689,8 @@ def _compile_v2(options: KubeflowOptions, vertex_type: Optional[str],
                         kfp_v2_protos.KUBERNETES_EXECUTOR_CONFIG)
   with open(staged[0], 'w') as f:
     yaml.safe_dump_all(documents, f, sort_keys=False)
+  if not options.vertex_job:
+    return
 
   vertex_resources = pod.vertex_resources(vertex_type)
   for executor in executors:

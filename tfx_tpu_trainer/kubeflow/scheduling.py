@@ -47,6 +47,7 @@ from kubernetes import client as k8s_client
 from tfx.orchestration.kubeflow import kubeflow_dag_runner
 
 from tfx_tpu_trainer import errors
+from tfx_tpu_trainer import tpu_runtimes as runtimes
 from tfx_tpu_trainer.kubeflow import options
 from tfx_tpu_trainer.kubeflow import step_outputs
 
@@ -90,14 +91,9 @@ GKE_TPU_ACCELERATORS: Dict[str, GkeTpuAccelerator] = {
         GkeTpuAccelerator('tpu-v6e-slice', 2, ('1x1', '2x2', '2x4')),
     )
 }
-DEFAULT_ACCELERATOR = 'tpu-v5-lite-podslice'
-# Vertex AI's names (google.cloud.aiplatform_v1.types.AcceleratorType, in
-# google-cloud-aiplatform 1.91) of the GKE accelerators; v5p and v6e have none.
-VERTEX_ACCELERATOR_TYPES = {
-    'tpu-v4-podslice': 'TPU_V4_POD',
-    'tpu-v5-lite-device': 'TPU_V5_LITEPOD',
-    'tpu-v5-lite-podslice': 'TPU_V5_LITEPOD',
-}
+# Chosen on the runtime evidence (runtimes.DEFAULT_ACCELERATOR_REASON).
+DEFAULT_ACCELERATOR = runtimes.DEFAULT_ACCELERATOR
+# Vertex AI: a pipeline step cannot carry these TPUs (vertex_tpu.py).
 
 # TPU node style (`kfp.gcp.use_tpu`): resource `cloud-tpus.google.com/<v>`.
 TPU_NODE_RESOURCE_PREFIX = 'cloud-tpus.google.com/'
@@ -184,11 +180,6 @@ class TpuVmScheduling:
     for toleration in self.tolerations:
       op.add_toleration(toleration)
     return op
-
-  @property
-  def vertex_accelerator_type(self) -> Optional[str]:
-    """Vertex AI's `AcceleratorType` name for this TPU, None if it has none."""
-    return VERTEX_ACCELERATOR_TYPES.get(self.accelerator)
 
   def describe(self) -> str:
     return (f'{TPU_VM_RESOURCE}: {self.chips} on {self.accelerator} '
@@ -555,6 +546,10 @@ class StepOpFunc:
     self._funcs = list(funcs)
     self.applied_to: List[str] = []
 
+  def add(self, func: OpFunc) -> None:
+    """Appends an operator function for the step."""
+    self._funcs.append(func)
+
   def __call__(self, op: dsl.ContainerOp) -> dsl.ContainerOp:
     if op.human_name != self.component_id:
       return op
@@ -578,7 +573,8 @@ def set_image(image: str) -> OpFunc:
 
 def trainer_step_op(trainer_id: str,
                     pod: Optional[TrainerPod] = None,
-                    image: Optional[str] = None) -> StepOpFunc:
+                    image: Optional[str] = None,
+                    env: Optional[Dict[str, str]] = None) -> StepOpFunc:
   """The trainer's operator function: image, pod spec, KFP metrics output.
 
   Args:
@@ -586,6 +582,27 @@ def trainer_step_op(trainer_id: str,
     pod: TPU, node selectors, tolerations and requests, or None for none.
     image: a trainer-only image (e.g. one with the TPU runtime), or None to
       keep the pipeline's image.
+    env: the TPU runtime's environment (runtimes.RuntimeChoice.env).
+
+  Returns:
+    The operator function; its `applied_to` lists the steps it changed.
+  """
+  step_op = tpu_step_op(trainer_id, pod, image, env)
+  step_op.add(step_outputs.trainer_step_outputs)
+  return step_op
+
+
+def tpu_step_op(component_id: str,
+                pod: Optional[TrainerPod] = None,
+                image: Optional[str] = None,
+                env: Optional[Dict[str, str]] = None) -> StepOpFunc:
+  """A step scheduled like the trainer (image, pod, runtime env).
+
+  Args:
+    component_id: the component's id (its step's `op.human_name`).
+    pod: TPU, node selectors, tolerations and requests, or None for none.
+    image: the trainer image, or None to keep the pipeline's image.
+    env: the TPU runtime's environment.
 
   Returns:
     The operator function; its `applied_to` lists the steps it changed.
@@ -595,8 +612,8 @@ def trainer_step_op(trainer_id: str,
     funcs.append(set_image(image))
   if pod is not None:
     funcs.append(pod.apply)
-  funcs.append(step_outputs.trainer_step_outputs)
-  return StepOpFunc(trainer_id, funcs)
+  funcs.extend(set_env(name, value) for name, value in (env or {}).items())
+  return StepOpFunc(component_id, funcs)
 
 
 def pipeline_operator_funcs(trainer_op: StepOpFunc,

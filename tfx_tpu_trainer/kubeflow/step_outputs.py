@@ -30,6 +30,14 @@ it restores the outputs of the execution that succeeded (its `model_run`
 from MLMD, the metrics from its `eval_metrics.json`) instead, so the retry
 exits 0 and shows the same metrics.
 
+A cache hit (TFX caching on) does not run the executor either, but TFX's
+portable launcher returns the execution with the fresh output artifacts it
+had prepared, never written, while MLMD records the cached execution's
+outputs for it (state CACHED). TFX's UI dump would then link TensorBoard to
+a `model_run` that does not exist, and the metrics would be empty; for a
+CACHED execution the wrapper shows the cached outputs' metrics and
+TensorBoard instead (`dump_step_ui_metadata`).
+
 "Inside a Kubeflow v1 step" means: the process's `__main__` is TFX's v1
 container entrypoint or this module (both run the executor in-process).
 """
@@ -271,9 +279,27 @@ def previous_outputs(metadata_handle, execution_id: int
   return outputs
 
 
+RETRY_NOTE = ('Execution {execution_id} had already succeeded; this retry '
+              'did not run the executor. Its outputs are shown.')
+CACHE_HIT_NOTE = ('Execution {execution_id} is a cache hit: the executor did '
+                  'not run, and the cached outputs\' metrics and TensorBoard '
+                  'are shown.')
+
+
+def is_cache_hit(metadata_handle, execution_id: Optional[int]) -> bool:
+  """Whether TFX published the execution as CACHED (outputs reused)."""
+  from ml_metadata.proto import metadata_store_pb2  # pylint: disable=g-import-not-at-top
+  if execution_id is None:
+    return False
+  executions = metadata_handle.store.get_executions_by_id([execution_id])
+  return bool(executions) and (executions[0].last_known_state ==
+                               metadata_store_pb2.Execution.CACHED)
+
+
 def restore_previous_outputs(metadata_handle, execution_id: Optional[int],
                              paths: KfpOutputPaths,
-                             model_run_key: str = 'model_run') -> bool:
+                             model_run_key: str = 'model_run',
+                             note: str = RETRY_NOTE) -> bool:
   """Writes the KFP UI outputs of the execution that already succeeded.
 
   Args:
@@ -281,6 +307,7 @@ def restore_previous_outputs(metadata_handle, execution_id: Optional[int],
     execution_id: the execution TFX's launcher returned (None: no execution).
     paths: the step's KFP UI files.
     model_run_key: the output key of the trainer's `ModelRun`.
+    note: the markdown shown with them (`{execution_id}` filled in).
 
   Returns:
     Whether the previous metrics were found and written.
@@ -313,9 +340,39 @@ def restore_previous_outputs(metadata_handle, execution_id: Optional[int],
                                     else None))
   merge_ui_metadata(paths.ui_metadata_path, [{
       'storage': 'inline', 'type': 'markdown',
-      'source': (f'Execution {execution_id} had already succeeded; this retry '
-                 'did not run the executor. Its outputs are shown.')}])
+      'source': note.format(execution_id=execution_id)}])
   return True
+
+
+def dump_step_ui_metadata(node, execution_info, paths: KfpOutputPaths,
+                          metadata_handle_factory, tfx_dump_ui_metadata,
+                          ui_metadata_path: str = UI_METADATA_PATH) -> None:
+  """The trainer step's UI dump: TFX's, or the earlier outputs' when the
+  executor did not run (a retry of a succeeded execution, or a cache hit).
+
+  Args:
+    node: the trainer's pipeline node.
+    execution_info: what TFX's launcher returned.
+    paths: the step's KFP UI files.
+    metadata_handle_factory: opens MLMD (a context manager).
+    tfx_dump_ui_metadata: TFX's `_dump_ui_metadata`.
+    ui_metadata_path: passed on to TFX's.
+  """
+  execution_id = getattr(execution_info, 'execution_id', None)
+  if executor_skipped(node, execution_info):
+    logging.warning('The executor of %s did not run (execution %s); TFX\'s '
+                    'UI metadata is skipped.', node.node_info.id, execution_id)
+    with metadata_handle_factory() as handle:
+      restore_previous_outputs(handle, execution_id, paths)
+    return
+  with metadata_handle_factory() as handle:
+    if is_cache_hit(handle, execution_id):
+      logging.info('Execution %s is a cache hit; the cached outputs are '
+                   'shown.', execution_id)
+      restore_previous_outputs(handle, execution_id, paths,
+                               note=CACHE_HIT_NOTE)
+      return
+  tfx_dump_ui_metadata(node, execution_info, ui_metadata_path)
 
 
 def main(argv: Optional[Sequence[str]] = None,
@@ -339,13 +396,9 @@ def main(argv: Optional[Sequence[str]] = None,
   tfx_dump_ui_metadata = container_entrypoint._dump_ui_metadata  # pylint: disable=protected-access
 
   def dump_ui_metadata(node, execution_info, ui_metadata_path=UI_METADATA_PATH):
-    if not executor_skipped(node, execution_info):
-      return tfx_dump_ui_metadata(node, execution_info, ui_metadata_path)
-    execution_id = getattr(execution_info, 'execution_id', None)
-    logging.warning('The executor of %s did not run (execution %s); TFX\'s '
-                    'UI metadata is skipped.', node.node_info.id, execution_id)
-    with _metadata_handle(argv) as handle:
-      restore_previous_outputs(handle, execution_id, paths)
+    dump_step_ui_metadata(node, execution_info, paths,
+                          lambda: _metadata_handle(argv),
+                          tfx_dump_ui_metadata, ui_metadata_path)
 
   container_entrypoint._dump_ui_metadata = dump_ui_metadata  # pylint: disable=protected-access
   try:

@@ -1,0 +1,121 @@
+"""`--beam-arg`: each value is one option Beam accepts, the runner resolved
+by Beam's own rule; the help shows a form argparse accepts; the Beam args
+reach exactly the components that run Beam, in v1 and in v2."""
+
+import json
+import os
+import re
+
+import pytest
+import yaml
+
+from tfx_tpu_trainer.kubeflow import beam_args
+from tfx_tpu_trainer_cli import main as cli
+
+PIPELINE_ROOT = 'gs://test-bucket/tfx/taxi_tpu'
+DATA_ROOT = 'gs://test-bucket/data/taxi'
+DATAFLOW_NEEDS = (' needs --beam-arg=--region=..., --beam-arg=--temp_location'
+                  '=... (and usually --beam-arg=--sdk_container_image=<the '
+                  '--image>, so the workers have TFX and this package).')
+# ExampleGen, StatisticsGen, Transform and Evaluator run Beam (their
+# executors are BeamExecutorSpecs); SchemaGen, ExampleValidator, the
+# trainer and Pusher do not.
+BEAM_STEPS_V1 = {'csvexamplegen', 'statisticsgen', 'transform', 'evaluator'}
+BEAM_EXECUTORS_V2 = {'CsvExampleGen_executor', 'StatisticsGen_executor',
+                     'Transform_executor', 'Evaluator_executor'}
+
+
+def _exit_code(argv):
+  try:
+    return cli.main(argv)
+  except SystemExit as e:  # argparse's own errors.
+    return e.code
+
+
+@pytest.mark.parametrize('argv,message', [
+    (['--beam-arg=--runner=Dataflow', '--beam-arg=--project=p'],
+     '--beam-arg=--runner=Dataflow (the DataflowRunner)' + DATAFLOW_NEEDS),
+    (['--beam-arg=--runner=dataflowrunner', '--beam-arg=--project=p'],
+     '--beam-arg=--runner=dataflowrunner (the DataflowRunner)' +
+     DATAFLOW_NEEDS),
+    (['--beam-arg=--runner=DirectRunner --project=p'],
+     "--beam-arg '--runner=DirectRunner --project=p' holds more than one "
+     'option; give one per --beam-arg (e.g. --beam-arg=--runner=DirectRunner '
+     '--beam-arg=--project=p).'),
+    (['--beam-arg=--runner=NoSuchRunner'],
+     '--beam-arg=--runner=NoSuchRunner: Beam knows no such runner (Unexpected '
+     'pipeline runner: NoSuchRunner. Valid values are DataflowRunner,'),
+    (['--beam-arg', '--runner=DirectRunner'],
+     'argument --beam-arg: expected one argument'),
+])
+def test_beam_arg_holes_exit_2_and_write_nothing(tmp_path, capsys, argv,
+                                                 message):
+  output_dir = tmp_path / 'out'
+  code = _exit_code(['compile', '--pipeline-root', PIPELINE_ROOT,
+                     '--data-root', DATA_ROOT, '--output-dir',
+                     str(output_dir)] + argv)
+  assert code == 2
+  assert message in capsys.readouterr().err
+  assert not output_dir.exists()
+
+
+def test_directrunner_in_any_case_keeps_the_multi_processing_defaults():
+  for name in ('directrunner', 'direct', 'DirectRunner'):
+    assert beam_args.pipeline_args([f'--runner={name}']) == [
+        '--direct_running_mode=multi_processing', '--direct_num_workers=0',
+        f'--runner={name}'], name
+  assert beam_args.pipeline_args(['--runner=dataflow', '--project=p']) == [
+      '--runner=dataflow', '--project=p']
+
+
+def test_help_shows_the_form_argparse_accepts(capsys):
+  assert _exit_code(['compile', '--help']) == 0
+  help_text = capsys.readouterr().out
+  assert '--beam-arg --NAME=VALUE' not in help_text
+  # argparse wraps at hyphens; joined again the help names the = form.
+  joined = re.sub(r'-\n\s+', '-', help_text)
+  assert 'written --beam-arg=--NAME=VALUE' in joined
+  assert 'SchemaGen, ExampleValidator, the trainer and Pusher run none' in (
+      re.sub(r'\s+', ' ', joined))
+
+
+def _compile(tmp_path, *argv):
+  assert cli.main(['compile', '--pipeline-root', PIPELINE_ROOT, '--data-root',
+                   DATA_ROOT, '--output-dir', str(tmp_path), '--no-use-tpu',
+                   '--beam-arg=--runner=directrunner'] + list(argv)) == 0
+  return {f: os.path.join(tmp_path, f) for f in os.listdir(tmp_path)}
+
+
+def test_v1_beam_args_reach_exactly_the_beam_components(tmp_path):
+  from tfx_tpu_trainer_cli.bundled.pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
+  (path,) = _compile(tmp_path).values()
+  workflow = kubeflow_compile.read_argo_workflow(path)
+  with_args = set()
+  for template in workflow['spec']['templates']:
+    if 'container' not in template:
+      continue
+    args = template['container']['args']
+    ir = json.loads(args[args.index('--tfx_ir') + 1])
+    if '--runner=directrunner' in json.dumps(ir['deploymentConfig']):
+      with_args.add(template['name'])
+      # directrunner is the DirectRunner: the defaults stay.
+      assert '--direct_running_mode=multi_processing' in json.dumps(
+          ir['deploymentConfig'])
+  assert with_args == BEAM_STEPS_V1
+
+
+def test_v2_beam_args_reach_exactly_the_beam_components(tmp_path):
+  files = _compile(tmp_path, '--runner', 'kubeflow_v2')
+  spec_path = [p for p in files.values() if p.endswith('.yaml')][0]
+  job_path = [p for p in files.values() if p.endswith('.json')][0]
+  with open(spec_path) as f:
+    spec = next(yaml.safe_load_all(f))
+  with open(job_path) as f:
+    job_spec = json.load(f)['pipelineSpec']
+  for document in (spec, job_spec):
+    executors = document['deploymentSpec']['executors']
+    with_args = {name for name, e in executors.items()
+                 if '--runner=directrunner' in e['container']['args']}
+    assert with_args == BEAM_EXECUTORS_V2
+    trainer_args = executors['TPUTrainer_executor']['container']['args']
+    assert not any(a.startswith('--direct_') for a in trainer_args)

@@ -1,0 +1,79 @@
+"""`tpu-check` as the first step of a compiled pipeline (`compile --tpu-check`).
+
+`TpuCheck` is a TFX component without inputs or outputs whose executor runs
+`tpu_check.check_or_raise()`. The compiler puts it upstream of every other
+component, and schedules it like the trainer (same image, TPU, node
+selectors, tolerations, requests and runtime environment), so a TPU that
+cannot run the trainer fails the run in minutes, before ExampleGen,
+StatisticsGen, SchemaGen and Transform have run.
+"""
+
+from typing import Any, Dict, List
+
+from absl import logging
+from tfx import types
+from tfx.dsl.context_managers import dsl_context_registry
+from tfx.dsl.components.base import base_component
+from tfx.dsl.components.base import base_executor
+from tfx.dsl.components.base import executor_spec
+from tfx.types import component_spec
+
+COMPONENT_ID = 'TpuCheck'
+
+
+class TpuCheckExecutor(base_executor.BaseExecutor):
+  """Runs every check of `tfx-tpu-trainer tpu-check`; raises at the first."""
+
+  def Do(self, input_dict: Dict[str, List[types.Artifact]],
+         output_dict: Dict[str, List[types.Artifact]],
+         exec_properties: Dict[str, Any]) -> None:
+    """Raises `tpu_check.TpuCheckError` naming the failed check."""
+    del input_dict, output_dict, exec_properties  # The check takes none.
+    from tfx_tpu_trainer import tpu_check  # pylint: disable=g-import-not-at-top
+    for result in tpu_check.check_or_raise():
+      logging.info('tpu-check: %s', result.line())
+
+
+class TpuCheckSpec(component_spec.ComponentSpec):
+  """No parameters, inputs or outputs."""
+  PARAMETERS = {}
+  INPUTS = {}
+  OUTPUTS = {}
+
+
+class TpuCheck(base_component.BaseComponent):
+  """The TPU check as a pipeline step."""
+  SPEC_CLASS = TpuCheckSpec
+  EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(TpuCheckExecutor)
+
+  def __init__(self):
+    super().__init__(spec=TpuCheckSpec())
+
+
+def add_first(pipeline, component_id: str = COMPONENT_ID) -> TpuCheck:
+  """Adds a `TpuCheck` upstream of every component of `pipeline`.
+
+  Args:
+    pipeline: a `tfx.dsl.Pipeline`, changed in place.
+    component_id: the step's id.
+
+  Returns:
+    The check component.
+  """
+  # Built inside the pipeline's registry, where KFP v2's step builder looks
+  # every node up.
+  with dsl_context_registry.use_registry(pipeline.dsl_context_registry):
+    check = TpuCheck().with_id(component_id)
+  components = list(pipeline.components)
+  for component in components:
+    component.add_upstream_node(check)
+  # Setting the components prepends the pipeline's Beam args to every Beam
+  # component again; each keeps the ones it had.
+  beam_specs = [(c.executor_spec, list(c.executor_spec.beam_pipeline_args))
+                for c in components
+                if isinstance(getattr(c, 'executor_spec', None),
+                              executor_spec.BeamExecutorSpec)]
+  pipeline.components = [check] + components
+  for spec, beam_args in beam_specs:
+    spec.beam_pipeline_args = beam_args
+  return check
