@@ -113,9 +113,17 @@ def transformed_features(preprocessing_module_file: str,
   from tensorflow_transform import impl_helper  # pylint: disable=g-import-not-at-top
   with _beside(preprocessing_module_file), tf.Graph().as_default():
     module = _load(preprocessing_module_file, '_evaluator_keys_preprocessing')
-    _, _, outputs = impl_helper.trace_preprocessing_function(
-        module.preprocessing_fn, raw_feature_spec(data_root),
-        use_tf_compat_v1=True)
+    try:
+      _, _, outputs = impl_helper.trace_preprocessing_function(
+          module.preprocessing_fn, raw_feature_spec(data_root),
+          use_tf_compat_v1=True)
+    except SystemExit as e:
+      raise EvaluatorKeyError(
+          f'preprocessing_fn of {preprocessing_module_file} raised '
+          f'SystemExit({e.code!r}) (e.g. sys.exit()) while it was traced to '
+          'find what the Evaluator reads, before any component ran. Module '
+          'code must return or raise an exception, never exit the process.'
+      ) from e
   return dict(outputs)
 
 

@@ -29,8 +29,8 @@ def test_os_exit_at_import_of_the_trainer_module_is_a_usage_error(tmp_path):
   assert not (tmp_path / 'out').exists()
 
 
-@pytest.mark.slow
-def test_sys_exit_in_preprocessing_fn_fails_the_run_naming_it(tmp_path):
+def test_sys_exit_in_preprocessing_fn_is_a_usage_error_before_any_component(
+    tmp_path):
   data = write_taxi_slice(str(tmp_path / 'data'), rows=300)
   module = os.path.join(TEST_MODULES_DIR, 'exits_in_preprocessing_fn.py')
   output_root = tmp_path / 'out'
@@ -38,11 +38,30 @@ def test_sys_exit_in_preprocessing_fn_fails_the_run_naming_it(tmp_path):
                     '--preprocessing-module-file', module, '--train-steps',
                     '5', '--eval-steps', '1', '--train-batch-size', '16',
                     '--eval-batch-size', '16')
-  assert result.returncode == 1, (result.stdout, result.stderr)
-  assert ('The pipeline failed: ModuleExitError: The pipeline stopped: '
-          f'SystemExit(0) was raised while Transform ran (module_file '
-          f'{module})') in result.stdout, result.stdout
-  assert 'its execution is marked failed' in result.stdout
+  assert result.returncode == 2, (result.stdout, result.stderr)
+  assert (f'preprocessing_fn of {module} raised SystemExit(0) (e.g. '
+          'sys.exit()) while it was traced to find what the Evaluator reads, '
+          'before any component ran') in result.stderr, result.stderr
+  assert not (output_root / 'metadata').exists()
+
+
+@pytest.mark.slow
+def test_sys_exit_in_preprocessing_fn_fails_the_local_run_naming_it(tmp_path):
+  """The local runner's own handling, for pipelines run without the CLI."""
+  from tfx_tpu_trainer_cli.bundled.pipelines import local_runner  # pylint: disable=g-import-not-at-top
+  data = write_taxi_slice(str(tmp_path / 'data'), rows=300)
+  module = os.path.join(TEST_MODULES_DIR, 'exits_in_preprocessing_fn.py')
+  output_root = tmp_path / 'out'
+  options = local_runner.local_options(
+      str(output_root), data_root=data, preprocessing_module_file=module,
+      train_steps=5, eval_steps=1,
+      custom_config={'train_batch_size': 16, 'eval_batch_size': 16})
+  with pytest.raises(local_runner.ModuleExitError) as error:
+    local_runner.run(options, printer=lambda *_, **__: None)
+  message = str(error.value)
+  assert ('The pipeline stopped: SystemExit(0) was raised while Transform '
+          f'ran (module_file {module})') in message, message
+  assert 'its execution is marked failed' in message
   database = output_root / 'metadata' / 'taxi_tpu' / 'metadata.db'
   states = sqlite3.connect(str(database)).execute(
       'SELECT last_known_state FROM Execution').fetchall()
