@@ -27,6 +27,7 @@ from tfx_tpu_trainer.kubeflow import step_outputs as kfp_outputs
 from tfx_tpu_trainer.kubeflow import v2_metrics
 from tfx_tpu_trainer.preflight import checks as preflight_checks
 from tfx_tpu_trainer.preflight import cpu_graphs
+from tfx_tpu_trainer.preflight import label_range
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
 from tfx_tpu_trainer.publishing import report as report_lib
@@ -117,7 +118,8 @@ def _check_before_training(fn_args: fn_args_utils.FnArgs,
   Both splits yield a first batch; with use_tpu the TPU preflight
   XLA-compiles the train, eval and predict steps as a TPU would; on CPU the
   eval and export graphs, which training reaches only at its end, are built
-  as TPUEstimator will build them.
+  as TPUEstimator will build them. Last, the labels of the first batches
+  are checked against what the model's loss accepts (label_range.py).
   """
   data_checks.check_first_batch(fn_args.train_files, 'train',
                                 config.train_batch_size, 'train_batch_size')
@@ -129,6 +131,11 @@ def _check_before_training(fn_args: fn_args_utils.FnArgs,
     preflight_checks.check_before_training(run, config, sample_train_fn)
   else:
     cpu_graphs.check_graphs_before_training(run, config, sample_eval_fn)
+  label_range.check_first_labels(run, config, [
+      label_range.SplitSample('train', fn_args.train_files, sample_train_fn,
+                              config.train_batch_size),
+      label_range.SplitSample('eval', fn_args.eval_files, sample_eval_fn,
+                              config.eval_batch_size)])
 
 
 def _train(fn_args: fn_args_utils.FnArgs, config: config_lib.TrainerConfig,
