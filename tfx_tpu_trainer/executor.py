@@ -11,12 +11,14 @@ import tensorflow as tf
 from tfx import types
 from tfx.components.trainer import executor as trainer_executor
 from tfx.components.trainer import fn_args_utils
+from tfx.dsl.io import fileio
 from tfx.proto import trainer_pb2
 from tfx.types import artifact_utils
 from tfx.types import standard_component_specs
 from tfx.utils import proto_utils
 
 from tfx_tpu_trainer import config as config_lib
+from tfx_tpu_trainer import disk_full
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import prepare
 from tfx_tpu_trainer import user_module as user_module_lib
@@ -147,7 +149,14 @@ def _train(fn_args: fn_args_utils.FnArgs, config: config_lib.TrainerConfig,
                'use_tpu=%s).', checkpoints.latest_step(model_dir),
                fn_args.train_steps, model_dir, config.eval_strategy,
                config.use_tpu)
-  with _explain_training_errors(fn_args, run):
+  with _explain_training_errors(fn_args, run), disk_full.translate_disk_full(
+      f'training (writing checkpoints and events to {model_dir})', model_dir,
+      'Free space there, or set custom_config[\'checkpoint_dir\'] to a file '
+      'system with more room (keep_checkpoint_max bounds how many '
+      'checkpoints are kept); a retry of this pipeline run resumes from the '
+      'last complete checkpoint. No model was exported.',
+      clean_up=lambda: disk_full.remove_partial_writes(model_dir),
+      written=lambda: disk_full.bytes_under(model_dir)):
     final_metrics = schedule.train_and_evaluate(
         estimator, config, train_input_fn, eval_input_fn,
         fn_args.train_steps, fn_args.eval_steps)
@@ -166,10 +175,12 @@ def _publish(estimator, serving_input_receiver_fn, final_metrics, model,
   orchestrator has yet to publish this execution, and a retry of this run
   must resume from them rather than from step 0.
   """
-  if resumable_dir:
-    checkpoints.copy_into_model_run(resumable_dir, fn_args.model_run_dir)
   metrics = metrics_lib.to_python(final_metrics or {})
-  metrics_path = metrics_lib.write_metrics_json(metrics, fn_args.model_run_dir)
+  with _explain_full_model_run(fn_args.model_run_dir, resumable_dir):
+    if resumable_dir:
+      checkpoints.copy_into_model_run(resumable_dir, fn_args.model_run_dir)
+    metrics_path = metrics_lib.write_metrics_json(metrics,
+                                                  fn_args.model_run_dir)
   report_path = report_lib.write_report_safely(
       fn_args.model_run_dir, final_metrics=metrics, config=report_config,
       timings=timings)
@@ -184,6 +195,31 @@ def _publish(estimator, serving_input_receiver_fn, final_metrics, model,
   logging.info('Final evaluation: %s (written to %s).', metrics, metrics_path)
   if resumable_dir:
     checkpoints.mark_exported(resumable_dir, model.uri)
+
+
+def _explain_full_model_run(model_run_dir: str,
+                            resumable_dir: Optional[str]):
+  """A full disk while filling model_run: one error, model_run emptied."""
+  kept = (f'the checkpoints in {resumable_dir} are kept, so a retry of this '
+          'pipeline run exports without training again'
+          if resumable_dir else 'the training has to run again')
+
+  def empty_model_run():
+    if not fileio.isdir(model_run_dir):
+      return
+    for name in fileio.listdir(model_run_dir):
+      path = os.path.join(model_run_dir, name.rstrip('/'))
+      if fileio.isdir(path):
+        fileio.rmtree(path)
+      else:
+        fileio.remove(path)
+
+  return disk_full.translate_disk_full(
+      'filling model_run (checkpoint copies and metrics)', model_run_dir,
+      f'Free space on the file system of the model_run artifact and retry: '
+      f'{kept}. model_run was emptied and no model was exported.',
+      clean_up=empty_model_run,
+      written=lambda: disk_full.bytes_under(model_run_dir))
 
 
 def _single_output(output_dict, key: str) -> Optional[types.Artifact]:

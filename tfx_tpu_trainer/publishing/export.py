@@ -9,6 +9,7 @@ import tensorflow as tf
 from tensorflow.python.tools import saved_model_utils  # pylint: disable=g-direct-tensorflow-import
 from tfx.dsl.io import fileio
 
+from tfx_tpu_trainer import disk_full
 from tfx_tpu_trainer.publishing import serving
 
 SERVE_TAGS = (tf.saved_model.SERVING,)
@@ -47,6 +48,7 @@ def export_serving_model(estimator: tf.compat.v1.estimator.tpu.TPUEstimator,
 
   Raises:
     FileExistsError: when `serving_model_dir` already exists.
+    disk_full.DiskFullError: when the disk fills during the export.
   """
   if fileio.exists(serving_model_dir):
     raise FileExistsError(
@@ -58,16 +60,25 @@ def export_serving_model(estimator: tf.compat.v1.estimator.tpu.TPUEstimator,
     remove_recorded_staging_dirs(staging_record)
     with fileio.open(staging_record, 'w') as f:
       f.write(staging_dir + '\n')
-  fileio.makedirs(staging_dir)
   try:
-    exported = estimator.export_saved_model(
-        export_dir_base=staging_dir,
-        serving_input_receiver_fn=serving_input_receiver_fn)
-    exported = exported.decode() if isinstance(exported, bytes) else exported
-    serving.add_transform_features_signature(exported)
-    fileio.rename(exported, serving_model_dir)
+    with disk_full.translate_disk_full(
+        f'exporting the model to {serving_model_dir}', staging_dir,
+        f'Free space on the file system of the model artifact ({parent}) '
+        'and retry: the checkpoints are kept, so a retry of this pipeline '
+        'run exports without training again. The staging directory was '
+        'removed: nothing was left under Format-Serving.',
+        written=lambda: disk_full.bytes_under(staging_dir)):
+      fileio.makedirs(staging_dir)
+      exported = estimator.export_saved_model(
+          export_dir_base=staging_dir,
+          serving_input_receiver_fn=serving_input_receiver_fn)
+      exported = (exported.decode() if isinstance(exported, bytes) else
+                  exported)
+      serving.add_transform_features_signature(exported)
+      fileio.rename(exported, serving_model_dir)
   finally:
-    fileio.rmtree(staging_dir)
+    if fileio.exists(staging_dir):
+      fileio.rmtree(staging_dir)
   logging.info('Exported the serving model to %s.', serving_model_dir)
   return serving_model_dir
 

@@ -1,0 +1,198 @@
+"""A disk that fills while TPUTrainer writes: one clear error, no leftovers.
+
+TensorFlow reports a full disk as a `ResourceExhaustedError` (ENOSPC,
+EDQUOT) or another `OpError` ("File too large": EFBIG, a file-size limit)
+whose message is `<path>; No space left on device`, raised from deep inside
+a checkpoint hook or the SavedModel builder; Python's own writes raise
+`OSError` with the errno. `translate_disk_full` wraps one step of the
+executor (training, filling model_run, the export) and turns any of these
+into a `DiskFullError` that says what filled (the step and the file), how
+much room the file system has and how much the step's directory held when
+the write failed, and what to do. TensorFlow itself is not patched.
+
+What a failed write leaves is removed by the step's `clean_up` (e.g. the
+partial `*.tmp<hex>` files of TensorFlow's atomic writes); outputs already
+complete are kept (the checkpoints a retry resumes from).
+"""
+
+import contextlib
+import errno
+import os
+import re
+import shutil
+from typing import Callable, Iterator, Optional
+
+from absl import logging
+import tensorflow as tf
+
+from tfx_tpu_trainer import errors
+
+# errno values of a write that found no room.
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+# How TensorFlow's messages spell them (strerror of each errno), and what
+# the error says happened.
+_WHAT_FILLED = {
+    os.strerror(errno.ENOSPC): 'The disk filled',
+    os.strerror(errno.EDQUOT): 'The disk quota ran out',
+    os.strerror(errno.EFBIG): 'A file reached the file-size limit',
+}
+DISK_FULL_MESSAGES = tuple(_WHAT_FILLED)
+# The `{{function_node ...}}` prefix of errors raised inside a tf.function.
+_FUNCTION_NODE = re.compile(r'\{\{[^}]*\}\}\s*')
+# TensorFlow's file errors start with the path: `<path>; <strerror>`.
+_TF_PATH = re.compile(r'^\s*(\S[^;\n]*?); (?:' +
+                      '|'.join(re.escape(m) for m in DISK_FULL_MESSAGES) +
+                      ')')
+# The temporary file of TensorFlow's atomic writes (file_io.py).
+_TF_TEMP_FILE = re.compile(r'\.tmp[0-9a-f]{32}$')
+
+
+class DiskFullError(errors.TPUTrainerError):
+  """A write found no room: the disk or quota is full, or a file limit hit."""
+
+
+def is_disk_full(error: BaseException) -> bool:
+  """True when `error` (or what caused it) is a write that found no room."""
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    if isinstance(error, OSError) and error.errno in DISK_FULL_ERRNOS:
+      return True
+    if isinstance(error, (tf.errors.OpError, OSError)) and any(
+        message in str(error) for message in DISK_FULL_MESSAGES):
+      return True
+    error = error.__cause__ or error.__context__
+  return False
+
+
+def failed_path(error: BaseException) -> Optional[str]:
+  """The file a TensorFlow or OSError disk-full error names, if any."""
+  if isinstance(error, OSError) and error.filename:
+    return os.fsdecode(error.filename)
+  message = _FUNCTION_NODE.sub('', getattr(error, 'message', None) or
+                               str(error))
+  match = _TF_PATH.match(message)
+  return match.group(1) if match else None
+
+
+def _is_local(path: str) -> bool:
+  return '://' not in path
+
+
+def free_space(path: str) -> Optional[tuple]:  # pylint: disable=g-bare-generic
+  """(free, total) bytes of the file system of `path`, None if not local."""
+  if not _is_local(path):
+    return None
+  while path and not os.path.exists(path):
+    parent = os.path.dirname(path.rstrip('/'))
+    if parent == path:
+      break
+    path = parent
+  try:
+    usage = shutil.disk_usage(path or '/')
+  except OSError:
+    return None
+  return usage.free, usage.total
+
+
+def bytes_under(path: str) -> int:
+  """The bytes of the files under a local directory (0 if none)."""
+  if not _is_local(path) or not os.path.isdir(path):
+    return 0
+  total = 0
+  for directory, _, files in os.walk(path):
+    for name in files:
+      try:
+        total += os.lstat(os.path.join(directory, name)).st_size
+      except OSError:
+        pass
+  return total
+
+
+def remove_partial_writes(directory: str) -> list:  # pylint: disable=g-bare-generic
+  """Removes TensorFlow's unfinished atomic-write files under `directory`."""
+  removed = []
+  if not _is_local(directory) or not os.path.isdir(directory):
+    return removed
+  for parent, _, files in os.walk(directory):
+    for name in files:
+      if _TF_TEMP_FILE.search(name):
+        path = os.path.join(parent, name)
+        try:
+          os.remove(path)
+          removed.append(path)
+        except OSError as e:
+          logging.warning('Could not remove the partial file %s: %s', path, e)
+  return removed
+
+
+def _size(count: int) -> str:
+  for unit in ('bytes', 'KB', 'MB', 'GB'):
+    if count < 1024 or unit == 'GB':
+      return (f'{count} {unit}' if unit == 'bytes' else
+              f'{count:.1f} {unit}')
+    count /= 1024
+  return f'{count} bytes'
+
+
+def describe(error: BaseException, what: str, directory: str,
+             advice: str, written: Optional[int] = None) -> str:
+  """The message of a DiskFullError.
+
+  Args:
+    error: the error TensorFlow or Python raised.
+    what: the step, e.g. 'exporting the model'.
+    directory: where the step writes.
+    advice: what to do.
+    written: the bytes under `directory` when the step failed, if known.
+
+  Returns:
+    The message.
+  """
+  path = failed_path(error) or directory
+  reason = next((message for message in DISK_FULL_MESSAGES
+                 if message in str(error)), None)
+  if reason is None and isinstance(error, OSError) and error.errno:
+    reason = os.strerror(error.errno)
+  reason = reason or os.strerror(errno.ENOSPC)
+  space = free_space(path)
+  room = (f'Its file system has {_size(space[0])} free of {_size(space[1])}'
+          if space else 'Its free space is not known (not a local path)')
+  needed = (f'; {directory} held {_size(written)} when the write failed'
+            if written else '')
+  filled = _WHAT_FILLED.get(reason, 'The disk filled')
+  return (f'{filled} while {what}: writing {path} failed with "{reason}". '
+          f'{room}{needed}. {advice}')
+
+
+@contextlib.contextmanager
+def translate_disk_full(what: str, directory: str, advice: str,
+                        clean_up: Optional[Callable[[], None]] = None,
+                        written: Optional[Callable[[], int]] = None
+                        ) -> Iterator[None]:
+  """Turns a disk-full error inside the block into one DiskFullError.
+
+  Args:
+    what: the step, for the message ('exporting the model').
+    directory: where the step writes.
+    advice: what to do, for the message.
+    clean_up: removes what the failed step left half-written.
+    written: the bytes under `directory` (called before clean_up).
+
+  Yields:
+    Nothing; wraps the step.
+
+  Raises:
+    DiskFullError: from a disk-full error; other errors pass unchanged.
+  """
+  try:
+    yield
+  except DiskFullError:
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    if not is_disk_full(e):
+      raise
+    count = written() if written else None
+    if clean_up:
+      clean_up()
+    raise DiskFullError(describe(e, what, directory, advice, count)) from e
