@@ -15,7 +15,9 @@ import pytest
 import tensorflow as tf
 from tfx.utils import path_utils
 
+from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import executor
+from tfx_tpu_trainer import prepare
 from tfx_tpu_trainer import user_module
 from tfx_tpu_trainer.model_fn import estimator_adapter
 from tfx_tpu_trainer.model_fn import keras_adapter
@@ -197,5 +199,61 @@ def test_keras_three_classes_train_on_labels_that_fit(taxi_artifacts,
                                                       tmp_path):
   run, _ = _run_with_labels(taxi_artifacts, tmp_path, THREE_CLASS_KERAS,
                             {20: 2})
+  executor.Executor().Do(run.input_dict, run.output_dict, run.exec_properties)
+  assert os.path.isdir(path_utils.serving_model_dir(run.model.uri))
+
+
+_INPUT_FN_MODULE = '''
+import tensorflow as tf
+
+def input_fn(file_pattern, data_accessor, schema, params):
+  labels = [0, 1, 1, 0] * 2 + [0, 5, 1, 1] + [0, 1, 1, 0]
+  features = {'x': [[float(i)] for i in range(len(labels))]}
+  return tf.data.Dataset.from_tensor_slices(
+      (features, [[label] for label in labels])).batch(
+          params['batch_size'], drop_remainder=True)
+
+def model_fn(features, labels, mode, params):
+  logits = tf.compat.v1.layers.dense(features['x'], 1)
+  loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(
+      labels=tf.cast(labels, tf.float32), logits=logits))
+  return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
+      mode, loss=loss, train_op=tf.compat.v1.train.GradientDescentOptimizer(
+          0.1).minimize(loss, tf.compat.v1.train.get_global_step()),
+      predictions={'logits': logits})
+'''
+
+
+def test_module_input_fn_labels_name_the_split_and_batch(tmp_path,
+                                                         monkeypatch):
+  module_file = tmp_path / 'input_fn_module.py'
+  module_file.write_text(_INPUT_FN_MODULE)
+  module = user_module.load_user_module({'module_file': str(module_file)})
+  config = config_lib.TrainerConfig.from_custom_config(
+      {'train_batch_size': 4, 'eval_batch_size': 4}, environ={})
+  run = prepare.prepare_run(config, module, None)
+
+  def split_input_fn(params):
+    return module.input_fn(file_pattern=[], data_accessor=None, schema=None,
+                           params=params)
+
+  splits = [label_range.SplitSample(name, [], split_input_fn, 4)
+            for name in ('train', 'eval')]
+  with pytest.raises(label_range.LabelValueError) as error:
+    label_range.check_first_labels(run, config, splits)
+  assert re.match(
+      r"The label \(from input_fn in .*input_fn_module\.py\) of the 'train' "
+      r'split has values the model cannot take: 5 \(batch 2\)\. The loss of '
+      r'the model in .*input_fn_module\.py \(sigmoid cross-entropy\) accepts '
+      r'values in \[0, 1\]', str(error.value)), str(error.value)
+  # Only the first CHECKED_BATCHES batches are read: past them, not seen.
+  monkeypatch.setattr(label_range, 'CHECKED_BATCHES', 2)
+  assert label_range.check_first_labels(run, config, splits) >= 0
+
+
+@pytest.mark.slow
+def test_canned_binary_head_trains_on_labels_that_fit(taxi_artifacts,
+                                                      tmp_path):
+  run, _ = _run_with_labels(taxi_artifacts, tmp_path, BINARY_HEAD, {0: 1})
   executor.Executor().Do(run.input_dict, run.output_dict, run.exec_properties)
   assert os.path.isdir(path_utils.serving_model_dir(run.model.uri))
