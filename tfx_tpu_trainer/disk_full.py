@@ -20,7 +20,7 @@ import errno
 import os
 import re
 import shutil
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, List, Optional, Tuple
 
 from absl import logging
 import tensorflow as tf
@@ -79,7 +79,7 @@ def _is_local(path: str) -> bool:
   return '://' not in path
 
 
-def free_space(path: str) -> Optional[tuple]:  # pylint: disable=g-bare-generic
+def free_space(path: str) -> Optional[Tuple[int, int]]:
   """(free, total) bytes of the file system of `path`, None if not local."""
   if not _is_local(path):
     return None
@@ -109,7 +109,7 @@ def bytes_under(path: str) -> int:
   return total
 
 
-def remove_partial_writes(directory: str) -> list:  # pylint: disable=g-bare-generic
+def remove_partial_writes(directory: str) -> List[str]:
   """Removes TensorFlow's unfinished atomic-write files under `directory`."""
   removed = []
   if not _is_local(directory) or not os.path.isdir(directory):
@@ -126,13 +126,15 @@ def remove_partial_writes(directory: str) -> list:  # pylint: disable=g-bare-gen
   return removed
 
 
-def _size(count: int) -> str:
-  for unit in ('bytes', 'KB', 'MB', 'GB'):
-    if count < 1024 or unit == 'GB':
-      return (f'{count} {unit}' if unit == 'bytes' else
-              f'{count:.1f} {unit}')
+def _size(count: float) -> str:
+  """`count` bytes in bytes, KB, MB or GB."""
+  if count < 1024:
+    return f'{int(count)} bytes'
+  for unit in ('KB', 'MB', 'GB'):
     count /= 1024
-  return f'{count} bytes'
+    if count < 1024 or unit == 'GB':
+      break
+  return f'{count:.1f} {unit}'
 
 
 def describe(error: BaseException, what: str, directory: str,
@@ -194,5 +196,9 @@ def translate_disk_full(what: str, directory: str, advice: str,
       raise
     count = written() if written else None
     if clean_up:
-      clean_up()
+      try:
+        clean_up()
+      except Exception as cleanup_error:  # pylint: disable=broad-except
+        logging.warning('Could not remove what the failed step left in %s: '
+                        '%s', directory, cleanup_error)
     raise DiskFullError(describe(e, what, directory, advice, count)) from e
