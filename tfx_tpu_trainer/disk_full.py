@@ -194,11 +194,13 @@ def translate_disk_full(what: str, directory: str, advice: str,
   except Exception as e:  # pylint: disable=broad-except
     if not is_disk_full(e):
       raise
-    count = written() if written else None
+    # Measured before the clean-up frees anything: the room at the failure.
+    message = describe(e, what, directory, advice,
+                       written() if written else None)
     if clean_up:
       try:
         clean_up()
       except Exception as cleanup_error:  # pylint: disable=broad-except
         logging.warning('Could not remove what the failed step left in %s: '
                         '%s', directory, cleanup_error)
-    raise DiskFullError(describe(e, what, directory, advice, count)) from e
+    raise DiskFullError(message) from e
