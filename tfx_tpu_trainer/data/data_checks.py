@@ -101,7 +101,7 @@ def _corrupt_file_message(path: str, record: int, error: Exception) -> str:
             'Transform write them. Write it with '
             "tf.io.TFRecordWriter(path, options='GZIP') (or gzip it).")
   return (f'The examples file {path} is corrupt or truncated after record '
-          f'{record}: {_first_line(error)}. Re-run the component that wrote '
+          f'{record}: {first_line(error)}. Re-run the component that wrote '
           'it (ExampleGen or Transform) or remove the file.')
 
 
@@ -119,13 +119,14 @@ def _is_uncompressed_tfrecord(path: str) -> bool:
   return False
 
 
-def _first_line(error: Exception) -> str:
+def first_line(error: Exception) -> str:
   """The first line of a TF error, without its function-node prefix and op."""
   message = getattr(error, 'message', None) or str(error)
   message = re.sub(r'\{\{[^}]*\}\}\s*', '', message)
   message = re.sub(r'\s*\[Op:[^\]]*\].*$', '', message, flags=re.S)
   lines = message.strip().splitlines()
   return lines[0] if lines else type(error).__name__
+
 
 
 @contextlib.contextmanager
@@ -150,7 +151,7 @@ def explain_data_errors(splits: Mapping[str, Sequence[str]],
     problem = find_bad_record(splits, feature_spec, label_key)
     if problem is None:
       raise
-    raise DataError(f'{problem} (TensorFlow said: {_first_line(e)})') from e
+    raise DataError(f'{problem} (TensorFlow said: {first_line(e)})') from e
 
 
 def find_bad_record(splits: Mapping[str, Sequence[str]],
@@ -178,7 +179,7 @@ def _record_problem(record: tf.Tensor, spec: Dict[str, Any],
   try:
     parsed = tf.io.parse_example(tf.reshape(record, [1]), spec)
   except tf.errors.InvalidArgumentError as e:
-    return _first_line(e)
+    return first_line(e)
   if label_key and label_key in parsed:
     label = parsed[label_key]
     values = label.values if isinstance(label, tf.SparseTensor) else label

@@ -209,6 +209,18 @@ def _bad_labels(run: prepare.PreparedRun, split: SplitSample,
     return _bad_labels_in_files(split, run.label_key,
                                 schemas_lib.feature_spec(run.schemas.examples),
                                 accepted, limit)
+  try:
+    return _bad_labels_in_batches(run, split, accepted)
+  except Exception as e:  # pylint: disable=broad-except
+    # The module's input_fn: training runs it again and names it on error.
+    logging.info('The labels of the %r split were not checked: its input_fn '
+                 'failed eagerly (%s: %s).', split.name, type(e).__name__, e)
+    return []
+
+
+def _bad_labels_in_batches(run: prepare.PreparedRun, split: SplitSample,
+                           accepted: AcceptedLabels) -> List[str]:
+  """Reads the first batches of a module input_fn; names bad values."""
   problems = []
   params = dict(run.params, use_tpu=False, batch_size=split.batch_size)
   for index, element in enumerate(
@@ -228,6 +240,23 @@ def _bad_labels_in_files(split: SplitSample, label_key: str,
                          feature_spec: Dict[str, Any],
                          accepted: AcceptedLabels, limit: int) -> List[str]:
   """Parses only the label of the split's first `limit` records, per file."""
+  try:
+    return _bad_labels_in_records(split, label_key, feature_spec, accepted,
+                                  limit)
+  except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as e:
+    # A record without a label, or not parseable: named as training would.
+    problem = data_checks.find_bad_record(
+        {split.name: split.file_patterns}, feature_spec, label_key)
+    if problem is None:
+      raise
+    raise data_checks.DataError(
+        f'{problem} (TensorFlow said: {data_checks.first_line(e)})') from e
+
+
+def _bad_labels_in_records(split: SplitSample, label_key: str,
+                           feature_spec: Dict[str, Any],
+                           accepted: AcceptedLabels, limit: int) -> List[str]:
+  """The label-only parse of `_bad_labels_in_files`."""
   spec = {label_key: feature_spec[label_key]}
   problems = []
   read = 0
