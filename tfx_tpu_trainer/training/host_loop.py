@@ -32,9 +32,10 @@ when the model or input does not fit a loop: a training input that is not a
 `tf.data.Dataset` of dense tensors, or a TRAIN spec with a `host_call` or
 `training_hooks` (found by calling the model_fn once in a scratch graph, so
 the training graph holds one model). With an explicit N, what does not fit
-a loop is an error raised while the graph is built. As on TPU, v1 summaries that the model_fn writes are
-not written (their ops live inside the loop), and its `training_hooks` run
-once per loop and cannot fetch tensors from inside it (a warning says so).
+a loop is an error raised while the graph is built, but for
+`training_hooks`, which then run once per loop and cannot fetch tensors from
+inside it (a warning says so). As on TPU, v1 summaries that the model_fn
+writes are not written (their ops live inside the loop).
 Evaluation and export call the model_fn as before.
 """
 
