@@ -1,4 +1,4 @@
-"""The scale run's replicas, row counts, table and targets (benchmarks.scale)."""
+"""The scale run (benchmarks.scale): replicas, row counts, table, targets."""
 
 import json
 import os

@@ -18,12 +18,11 @@ training the same shape:
   * `HostLoopStopHook` (in place of the estimator's `StopAtStepHook`) feeds
     each run its iteration count: loops end at multiples of N, and the last
     one ends exactly at `max_steps` (as TPU's `_TPUStopAtStepHook` does);
-  * the checkpoint hook is told that a run is N steps, so
-    `save_checkpoints_steps` (a multiple of N, checked in config.py) saves at
-    exactly those steps; step-rate and loss summaries are written at loop
-    boundaries, and the hooks read the step after the loop (the graph's
-    global-step read is the loop's output), so the step-rate log comes at
-    every 100th step when the length divides 100.
+  * the estimator's hooks read the step after the loop (the graph's
+    global-step read is the loop's output), so `save_checkpoints_steps` (a
+    multiple of N, checked in config.py) saves at exactly those steps, and
+    step-rate and loss summaries, written at loop boundaries, come every
+    100th step when N divides 100.
 
 The default, `host_iterations_per_loop='auto'`, picks N in config.py
 (`TrainerConfig.host_loop_iterations`: the largest divisor of 100 that
