@@ -9,16 +9,7 @@ launcher returns them; TFX's real `_dump_ui_metadata` is the one replaced."""
 
 import json
 
-import pytest
-
 from tfx_tpu_trainer.kubeflow import step_outputs as kfp_outputs
-
-
-@pytest.fixture
-def paths(tmp_path):
-  return kfp_outputs.KfpOutputPaths(
-      metrics_path=str(tmp_path / 'mlpipeline-metrics.json'),
-      ui_metadata_path=str(tmp_path / 'mlpipeline-ui-metadata.json'))
 
 
 def _read(path):

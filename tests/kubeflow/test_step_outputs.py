@@ -9,13 +9,6 @@ import pytest
 from tfx_tpu_trainer.kubeflow import step_outputs as kfp_outputs
 
 
-@pytest.fixture
-def paths(tmp_path):
-  return kfp_outputs.KfpOutputPaths(
-      metrics_path=str(tmp_path / 'mlpipeline-metrics.json'),
-      ui_metadata_path=str(tmp_path / 'mlpipeline-ui-metadata.json'))
-
-
 def _read(path):
   with open(path) as f:
     return json.load(f)
