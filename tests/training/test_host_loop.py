@@ -184,6 +184,33 @@ def test_default_config_loops_to_checkpoint_steps_and_the_last_step(tmp_path):
   assert _checkpoint_steps(tmp_path) == [0, 150, 300, 330]
 
 
+def _summary_tags(model_dir):
+  tags = set()
+  for path in tf.io.gfile.glob(os.path.join(str(model_dir), 'events.*')):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      tags.update(value.tag for value in event.summary.value)
+  return tags
+
+
+def test_default_config_trains_a_model_fn_with_v1_summaries(tmp_path, caplog):
+  # A canned Estimator's model_fn writes v1 summaries (TFX's taxi_utils):
+  # inside the loop they are dropped with a warning, and training runs.
+  def model_fn_with_summary(features, labels, mode, params):
+    spec = _model_fn(features, labels, mode, params)
+    weights = tf.compat.v1.trainable_variables()[0]
+    tf.compat.v1.summary.scalar('weight_sum', tf.reduce_sum(weights))
+    return spec
+
+  estimator = _estimator(tmp_path, model_fn=model_fn_with_summary)
+  counter = _RunCounter()
+  estimator.train(_input_fn(), max_steps=120, hooks=[counter])
+  assert estimator.get_variable_value('global_step') == 120
+  assert counter.runs == 2  # 100, 120
+  assert 'weight_sum' in caplog.text and 'not written' in caplog.text
+  tags = _summary_tags(tmp_path)
+  assert 'loss' in tags and 'weight_sum' not in tags
+
+
 @pytest.mark.slow
 def test_default_config_logs_the_step_rate_every_100_steps(tmp_path):
   # The first trigger (at the first loop end) starts the timer; the log then

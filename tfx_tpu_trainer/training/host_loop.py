@@ -34,12 +34,14 @@ the training graph holds one model). With an explicit N, what does not fit
 a loop is an error raised while the graph is built, but for
 `training_hooks`, which then run once per loop and cannot fetch tensors from
 inside it (a warning says so). As on TPU, v1 summaries that the model_fn
-writes are not written (their ops live inside the loop).
+writes are not written (their ops live inside the loop's body graph; they
+are taken out of the training graph's summary collection with a warning that
+names them, as the adapter drops them on TPU).
 Evaluation and export call the model_fn as before.
 """
 
 import inspect
-from typing import Any, Callable, Optional
+from typing import Any, Callable, List, Optional
 
 from absl import logging
 import tensorflow as tf
@@ -121,6 +123,30 @@ def _loop_misfit(call: Callable[..., Any], features, labels, mode, params,
   return None
 
 
+def _drop_loop_summaries(graph: tf.Graph) -> List[str]:
+  """Takes the loop body's v1 summaries out of `graph`'s summary collection.
+
+  The body is a graph of its own that shares the collections of the training
+  graph: the estimator's `merge_all` would merge the body's tensors into an
+  op the training session cannot fetch.
+
+  Args:
+    graph: the training graph.
+
+  Returns:
+    The names of the summaries taken out.
+  """
+  key = tf.compat.v1.GraphKeys.SUMMARIES
+  summaries = graph.get_collection(key)
+  kept = [tensor for tensor in summaries if tensor.graph is graph]
+  if len(kept) == len(summaries):
+    return []
+  graph.clear_collection(key)
+  for tensor in kept:
+    graph.add_to_collection(key, tensor)
+  return [tensor.op.name for tensor in summaries if tensor.graph is not graph]
+
+
 def wrap_model_fn(model_fn: ModelFn, iterations: int,
                   auto: bool = False) -> ModelFn:
   """`model_fn` whose TRAIN graph runs up to `iterations` steps per run.
@@ -185,6 +211,13 @@ def wrap_model_fn(model_fn: ModelFn, iterations: int,
     with tf.control_dependencies([loss]):
       final_step = tf.identity(global_step.read_value(), name='host_loop_step')
     graph = tf.compat.v1.get_default_graph()
+    dropped = _drop_loop_summaries(graph)
+    if dropped:
+      logging.warning(
+          '%s=%d: the model_fn\'s %d v1 summaries are not written (their ops '
+          'run inside the loop; TensorBoard will not show them; set %s to 1 '
+          'to keep them): %s', CONFIG_KEY, iterations, len(dropped),
+          CONFIG_KEY, ', '.join(dropped))
     graph.add_to_collection(ITERATIONS_COLLECTION, count)
     graph.add_to_collection(FINAL_STEP_COLLECTION, final_step)
     # The estimator's hooks (step rate, checkpoints, summaries) read the step
