@@ -287,8 +287,9 @@ class TrainerConfig:
       'input that is not a `tf.data.Dataset` of dense tensors, a `host_call`, '
       '`training_hooks` of the `model_fn`) then trains one step per call. An '
       'explicit number must divide `save_checkpoints_steps`, and such a model '
-      'or input is an error; `1`: no loop. v1 summaries of the `model_fn` see '
-      'no values inside the loop, as on TPU. See docs/performance.md for '
+      'or input is an error; `1`: no loop. v1 summaries the `model_fn` makes '
+      '(a canned Estimator\'s) are not written inside the loop, as on TPU; '
+      'a warning names them. See docs/performance.md for '
       'what it gains; ignored on TPU')
   num_shards: Optional[int] = _key(
       None, check=_optional_positive_int, shown_default='from the TPU',
