@@ -192,7 +192,8 @@ def _summary_tags(model_dir):
   return tags
 
 
-def test_default_config_trains_a_model_fn_with_v1_summaries(tmp_path, caplog):
+def test_default_config_trains_a_model_fn_with_v1_summaries(tmp_path,
+                                                           absl_warnings):
   # A canned Estimator's model_fn writes v1 summaries (TFX's taxi_utils):
   # inside the loop they are dropped with a warning, and training runs.
   def model_fn_with_summary(features, labels, mode, params):
@@ -206,7 +207,8 @@ def test_default_config_trains_a_model_fn_with_v1_summaries(tmp_path, caplog):
   estimator.train(_input_fn(), max_steps=120, hooks=[counter])
   assert estimator.get_variable_value('global_step') == 120
   assert counter.runs == 2  # 100, 120
-  assert 'weight_sum' in caplog.text and 'not written' in caplog.text
+  assert 'weight_sum' in absl_warnings.text
+  assert 'not written' in absl_warnings.text
   tags = _summary_tags(tmp_path)
   assert 'loss' in tags and 'weight_sum' not in tags
 
