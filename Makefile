@@ -21,8 +21,10 @@ test: env
 test-fast: env
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
-# All trainers against each other and the model's compute limit (one repeat
-# took 28 min at load 3-5 on 2 cores; the default is 2 repeats); bench-smoke:
+# All trainers against each other and each module's compute limit, then the
+# scale run (the training split x1/x10/x100, replicas written once under
+# --work_dir; one repeat of the comparison took 28 min at load 3-5 on 2
+# cores; the default is 2 repeats); bench-smoke:
 # the same end to end with --quick, as a test (9 min 50 s at load 1-2; not
 # in `make test`: a loaded machine makes it slow, never failing).
 bench: env

@@ -13,9 +13,12 @@ Kinds:
     with benchmarks/keras_run_fn_module.py (`model.fit` on
     `data_accessor.tf_dataset_factory`, the Keras taxi model, compiled with
     `--steps_per_execution`).
-  compute_limit: the Keras taxi model's train step (forward, loss,
-    gradients, the same Adam) in a `tf.function` loop over one constant
-    batch of the transformed data: no input, no hooks, no session.
+  compute_limit: a module's model alone: `--module=keras` (the default),
+    the Keras taxi model's train step (forward, loss, gradients, the same
+    Adam) in a `tf.function` loop over one constant batch of the transformed
+    data; `--module=tpu`, the model_fn module's TRAIN train op (FTRL +
+    Adagrad) in an in-graph `tf.while_loop` over one constant batch, run by
+    a plain session. No input, no hooks, no estimator.
   input: the raw input pipeline over the same train split, drained for a
     number of batches with no model: read + parse + batch, i.e. TPUTrainer's
     default chain with input_cache="serialized" (parallel gzip reads, cached
@@ -38,7 +41,7 @@ import json
 import os
 import resource
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 PROCESS_START = time.time()
 
@@ -295,41 +298,13 @@ def run_input(spec: Dict[str, Any], batch_size: int, batches: int,
   }
 
 
-def run_compute_limit(spec: Dict[str, Any], batch_size: int, steps: int,
-                      short_steps: int) -> Dict[str, Any]:
-  """The Keras taxi model's own step rate: no input, no hooks, no session.
-
-  `build_keras_model` (the module TPUTrainer and the native-Keras Trainer
-  train) is called eagerly; one batch of the transformed training data
-  becomes constants; the train step (forward with training=True, the
-  compiled binary cross-entropy, gradients, the compiled Adam's
-  `apply_gradients`) runs `n` times in a `tf.function` loop. Like the
-  trainers, the rate is taken from the wall time of two step counts (after
-  a warm-up call that traces the function): (steps - short_steps) * batch /
-  (t(steps) - t(short_steps)); the median of samples of LIMIT_SAMPLE_STEPS
-  steps is reported beside it.
-
-  Args:
-    spec: the data spec (benchmarks.data).
-    batch_size: examples per step.
-    steps: the long step count.
-    short_steps: the short step count.
-
-  Returns:
-    The measurement.
-  """
+def _one_batch(spec: Dict[str, Any], batch_size: int, steps: int):
+  """One batch (features, label) of the transformed training data (eager)."""
   # pylint: disable=g-import-not-at-top
-  import sys
-  import tensorflow as tf
   from tfx.components.trainer import fn_args_utils
   from tfx_tpu_trainer.data import input_fns
   from tfx_tpu_trainer.data import schemas as schemas_lib
-  from tfx_tpu_trainer.model_fn import keras_adapter
-  sys.path.insert(0, os.path.dirname(TPU_MODULE_FILES['keras']))
-  import taxi_keras_module
   # pylint: enable=g-import-not-at-top
-  imported = time.time()
-
   input_dict = data_lib.parse_input_dict(spec)
   fn_args = fn_args_utils.get_common_fn_args(
       input_dict, _exec_properties(TPU_MODULE_FILE, steps, 1, None))
@@ -339,8 +314,76 @@ def run_compute_limit(spec: Dict[str, Any], batch_size: int, steps: int,
       fn_args.train_files, data_accessor=fn_args.data_accessor,
       schema=schemas.examples, label_key=LABEL_KEY, training=True,
       repeat=True, cache='serialized')({'batch_size': batch_size})
-  features, label = next(iter(dataset))
-  model = taxi_keras_module.build_keras_model({})
+  return next(iter(dataset))
+
+
+def _limit_result(timed: Callable[[int], float], batch_size: int, steps: int,
+                  short_steps: int, imported: float) -> Dict[str, Any]:
+  """Rates of a compute-limit loop `timed(count) -> seconds`."""
+  timed(INPUT_WARMUP_BATCHES)  # Traces or builds, and warms up.
+  short_seconds = timed(short_steps)
+  long_seconds = timed(steps)
+  samples = [LIMIT_SAMPLE_STEPS * batch_size / timed(LIMIT_SAMPLE_STEPS)
+             for _ in range(5)]
+  external = ((steps - short_steps) * batch_size /
+              (long_seconds - short_seconds))
+  return {
+      'external_examples_per_sec': external,
+      'examples_per_sec': events.median(samples),
+      'steps_per_sec': events.median(samples) / batch_size,
+      'window_steps_per_sec': [s / batch_size for s in samples],
+      'short_seconds': short_seconds,
+      'long_seconds': long_seconds,
+      'import_seconds': imported - PROCESS_START,
+  }
+
+
+def run_compute_limit(spec: Dict[str, Any], batch_size: int, steps: int,
+                      short_steps: int, module: str = 'keras'
+                     ) -> Dict[str, Any]:
+  """A module's model's own step rate: no input, no hooks, no estimator.
+
+  `module='keras'`: `build_keras_model` (the module TPUTrainer and the
+  native-Keras Trainer train) is called eagerly; one batch of the
+  transformed training data becomes constants; the train step (forward with
+  training=True, the compiled binary cross-entropy, gradients, the compiled
+  Adam's `apply_gradients`) runs `n` times in a `tf.function` loop.
+  `module='tpu'`: the model_fn module's `model_fn` (TRAIN, use_tpu=False)
+  is called in the body of a `tf.while_loop` of `n` iterations on the same
+  constant batch, and its train op runs each iteration, in a plain session
+  (the shape of TPUTrainer's host loop without its input and hooks).
+
+  Like the trainers, the rate is taken from the wall time of two step counts
+  (after a warm-up call that traces or builds the loop): (steps -
+  short_steps) * batch / (t(steps) - t(short_steps)); the median of samples
+  of LIMIT_SAMPLE_STEPS steps is reported beside it.
+
+  Args:
+    spec: the data spec (benchmarks.data).
+    batch_size: examples per step.
+    steps: the long step count.
+    short_steps: the short step count.
+    module: 'keras' or 'tpu' (a key of TPU_MODULE_FILES).
+
+  Returns:
+    The measurement.
+  """
+  # pylint: disable=g-import-not-at-top
+  import importlib
+  import sys
+  import tensorflow as tf
+  from tfx_tpu_trainer.model_fn import keras_adapter
+  sys.path.insert(0, os.path.dirname(TPU_MODULE_FILES[module]))
+  user_module = importlib.import_module(
+      os.path.splitext(os.path.basename(TPU_MODULE_FILES[module]))[0])
+  # pylint: enable=g-import-not-at-top
+  imported = time.time()
+  features, label = _one_batch(spec, batch_size, steps)
+  if module == 'tpu':
+    return _model_fn_limit(tf, user_module.model_fn, features, label,
+                           batch_size, steps, short_steps, imported)
+
+  model = user_module.build_keras_model({})
   inputs = {name: tf.constant(value) for name, value in
             keras_adapter.conform_features(model, features).items()}
   labels = tf.constant(tf.reshape(tf.cast(label, tf.float32), [-1, 1]))
@@ -363,22 +406,46 @@ def run_compute_limit(spec: Dict[str, Any], batch_size: int, steps: int,
     train_loop(tf.constant(count)).numpy()
     return time.perf_counter() - begin
 
-  timed(INPUT_WARMUP_BATCHES)  # Traces the function and warms up.
-  short_seconds = timed(short_steps)
-  long_seconds = timed(steps)
-  samples = [LIMIT_SAMPLE_STEPS * batch_size / timed(LIMIT_SAMPLE_STEPS)
-             for _ in range(5)]
-  external = ((steps - short_steps) * batch_size /
-              (long_seconds - short_seconds))
-  return {
-      'external_examples_per_sec': external,
-      'examples_per_sec': events.median(samples),
-      'steps_per_sec': events.median(samples) / batch_size,
-      'window_steps_per_sec': [s / batch_size for s in samples],
-      'short_seconds': short_seconds,
-      'long_seconds': long_seconds,
-      'import_seconds': imported - PROCESS_START,
-  }
+  return _limit_result(timed, batch_size, steps, short_steps, imported)
+
+
+def _model_fn_limit(tf, model_fn, features, label, batch_size: int,
+                    steps: int, short_steps: int,
+                    imported: float) -> Dict[str, Any]:
+  """The model_fn's train op in a while loop on one constant batch."""
+  graph = tf.Graph()
+  with graph.as_default():
+    constant_features = {name: tf.constant(value.numpy())
+                         for name, value in features.items()}
+    constant_label = tf.constant(label.numpy())
+    tf.compat.v1.train.get_or_create_global_step()
+    count = tf.compat.v1.placeholder(tf.int32, shape=[], name='count')
+
+    def body(index, loss):
+      del loss
+      spec = model_fn(constant_features, constant_label,
+                      tf.estimator.ModeKeys.TRAIN, {'use_tpu': False})
+      with tf.control_dependencies([spec.train_op]):
+        return index + 1, tf.identity(tf.cast(spec.loss, tf.float32))
+
+    _, loss = tf.while_loop(lambda index, loss: index < count, body,
+                            [tf.constant(0), tf.constant(0.0)],
+                            parallel_iterations=1)
+    initialize = tf.group(tf.compat.v1.global_variables_initializer(),
+                          tf.compat.v1.local_variables_initializer(),
+                          tf.compat.v1.tables_initializer())
+  session = tf.compat.v1.Session(graph=graph)
+  session.run(initialize)
+
+  def timed(n):
+    begin = time.perf_counter()
+    session.run(loss, feed_dict={count: n})
+    return time.perf_counter() - begin
+
+  try:
+    return _limit_result(timed, batch_size, steps, short_steps, imported)
+  finally:
+    session.close()
 
 
 _KIND = flags.DEFINE_enum('kind', None, KINDS, 'What to measure.')
@@ -393,7 +460,8 @@ _TPU_TRAINER_CONFIG = flags.DEFINE_string(
     'tpu_trainer_config', '{}', 'JSON dict merged into the TPUTrainer '
     'custom_config (for A/B runs, e.g. {"save_checkpoints_steps": 1000}).')
 _MODULE = flags.DEFINE_enum('module', 'tpu', list(TPU_MODULE_FILES),
-                            "TPUTrainer's module file.")
+                            "TPUTrainer's module file (compute_limit: whose "
+                            'model).')
 _STEPS_PER_EXECUTION = flags.DEFINE_integer(
     'steps_per_execution', 1, "The native-Keras Trainer's "
     'model.compile(steps_per_execution=...).')
@@ -412,7 +480,7 @@ def main(argv: List[str]) -> None:
                        _OUTPUT_DIR.value, INPUT_CACHES[_KIND.value])
   elif _KIND.value == 'compute_limit':
     result = run_compute_limit(spec, _BATCH_SIZE.value, _TRAIN_STEPS.value,
-                               _SHORT_STEPS.value)
+                               _SHORT_STEPS.value, module=_MODULE.value)
   else:
     result = run_trainer(_KIND.value, spec, _BATCH_SIZE.value,
                          _TRAIN_STEPS.value, _EVAL_STEPS.value,

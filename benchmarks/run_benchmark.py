@@ -12,8 +12,15 @@ fresh subprocess and `--repeats` times in turn:
   tpu_keras@b       TPUTrainer with components/taxi_keras_module.py
   compute_limit@b   the Keras taxi model's train step in a tf.function loop
                     over one constant batch (no input, no hooks)
+  compute_limit_model_fn@b  the model_fn module's train op in an in-graph
+                    while loop over one constant batch (its own limit)
   input@b           read + parse + batch with no model (the raw input rate)
   trainer_input@B   TPUTrainer's input chain as it trains (input_cache=auto)
+
+Then the scale run (benchmarks.scale): TPUTrainer (model_fn module, default
+config) at batch B on the training split replicated `--scale_factors` times
+(written once under the work dir), with the parsed-table cache and
+streaming: rate and peak RSS per size, in one table.
 
 Every trainer runs twice per repeat, at `--short_steps` and `--steps`: its
 rate is the extra examples over the extra wall time of `Do()` (so no
@@ -47,6 +54,7 @@ from absl import logging
 from benchmarks import events
 from benchmarks import launch
 from benchmarks import report
+from benchmarks import scale
 
 DEFAULT_OUTPUT_DIR = os.path.join(launch.REPO_ROOT, 'benchmarks', 'results')
 # A quick long run must outlast the wall-time noise of a run (a second or
@@ -56,11 +64,13 @@ DEFAULT_OUTPUT_DIR = os.path.join(launch.REPO_ROOT, 'benchmarks', 'results')
 # 100 in one fresh-clone run.
 QUICK = {'repeats': 1, 'steps': 3000, 'large_batch_steps': 400,
          'fast_steps': 8000, 'fast_large_batch_steps': 2000,
-         'short_steps': 100, 'eval_steps': 10, 'rows': 3000}
+         'short_steps': 100, 'eval_steps': 10, 'rows': 3000,
+         'scale_factors': ['1', '3'], 'scale_steps': 1000}
 # TPUTrainer's custom_config in the benchmark, besides batch sizes and label
-# (--tpu_trainer_config overrides it): the multi-step host loop, the
-# counterpart of the tuned native-Keras Trainer's steps_per_execution.
-TPU_TRAINER_CONFIG = {'host_iterations_per_loop': 100}
+# (--tpu_trainer_config overrides it): none, the default config (its host
+# loop length is `auto`).
+TPU_TRAINER_CONFIG = {}
+SCALE = 'scale'  # --only: the scale run.
 
 _REPEATS = flags.DEFINE_integer('repeats', 2, 'Runs of each measurement.')
 # Long-run step counts: enough timed work (10-60 s on 2 quiet cores) for the
@@ -109,6 +119,13 @@ _PROGRESS_ROW = flags.DEFINE_boolean(
     '40) with the training progress off (custom_config show_progress=false) '
     'beside its default run with progress on: the tpu_no_progress@40 row and '
     'the tpu_trainer@40/tpu_no_progress@40 ratio.')
+_SCALE_FACTORS = flags.DEFINE_list(
+    'scale_factors', ['1', '10', '100'], 'The scale run: copies of the '
+    'training split (replicas written once under the work dir); empty: no '
+    'scale run.')
+_SCALE_STEPS = flags.DEFINE_integer(
+    'scale_steps', 10000, 'The scale run: training steps of the long run '
+    '(the short run takes --short_steps).')
 _TIMEOUT = flags.DEFINE_float(
     'timeout', None, 'Seconds before a subprocess is killed (default: '
     'never; a loaded machine is slow, not broken).')
@@ -128,7 +145,7 @@ def _measurements(large_batch: int,
   for batch in (40, large_batch):
     result.extend((kind, batch) for kind in (
         report.STOCK, report.KERAS_FIT, report.KERAS_FIT_SPE, report.TPU,
-        report.TPU_KERAS, report.LIMIT, report.INPUT))
+        report.TPU_KERAS, report.LIMIT, report.LIMIT_MODEL_FN, report.INPUT))
     if progress_row and batch == 40:
       result.insert(result.index((report.TPU, 40)) + 1,
                     (report.TPU_NO_PROGRESS, 40))
@@ -157,6 +174,9 @@ def _measure_args(kind: str, steps_per_execution: int,
   if kind in (report.KERAS_FIT, report.KERAS_FIT_SPE):
     spe = steps_per_execution if kind == report.KERAS_FIT_SPE else 1
     return ['--kind=keras_trainer', f'--steps_per_execution={spe}']
+  if kind in report.LIMITS:
+    return ['--kind=compute_limit',
+            f'--module={"tpu" if kind == report.LIMIT_MODEL_FN else "keras"}']
   return [f'--kind={kind}']
 
 
@@ -221,16 +241,18 @@ def _prepare_data(work_dir: str, rows: Any, timeout: float) -> Dict[str, Any]:
 
 def _measure(work_dir: str, kind: str, batch_size: int, repeat: int,
              steps: int, eval_steps: int, timeout: Optional[float],
-             args: List[str], suffix: str = '') -> Dict[str, Any]:
+             args: List[str], suffix: str = '',
+             data_spec: Optional[str] = None) -> Dict[str, Any]:
   """One measurement in a fresh subprocess; its result with peak memory."""
   run_name = (f'{report.name(kind, batch_size)}-r{repeat}{suffix}'
               ).replace('@', '-b')
+  data_spec = data_spec or os.path.join(work_dir, 'data.json')
   run_dir = os.path.join(work_dir, 'runs', run_name)
   result_path = os.path.join(run_dir, 'result.json')
   shutil.rmtree(run_dir, ignore_errors=True)  # A reused work dir's old run.
   process = launch.run_module(
       'benchmarks.measure', args + [
-          f'--data_spec={os.path.join(work_dir, "data.json")}',
+          f'--data_spec={data_spec}',
           f'--batch_size={batch_size}',
           f'--train_steps={steps}',
           f'--eval_steps={eval_steps}',
@@ -252,11 +274,50 @@ def _measure(work_dir: str, kind: str, batch_size: int, repeat: int,
 def long_steps(kind: str, batch_size: int,
                step_counts: Dict[str, int]) -> int:
   """The long-run step count of a measurement (see the step flags)."""
-  fast = kind in report.TPU_TRAINERS + (report.LIMIT,
-                                        report.TPU_NO_PROGRESS)
+  fast = (kind in report.TPU_TRAINERS or kind in report.LIMITS or
+          kind == report.TPU_NO_PROGRESS)
   large = batch_size != 40
   return step_counts[('fast_' if fast else '') +
                      ('large_batch_steps' if large else 'steps')]
+
+
+def _measure_pair(work_dir: str, kind: str, batch_size: int, repeat: int,
+                  short_steps: int, steps: int, eval_steps: int,
+                  timeout: Optional[float], args: List[str], suffix: str = '',
+                  data_spec: Optional[str] = None) -> Dict[str, Any]:
+  """A trainer at two step counts: the long run's result with the pair's
+  external figures (report.external_figures), peak memory the larger."""
+  short = _measure(work_dir, kind, batch_size, repeat, short_steps,
+                   eval_steps, timeout, args, suffix=suffix + '-short',
+                   data_spec=data_spec)
+  if 'error' in short:
+    return short
+  long = _measure(work_dir, kind, batch_size, repeat, steps, eval_steps,
+                  timeout, args, suffix=suffix, data_spec=data_spec)
+  if 'error' in long:
+    return long
+  long.update(report.external_figures(short, long, batch_size))
+  long['max_rss_kb'] = max(long['max_rss_kb'], short['max_rss_kb'])
+  long['short_process_seconds'] = short['process_seconds']
+  return long
+
+
+def run_scale(work_dir: str, factors: List[int], batch_size: int,
+              short_steps: int, steps: int, eval_steps: int,
+              timeout: Optional[float],
+              tpu_trainer_config: str) -> List[Dict[str, Any]]:
+  """The scale run (benchmarks.scale) with this harness's measurements."""
+
+  def measure_pair(spec_path, cache, run_name):
+    overrides = dict(json.loads(tpu_trainer_config), input_cache=cache)
+    args = _measure_args(report.TPU, 0, json.dumps(overrides))
+    return _measure_pair(work_dir, report.TPU, batch_size, 0, short_steps,
+                         steps, eval_steps, timeout, args,
+                         suffix=f'-scale-{run_name}', data_spec=spec_path)
+
+  return scale.run(work_dir, factors, batch_size, short_steps, steps,
+                   measure_pair,
+                   progress=lambda line: print(line, flush=True))
 
 
 def _measure_kind(work_dir: str, kind: str, batch_size: int, repeat: int,
@@ -273,22 +334,12 @@ def _measure_kind(work_dir: str, kind: str, batch_size: int, repeat: int,
   args = _measure_args(kind, steps_per_execution, tpu_trainer_config)
   steps = long_steps(kind, batch_size, step_counts)
   if not _is_trainer(kind):
-    if kind == report.LIMIT:
+    if kind in report.LIMITS:
       args.append(f'--short_steps={short_steps}')
     return _measure(work_dir, kind, batch_size, repeat, steps, eval_steps,
                     timeout, args)
-  short = _measure(work_dir, kind, batch_size, repeat, short_steps,
-                   eval_steps, timeout, args, suffix='-short')
-  if 'error' in short:
-    return short
-  long = _measure(work_dir, kind, batch_size, repeat, steps, eval_steps,
-                  timeout, args)
-  if 'error' in long:
-    return long
-  long.update(report.external_figures(short, long, batch_size))
-  long['max_rss_kb'] = max(long['max_rss_kb'], short['max_rss_kb'])
-  long['short_process_seconds'] = short['process_seconds']
-  return long
+  return _measure_pair(work_dir, kind, batch_size, repeat, short_steps,
+                       steps, eval_steps, timeout, args)
 
 
 def _ratio_pairs(large_batch: int) -> List[Tuple[str, str]]:
@@ -298,6 +349,7 @@ def _ratio_pairs(large_batch: int) -> List[Tuple[str, str]]:
     at = lambda kind, batch=batch: report.name(kind, batch)
     for kind in report.TRAINERS:
       pairs.append((at(kind), at(report.LIMIT)))
+    pairs.append((at(report.TPU), at(report.LIMIT_MODEL_FN)))
     for kind in report.TPU_TRAINERS:
       for reference in (report.STOCK, report.KERAS_FIT,
                         report.KERAS_FIT_SPE):
@@ -317,7 +369,9 @@ def run(repeats: int, step_counts: Dict[str, int], eval_steps: int,
         short_steps: int = 300,
         steps_per_execution: int = 100,
         only: Optional[List[str]] = None,
-        progress_row: bool = False) -> Dict[str, Any]:
+        progress_row: bool = False,
+        scale_factors: Optional[List[int]] = None,
+        scale_steps: int = 10000) -> Dict[str, Any]:
   """Prepares the data and takes every measurement `repeats` times.
 
   The measurements of one repeat run back to back, and repeats follow each
@@ -335,12 +389,15 @@ def run(repeats: int, step_counts: Dict[str, int], eval_steps: int,
     tpu_trainer_config: JSON dict merged into TPUTrainer's custom_config.
     short_steps: training steps of the short trainer runs.
     steps_per_execution: the tuned native-Keras Trainer's setting.
-    only: measure only these kinds (None: all).
+    only: measure only these kinds (None: all; 'scale': the scale run).
     progress_row: also measure TPUTrainer at batch 40 with progress off.
+    scale_factors: the scale run's replication factors (None or empty: no
+      scale run).
+    scale_steps: the scale run's long-run training steps.
 
   Returns:
     The whole result: settings, machine, data, runs, summary, ratios,
-    targets.
+    targets, and the scale run's rows and targets.
   """
   started = time.time()
   machine = _machine()
@@ -383,6 +440,11 @@ def run(repeats: int, step_counts: Dict[str, int], eval_steps: int,
       } for top, bottom in _ratio_pairs(large_batch)
       if top in summary and bottom in summary
   }
+  scale_rows = []
+  if scale_factors and (not only or SCALE in only):
+    scale_rows = run_scale(work_dir, scale_factors, large_batch, short_steps,
+                           scale_steps, eval_steps, timeout,
+                           tpu_trainer_config)
   machine['load_average_end'] = list(os.getloadavg())
   return {
       'timestamp': time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(started)),
@@ -393,6 +455,7 @@ def run(repeats: int, step_counts: Dict[str, int], eval_steps: int,
           'large_batch': large_batch, 'rows': data.get('rows'),
           'window_steps': events.WINDOW_STEPS, 'warmup_windows_dropped': 1,
           'tpu_trainer_config_overrides': json.loads(tpu_trainer_config),
+          'scale_factors': scale_factors, 'scale_steps': scale_steps,
       },
       'machine': machine,
       'git': git_state,
@@ -403,6 +466,7 @@ def run(repeats: int, step_counts: Dict[str, int], eval_steps: int,
       'ratios': ratios,
       'targets': report.evaluate(summary, large_batch),
       'runs': runs,
+      'scale': {'rows': scale_rows, 'targets': scale.verdicts(scale_rows)},
       'seconds': time.time() - started,
   }
 
@@ -467,6 +531,19 @@ def print_report(results: Dict[str, Any]) -> None:
   print()
   print('Targets:')
   print(report.format_verdicts(results['targets']))
+  scale_rows = results.get('scale', {}).get('rows')
+  if scale_rows:
+    print()
+    print(f'Scale run: TPUTrainer (model_fn module) at batch '
+          f'{settings["large_batch"]}, {settings["short_steps"]} / '
+          f'{settings["scale_steps"]} steps, the training split replicated '
+          f'x{", x".join(str(f) for f in settings["scale_factors"])}; peak '
+          'RSS: the larger process of the pair:')
+    print(scale.format_table(scale_rows))
+    print('Scale targets:')
+    for verdict in results['scale']['targets']:
+      print(f'  [{verdict["verdict"]:<4}] {verdict["target"]}: '
+            f'{report.fmt(verdict["value"], ".2f")}')
 
 
 def main(argv: List[str]) -> None:
@@ -489,7 +566,10 @@ def main(argv: List[str]) -> None:
     results = run(repeats, step_counts, eval_steps, _LARGE_BATCH.value, rows,
                   work_dir, _TIMEOUT.value, _TPU_TRAINER_CONFIG.value,
                   short_steps, _STEPS_PER_EXECUTION.value, _ONLY.value,
-                  _PROGRESS_ROW.value)
+                  _PROGRESS_ROW.value,
+                  [int(factor) for factor in
+                   _setting(_SCALE_FACTORS, 'scale_factors')],
+                  _setting(_SCALE_STEPS, 'scale_steps'))
   except BaseException:
     print(f'The work dir {work_dir} is kept (logs under logs/ and runs/).')
     raise

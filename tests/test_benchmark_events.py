@@ -165,7 +165,7 @@ def test_summary_ratios_and_targets():
                       'overhead at batch 40 <= 1']
   assert overhead['verdict'] == 'FAIL'
   assert overhead['figures'] == [4.0, 3.5]
-  assert len(report.targets(512)) == 18
+  assert len(report.targets(512)) == 20
 
   table = report.format_table(summary)
   assert '64,000' in table and '33,000' in table and stock in table

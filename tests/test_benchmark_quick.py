@@ -22,7 +22,8 @@ TRAINERS = tuple(report.name(kind, batch) for batch in (40, 512)
                  for kind in report.TRAINERS)
 MEASUREMENTS = TRAINERS + tuple(
     report.name(kind, batch) for batch in (40, 512)
-    for kind in (report.LIMIT, report.INPUT)) + ('trainer_input@512',)
+    for kind in (report.LIMIT, report.LIMIT_MODEL_FN, report.INPUT)) + (
+        'trainer_input@512',)
 
 pytestmark = [
     pytest.mark.slow,
@@ -85,6 +86,14 @@ def test_quick_benchmark_measures_everything(tmp_path):
     else:
       assert entry['ratio_of_medians'] == pytest.approx(rates[0] / rates[1])
   assert results['targets']
+  # The scale run: x1 and x3 of the training split, cached and streaming.
+  scale_rows = results['scale']['rows']
+  assert [(row['factor'], row['cache']) for row in scale_rows] == [
+      (1, 'parsed'), (1, 'none'), (3, 'parsed'), (3, 'none')]
+  for row in scale_rows:
+    assert 'error' not in row and row['max_rss_kb'] > 100_000, row
+  assert scale_rows[2]['rows'] == 3 * scale_rows[0]['rows']
+  assert 'Scale run' in completed.stdout
   for target in results['targets']:
     # N/A exactly where a figure of the target is missing.
     top, bottom = target['figures']

@@ -12,9 +12,11 @@ are optional.
 
 import dataclasses
 import json
+import math
 import os
 import re
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import (Any, Callable, Dict, List, Mapping, Optional, Tuple,
+                    Union)
 from tfx_tpu_trainer import errors
 
 TPU_NAME_ENV = 'TPU_NAME'
@@ -35,6 +37,16 @@ TPU_SPEC_KEYS = ('name', 'zone', 'project')
 MAX_INT64 = 2**63 - 1
 BATCH_SIZE_KEYS = ('train_batch_size', 'eval_batch_size',
                    'predict_batch_size')
+# `host_iterations_per_loop`: the library picks the loop length off TPU.
+AUTO = 'auto'
+# The longest automatic host loop, and the step-rate logging period it must
+# divide (RunConfig's `log_step_count_steps`, which TPUTrainer leaves at its
+# default): loops end at every multiple of 100 steps.
+AUTO_HOST_LOOP_MAX = 100
+# Config keys whose step counts the automatic host loop must end at (it
+# divides each one that is set). A key that sets checkpoint or evaluation
+# steps belongs here.
+HOST_LOOP_END_KEYS = ('save_checkpoints_steps',)
 
 
 def tpu_entry(name: str, zone: Optional[str] = None,
@@ -78,6 +90,17 @@ def _check_int64(key: str, value: int) -> None:
     raise ConfigError(
         f'custom_config[{key!r}]={value} is too large: TensorFlow holds it '
         f'in a 64-bit integer, so it must be at most {MAX_INT64}.')
+
+
+def _auto_or_positive_int(key: str, value: Any) -> Any:
+  if value == AUTO:
+    return value
+  if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    raise ConfigError(
+        f'custom_config[{key!r}] must be {AUTO!r} or a positive integer, got '
+        f'{value!r}.')
+  _check_int64(key, value)
+  return value
 
 
 def _optional_positive_int(key: str, value: Any) -> Optional[int]:
@@ -251,17 +274,23 @@ class TrainerConfig:
       100, check=_positive_int,
       help='training steps per TPU session call (also the finest checkpoint '
       'grain on TPU)')
-  host_iterations_per_loop: int = _key(
-      1, check=_positive_int,
+  host_iterations_per_loop: Union[str, int] = _key(
+      AUTO, check=_auto_or_positive_int,
       help='off TPU (CPU/GPU): training steps per session call, in an '
       'in-graph while loop as on TPU (training/host_loop.py); checkpoints, '
-      'the NaN-loss check, step-rate summaries and the stop at '
+      'the NaN-loss check, step-rate summaries, progress and the stop at '
       '`train_args.num_steps` happen at loop ends (loops end at multiples of '
-      'it, the last one exactly at the last step); `save_checkpoints_steps` '
-      'must be a multiple of it; needs a training input that is a '
-      '`tf.data.Dataset` of dense tensors (the default is); v1 summaries and '
-      '`training_hooks` of the `model_fn` see no values inside the loop, as '
-      'on TPU. See docs/performance.md for what it gains; ignored on TPU')
+      'it, the last one exactly at the last step). `auto`: the largest '
+      'divisor of 100 that also divides `save_checkpoints_steps` (100 when '
+      'that is unset), so loops end at every 100th step and at every '
+      'checkpoint step; a model or input the loop cannot run (a training '
+      'input that is not a `tf.data.Dataset` of dense tensors, a `host_call`, '
+      '`training_hooks` of the `model_fn`) then trains one step per call. An '
+      'explicit number must divide `save_checkpoints_steps`, and such a model '
+      'or input is an error; `1`: no loop. v1 summaries the `model_fn` makes '
+      '(a canned Estimator\'s) are not written inside the loop, as on TPU; '
+      'a warning names them. See docs/performance.md for '
+      'what it gains; ignored on TPU')
   num_shards: Optional[int] = _key(
       None, check=_optional_positive_int, shown_default='from the TPU',
       help='replicas')
@@ -391,23 +420,44 @@ class TrainerConfig:
     return config
 
   @property
+  def host_loop_is_auto(self) -> bool:
+    """True when the library chose the host loop length (`auto`, off TPU)."""
+    return not self.use_tpu and self.host_iterations_per_loop == AUTO
+
+  @property
   def host_loop_iterations(self) -> int:
-    """Steps per session.run of the host loop; 1 (no loop) on TPU."""
-    return 1 if self.use_tpu else self.host_iterations_per_loop
+    """Steps per session.run of the host loop; 1 (no loop) on TPU.
+
+    `auto`: the largest divisor of `AUTO_HOST_LOOP_MAX` (100) that divides
+    every step count of `HOST_LOOP_END_KEYS` that is set, so loops end at
+    each of those steps and at every 100th (the step-rate log).
+    """
+    if self.use_tpu:
+      return 1
+    if self.host_iterations_per_loop != AUTO:
+      return self.host_iterations_per_loop
+    length = AUTO_HOST_LOOP_MAX
+    for key in HOST_LOOP_END_KEYS:
+      steps = getattr(self, key)
+      if steps is not None:
+        length = math.gcd(length, steps)
+    return length
 
   def check_host_loop(self) -> None:
     """Checkpoints of the host loop come at loop ends: steps must align."""
     iterations = self.host_loop_iterations
-    if (iterations > 1 and self.save_checkpoints_steps is not None and
-        self.save_checkpoints_steps % iterations):
-      key = ('eval_every_steps' if self.eval_every_steps else
-             'save_checkpoints_steps')
-      raise ConfigError(
-          f"custom_config['{key}']="
-          f'{self.save_checkpoints_steps} is not a multiple of '
-          f"custom_config['host_iterations_per_loop']={iterations}: "
-          'checkpoints are written at the ends of host loops. Use a '
-          f'multiple of {iterations}, or a smaller host_iterations_per_loop.')
+    for key in HOST_LOOP_END_KEYS:
+      steps = getattr(self, key)
+      if iterations > 1 and steps is not None and steps % iterations:
+        # eval_every_steps sets save_checkpoints_steps: name what was given.
+        if key == 'save_checkpoints_steps' and self.eval_every_steps:
+          key = 'eval_every_steps'
+        raise ConfigError(
+            f"custom_config['{key}']={steps} is not a multiple of "
+            f"custom_config['host_iterations_per_loop']={iterations}: "
+            'checkpoints are written at the ends of host loops. Use a '
+            f'multiple of {iterations}, a smaller host_iterations_per_loop, '
+            f'or {AUTO!r} (the default).')
 
   def indivisible_batch_sizes(self, num_shards: int) -> List[Tuple[str, int]]:
     """(key, value) of the TPU batch sizes that do not divide by num_shards.

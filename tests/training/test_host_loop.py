@@ -4,8 +4,10 @@ A linear model on a synthetic dataset, trained by the TPUEstimator that
 estimator_builder builds: the loop must stop exactly at max_steps, write
 checkpoints at the steps asked for, stop at a NaN loss, resume from a
 checkpoint in the middle of a loop, and train the same weights as one step
-per session.run. One training test is in `make test-fast`; the others are
-marked slow.
+per session.run. The default (`auto`) length: 100 or the divisor of the
+checkpoint steps, the step-rate log every 100 steps, a NaN stop, and one step
+per run for an input or model the loop cannot run. Two training tests are in
+`make test-fast`; the others are marked slow.
 """
 
 import os
@@ -80,12 +82,47 @@ def _checkpoint_steps(model_dir):
                 for path in state.all_model_checkpoint_paths)
 
 
-@pytest.mark.parametrize('value', [0, -3, 2.5, True, '100'])
-def test_host_iterations_per_loop_must_be_a_positive_integer(value):
+def _step_rate_log_steps(model_dir):
+  """The steps at which the estimator wrote its `global_step/sec` summary."""
+  steps = []
+  for path in tf.io.gfile.glob(os.path.join(str(model_dir), 'events.*')):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      if any(value.tag == 'global_step/sec' for value in event.summary.value):
+        steps.append(event.step)
+  return sorted(steps)
+
+
+@pytest.mark.parametrize('value', [0, -3, 2.5, True, '100', 'Auto'])
+def test_host_iterations_per_loop_must_be_auto_or_a_positive_integer(value):
   with pytest.raises(config_lib.ConfigError,
-                     match="'host_iterations_per_loop'"):
+                     match="'host_iterations_per_loop'.*'auto' or a positive"):
     config_lib.TrainerConfig.from_custom_config(
         {'host_iterations_per_loop': value})
+
+
+@pytest.mark.parametrize('custom_config, length', [
+    ({}, 100),
+    ({'save_checkpoints_steps': 1000}, 100),
+    ({'save_checkpoints_steps': 250}, 50),
+    ({'save_checkpoints_steps': 64}, 4),
+    ({'save_checkpoints_steps': 101}, 1),
+    ({'host_iterations_per_loop': 'auto', 'save_checkpoints_steps': 30}, 10),
+    # An explicit value wins.
+    ({'host_iterations_per_loop': 64, 'save_checkpoints_steps': 128}, 64),
+    ({'host_iterations_per_loop': 1}, 1),
+    # On TPU, iterations_per_loop is TPU's own loop.
+    ({'use_tpu': True}, 1),
+])
+def test_auto_loop_length_divides_100_and_the_checkpoint_steps(
+    custom_config, length):
+  config = config_lib.TrainerConfig.from_custom_config(custom_config)
+  assert config.host_loop_iterations == length
+  assert config.host_loop_is_auto == (
+      custom_config.get('host_iterations_per_loop', 'auto') == 'auto' and
+      not custom_config.get('use_tpu'))
+  for key in config_lib.HOST_LOOP_END_KEYS:
+    steps = getattr(config, key)
+    assert steps is None or steps % config.host_loop_iterations == 0
 
 
 def test_checkpoint_steps_must_be_a_multiple_of_the_loop():
@@ -136,11 +173,127 @@ def test_trains_to_exactly_max_steps_with_checkpoints_at_loop_ends(tmp_path):
   assert metrics['global_step'] == 170
 
 
+def test_default_config_loops_to_checkpoint_steps_and_the_last_step(tmp_path):
+  # Default (auto) with checkpoints every 150 steps: loops of 50 steps.
+  estimator = _estimator(tmp_path, save_checkpoints_steps=150,
+                         keep_checkpoint_max=10)
+  counter = _RunCounter()
+  estimator.train(_input_fn(), max_steps=330, hooks=[counter])
+  assert estimator.get_variable_value('global_step') == 330
+  assert counter.runs == 7  # 50, 100, ..., 300, 330
+  assert _checkpoint_steps(tmp_path) == [0, 150, 300, 330]
+
+
+def _summary_tags(model_dir):
+  tags = set()
+  for path in tf.io.gfile.glob(os.path.join(str(model_dir), 'events.*')):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      tags.update(value.tag for value in event.summary.value)
+  return tags
+
+
+def test_default_config_trains_a_model_fn_with_v1_summaries(tmp_path,
+                                                           absl_warnings):
+  # A canned Estimator's model_fn writes v1 summaries (TFX's taxi_utils):
+  # inside the loop they are dropped with a warning, and training runs.
+  def model_fn_with_summary(features, labels, mode, params):
+    spec = _model_fn(features, labels, mode, params)
+    weights = tf.compat.v1.trainable_variables()[0]
+    tf.compat.v1.summary.scalar('weight_sum', tf.reduce_sum(weights))
+    return spec
+
+  estimator = _estimator(tmp_path, model_fn=model_fn_with_summary)
+  counter = _RunCounter()
+  estimator.train(_input_fn(), max_steps=120, hooks=[counter])
+  assert estimator.get_variable_value('global_step') == 120
+  assert counter.runs == 2  # 100, 120
+  assert 'weight_sum' in absl_warnings.text
+  assert 'not written' in absl_warnings.text
+  tags = _summary_tags(tmp_path)
+  assert 'loss' in tags and 'weight_sum' not in tags
+
+
+@pytest.mark.slow
+def test_default_config_logs_the_step_rate_every_100_steps(tmp_path):
+  # The first trigger (at the first loop end) starts the timer; the log then
+  # comes every 100 steps, with the default loop of 100 and with 20.
+  auto = tmp_path / 'auto'
+  _estimator(auto).train(_input_fn(), max_steps=400)
+  assert _step_rate_log_steps(auto) == [200, 300, 400]
+  twenty = tmp_path / 'twenty'
+  _estimator(twenty, host_iterations_per_loop=20).train(_input_fn(),
+                                                         max_steps=330)
+  assert _step_rate_log_steps(twenty) == [120, 220, 320]
+
+
+@pytest.mark.slow
+def test_default_config_stops_at_a_nan_loss(tmp_path):
+  estimator = _estimator(tmp_path, save_checkpoints_steps=4,
+                         keep_checkpoint_max=10)
+  # Row 43 is in the 6th batch of 8: the loss of step 6 is NaN; the loop of
+  # 4 (auto: gcd(100, 4)) that holds it ends there, and no later checkpoint
+  # is written.
+  with pytest.raises(tf.compat.v1.train.NanLossDuringTrainingError):
+    estimator.train(_input_fn(nan_row=43), max_steps=100)
+  assert _checkpoint_steps(tmp_path) == [0, 4]
+
+
+@pytest.mark.slow
+def test_default_config_trains_a_tensor_input_one_step_per_run(tmp_path):
+  # Not a tf.data.Dataset: auto trains one step per run; an explicit length
+  # is an error (test_input_without_a_dataset_is_a_clear_error).
+  def tensors_input_fn(params):
+    x, y = _data()
+    return {'x': tf.constant(x[:params['batch_size']])}, tf.constant(
+        y[:params['batch_size']])
+
+  estimator = _estimator(tmp_path)
+  counter = _RunCounter()
+  estimator.train(tensors_input_fn, max_steps=7, hooks=[counter])
+  assert estimator.get_variable_value('global_step') == 7
+  assert counter.runs == 7
+
+
+class _LossRecorder(tf.compat.v1.train.SessionRunHook):
+  """A model_fn training hook that fetches the loss tensor every run."""
+
+  def __init__(self, loss):
+    self._loss = loss
+    self.losses = []
+
+  def before_run(self, run_context):
+    return tf.compat.v1.train.SessionRunArgs(self._loss)
+
+  def after_run(self, run_context, run_values):
+    self.losses.append(float(run_values.results))
+
+
+@pytest.mark.slow
+def test_default_config_runs_training_hooks_of_the_model_fn_every_step(
+    tmp_path):
+  recorders = []
+
+  def model_fn_with_hooks(features, labels, mode, params):
+    spec = _model_fn(features, labels, mode, params)
+    if mode != tf.estimator.ModeKeys.TRAIN:
+      return spec
+    recorder = _LossRecorder(spec.loss)
+    recorders.append(recorder)
+    return spec._replace(training_hooks=(recorder,))
+
+  estimator = _estimator(tmp_path, model_fn=model_fn_with_hooks)
+  estimator.train(_input_fn(), max_steps=12)
+  assert estimator.get_variable_value('global_step') == 12
+  # The scratch graph's hook never runs; the training graph's runs 12 times.
+  assert [len(recorder.losses) for recorder in recorders] == [0, 12]
+  assert all(np.isfinite(recorders[-1].losses))
+
+
 @pytest.mark.slow
 def test_same_weights_as_one_step_per_run(tmp_path):
   looped = _estimator(tmp_path / 'looped', host_iterations_per_loop=16)
   looped.train(_input_fn(), max_steps=50)
-  single = _estimator(tmp_path / 'single')
+  single = _estimator(tmp_path / 'single', host_iterations_per_loop=1)
   single.train(_input_fn(), max_steps=50)
   np.testing.assert_allclose(looped.get_variable_value('w'),
                              single.get_variable_value('w'), rtol=1e-5)

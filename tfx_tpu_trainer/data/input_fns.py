@@ -31,7 +31,7 @@ runs. A module's own `input_fn` replaces the chain.
 
 import struct
 import zlib
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from absl import logging
 import tensorflow as tf
@@ -238,47 +238,60 @@ def _records(files: List[str], training: bool, invocation_index: int,
   return dataset
 
 
-def _blocks_by_dtype(columns: Mapping[str, tf.Tensor]):
-  """The table's columns joined into one `[rows, width]` block per dtype.
+def _column_layouts(feature_spec: Mapping[str, Any]
+                   ) -> Dict[str, List[Tuple[str, tf.TensorShape]]]:
+  """Per dtype name, `(name, shape)` of each column in its block's order.
 
-  Returns the blocks and, per dtype, `(name, shape)` of each column in block
-  order (its width in the block is the shape's element count): a batch is
-  then one gather per dtype instead of one per feature, and the gathered
-  block is split back into the features.
+  A column's width in its block is its shape's element count: a batch is
+  one gather per dtype instead of one per feature, and the gathered block is
+  split back into the features.
   """
   layouts = {}
-  for name in sorted(columns):
-    layouts.setdefault(columns[name].dtype, []).append(
-        (name, columns[name].shape[1:]))
-  blocks = {
+  for name in sorted(feature_spec):
+    spec = feature_spec[name]
+    layouts.setdefault(spec.dtype.name, []).append(
+        (name, tf.TensorShape(spec.shape)))
+  return layouts
+
+
+def _blocks_by_dtype(columns: Mapping[str, tf.Tensor],
+                     layouts: Mapping[str, List[Tuple[str, tf.TensorShape]]]
+                    ) -> Dict[str, tf.Tensor]:
+  """The columns joined into one `[rows, width]` block per dtype name."""
+  return {
       dtype: tf.concat([
           tf.reshape(columns[name], [tf.shape(columns[name])[0], -1])
           for name, _ in layout
       ], axis=1) for dtype, layout in layouts.items()
   }
-  return blocks, layouts
 
 
 def _parsed_table_batches(records: tf.data.Dataset,
                           feature_spec: Mapping[str, Any], label_key: str,
                           batch_size: int, training: bool,
                           repeat: bool) -> tf.data.Dataset:
-  """Batches gathered from the split parsed once into dense columns.
+  """Batches gathered from the split parsed once into dense blocks.
 
+  Each chunk of records is parsed and joined into its per-dtype blocks
+  before the chunks are joined into the table, so building the table holds
+  the table about twice (the chunks and the joined blocks), and training
+  holds it once (docs/performance.md, "Round three"; joining the parsed
+  columns first, then the columns into blocks, held it about three times).
   A repeating input gathers the rows of several batches per call (about
   `ROWS_PER_GATHER`) and cuts them into batches: the same batches, in the
   same order, for fewer function calls per batch.
   """
+  layouts = _column_layouts(feature_spec)
   table = records.batch(PARSE_CHUNK_SIZE).map(
-      lambda serialized: tf.io.parse_example(serialized, feature_spec),
+      lambda serialized: _blocks_by_dtype(
+          tf.io.parse_example(serialized, feature_spec), layouts),
       num_parallel_calls=tf.data.AUTOTUNE).rebatch(_WHOLE_SPLIT)
   # Without repeat a multiple-batch gather would drop more than the last
   # partial batch at the end of the split.
   batches_per_gather = max(1, ROWS_PER_GATHER // batch_size) if repeat else 1
 
-  def batches(columns):
-    row_count = tf.shape(columns[label_key], out_type=tf.int64)[0]
-    blocks, layouts = _blocks_by_dtype(columns)
+  def batches(blocks):
+    row_count = tf.shape(next(iter(blocks.values())), out_type=tf.int64)[0]
 
     def epoch_order(_):
       rows = tf.range(row_count)

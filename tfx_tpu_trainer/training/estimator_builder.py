@@ -73,13 +73,13 @@ def build_run_config(
     logging.info('TPU %s resolved to master %s.', config.tpu.name, master)
 
   tpu_config = tf.compat.v1.estimator.tpu.TPUConfig(
-      # Off TPU a session.run is host_iterations_per_loop steps (default 1);
-      # TPUEstimator logs and writes step-rate summaries every
-      # ceil(100 / iterations_per_loop) runs, so this must be that count
-      # (with 100 on CPU it would log every step: docs/performance.md,
-      # "Round one").
-      iterations_per_loop=(config.iterations_per_loop if config.use_tpu else
-                           config.host_loop_iterations),
+      # Off TPU, TPUEstimator logs and writes step-rate summaries every
+      # ceil(log_step_count_steps / iterations_per_loop) global steps; 1
+      # keeps that at every 100th step (100 would log every step:
+      # docs/performance.md, "Round one"). The host loop's hooks read the
+      # step after the loop (host_loop.py), so with any loop length that
+      # divides 100 the log comes at exactly every 100th step.
+      iterations_per_loop=config.iterations_per_loop if config.use_tpu else 1,
       num_shards=config.num_shards,
       per_host_input_for_training=_INPUT_PIPELINE_CONFIGS[
           config.per_host_input])
@@ -111,7 +111,7 @@ def build_estimator(
   A mode without a batch size would hand `input_fn` params without
   `batch_size` at all, so all three are always set. Off TPU with
   `host_iterations_per_loop` > 1, training runs that many steps per
-  session.run (host_loop.py).
+  session.run (host_loop.py; by default a length chosen in config.py).
 
   Args:
     model_fn: the TPU model_fn.
@@ -125,7 +125,8 @@ def build_estimator(
   """
   iterations = config.host_loop_iterations
   if iterations > 1:
-    model_fn = host_loop.wrap_model_fn(model_fn, iterations)
+    model_fn = host_loop.wrap_model_fn(model_fn, iterations,
+                                       auto=config.host_loop_is_auto)
   estimator = tf.compat.v1.estimator.tpu.TPUEstimator(
       model_fn=model_fn,
       config=run_config,

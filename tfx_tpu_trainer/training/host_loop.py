@@ -18,21 +18,30 @@ training the same shape:
   * `HostLoopStopHook` (in place of the estimator's `StopAtStepHook`) feeds
     each run its iteration count: loops end at multiples of N, and the last
     one ends exactly at `max_steps` (as TPU's `_TPUStopAtStepHook` does);
-  * the checkpoint hook is told that a run is N steps, so
-    `save_checkpoints_steps` (a multiple of N, checked in config.py) saves at
-    exactly those steps; step-rate and loss summaries are written at loop
-    boundaries.
+  * the estimator's hooks read the step after the loop (the graph's
+    global-step read is the loop's output), so `save_checkpoints_steps` (a
+    multiple of N, checked in config.py) saves at exactly those steps, and
+    step-rate and loss summaries, written at loop boundaries, come every
+    100th step when N divides 100.
 
-What does not fit a loop is an error raised while the graph is built: an
-input that is not a `tf.data.Dataset` of dense tensors, a TPUEstimatorSpec
-with a `host_call`. As on TPU, v1 summaries that the model_fn writes are
-not written (their ops live inside the loop), and its `training_hooks` run
-once per loop and cannot fetch tensors from inside it (a warning says so).
+The default, `host_iterations_per_loop='auto'`, picks N in config.py
+(`TrainerConfig.host_loop_iterations`: the largest divisor of 100 that
+divides `save_checkpoints_steps`) and trains one step per run, as before,
+when the model or input does not fit a loop: a training input that is not a
+`tf.data.Dataset` of dense tensors, or a TRAIN spec with a `host_call` or
+`training_hooks` (found by calling the model_fn once in a scratch graph, so
+the training graph holds one model). With an explicit N, what does not fit
+a loop is an error raised while the graph is built, but for
+`training_hooks`, which then run once per loop and cannot fetch tensors from
+inside it (a warning says so). As on TPU, v1 summaries that the model_fn
+writes are not written (their ops live inside the loop's body graph; they
+are taken out of the training graph's summary collection with a warning that
+names them, as the adapter drops them on TPU).
 Evaluation and export call the model_fn as before.
 """
 
 import inspect
-from typing import Any, Callable, Optional
+from typing import Any, Callable, List, Optional
 
 from absl import logging
 import tensorflow as tf
@@ -45,6 +54,10 @@ CONFIG_KEY = 'host_iterations_per_loop'
 ITERATIONS_COLLECTION = 'tfx_tpu_trainer_host_loop_iterations'
 FINAL_STEP_COLLECTION = 'tfx_tpu_trainer_host_loop_final_step'
 _GET_NEXT_OPS = ('IteratorGetNext', 'IteratorGetNextSync')
+# Where training_util._get_or_create_global_step_read keeps the step that
+# hooks read.
+GLOBAL_STEP_READ_KEY = 'global_step_read_op_cache'
+
 
 ModelFn = Callable[..., Any]
 
@@ -84,13 +97,67 @@ def _next_batch(get_next: tf.Operation, features, labels):
       (features, labels))
 
 
-def wrap_model_fn(model_fn: ModelFn, iterations: int) -> ModelFn:
+def _scratch_spec(call: Callable[..., Any], features, labels, mode, params,
+                  config):
+  """The TRAIN spec of the model_fn, built in a throwaway graph."""
+  with tf.Graph().as_default():
+    tf.compat.v1.train.get_or_create_global_step()
+    scratch_features, scratch_labels = tf.nest.map_structure(
+        lambda tensor: tf.compat.v1.placeholder(tensor.dtype, tensor.shape),
+        (features, labels))
+    return call(scratch_features, scratch_labels, mode, params, config)
+
+
+def _loop_misfit(call: Callable[..., Any], features, labels, mode, params,
+                 config) -> Optional[str]:
+  """Why the model or input cannot run in the loop, or None when it can."""
+  try:
+    _get_next_op(features, labels)
+  except HostLoopError:
+    return 'the training input is not a tf.data.Dataset of dense tensors'
+  spec = _scratch_spec(call, features, labels, mode, params, config)
+  if getattr(spec, 'host_call', None) is not None:
+    return 'the model_fn returns a host_call'
+  if spec.training_hooks:
+    return 'the model_fn returns training_hooks'
+  return None
+
+
+def _drop_loop_summaries(graph: tf.Graph) -> List[str]:
+  """Takes the loop body's v1 summaries out of `graph`'s summary collection.
+
+  The body is a graph of its own that shares the collections of the training
+  graph: the estimator's `merge_all` would merge the body's tensors into an
+  op the training session cannot fetch.
+
+  Args:
+    graph: the training graph.
+
+  Returns:
+    The names of the summaries taken out.
+  """
+  key = tf.compat.v1.GraphKeys.SUMMARIES
+  summaries = graph.get_collection(key)
+  kept = [tensor for tensor in summaries if tensor.graph is graph]
+  if len(kept) == len(summaries):
+    return []
+  graph.clear_collection(key)
+  for tensor in kept:
+    graph.add_to_collection(key, tensor)
+  return [tensor.op.name for tensor in summaries if tensor.graph is not graph]
+
+
+def wrap_model_fn(model_fn: ModelFn, iterations: int,
+                  auto: bool = False) -> ModelFn:
   """`model_fn` whose TRAIN graph runs up to `iterations` steps per run.
 
   Args:
     model_fn: a TPUEstimator model_fn `(features, labels, mode, params[,
       config])`.
     iterations: the most steps per `session.run` (> 1).
+    auto: the length was chosen by the library (`auto`): a model or input
+      that cannot run in the loop trains one step per run instead of raising
+      HostLoopError.
 
   Returns:
     The model_fn; EVAL and PREDICT pass through unchanged.
@@ -106,10 +173,19 @@ def wrap_model_fn(model_fn: ModelFn, iterations: int) -> ModelFn:
   def looped_model_fn(features, labels, mode, params, config):
     if mode != tf_estimator.ModeKeys.TRAIN:
       return call(features, labels, mode, params, config)
+    if auto:
+      misfit = _loop_misfit(call, features, labels, mode, params, config)
+      if misfit:
+        logging.info('%s=%r: %s, so training runs one step per session.run.',
+                     CONFIG_KEY, 'auto', misfit)
+        return call(features, labels, mode, params, config)
     get_next = _get_next_op(features, labels)
     global_step = tf.compat.v1.train.get_or_create_global_step()
+    # HostLoopStopHook feeds each run its count. Unfed, the loop runs no
+    # step: a hook that fetches the step read (the loop's output) in a run
+    # of its own reads the step instead of training.
     count = tf.compat.v1.placeholder_with_default(
-        tf.constant(iterations, tf.int32), shape=[], name='host_loop_count')
+        tf.constant(0, tf.int32), shape=[], name='host_loop_count')
     specs = []
 
     def body(index, loss, finite):
@@ -135,8 +211,20 @@ def wrap_model_fn(model_fn: ModelFn, iterations: int) -> ModelFn:
     with tf.control_dependencies([loss]):
       final_step = tf.identity(global_step.read_value(), name='host_loop_step')
     graph = tf.compat.v1.get_default_graph()
+    dropped = _drop_loop_summaries(graph)
+    if dropped:
+      logging.warning(
+          '%s=%d: the model_fn\'s %d v1 summaries are not written (their ops '
+          'run inside the loop; TensorBoard will not show them; set %s to 1 '
+          'to keep them): %s', CONFIG_KEY, iterations, len(dropped),
+          CONFIG_KEY, ', '.join(dropped))
     graph.add_to_collection(ITERATIONS_COLLECTION, count)
     graph.add_to_collection(FINAL_STEP_COLLECTION, final_step)
+    # The estimator's hooks (step rate, checkpoints, summaries) read the step
+    # from this collection; a plain read would race the loop and see the
+    # step before it, so they read the step after it.
+    graph.clear_collection(GLOBAL_STEP_READ_KEY)
+    graph.add_to_collection(GLOBAL_STEP_READ_KEY, final_step)
     spec = specs[0]
     if getattr(spec, 'host_call', None) is not None:
       raise HostLoopError(
@@ -156,9 +244,8 @@ def wrap_model_fn(model_fn: ModelFn, iterations: int) -> ModelFn:
           save_secs=config.save_checkpoints_secs,
           save_steps=config.save_checkpoints_steps,
           save_graph_def=config.checkpoint_save_graph_def)
-      # The hook reads the global step before the loop runs; it triggers on
-      # that step plus the loop's steps, then re-reads the real step.
-      saver._set_steps_per_run(iterations)  # pylint: disable=protected-access
+      # It reads the step after the loop (the step read below), so it saves
+      # at the first loop end at or past each multiple of the save steps.
       saver_hooks.append(saver)
     return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
         mode=mode,
@@ -176,46 +263,65 @@ class HostLoopStopHook(tf.compat.v1.train.SessionRunHook):
   Loops end at multiples of `iterations` (so checkpoints every multiple of it
   land on loop ends), and the last loop ends exactly at the last step. The
   global step after each loop is fetched in the same run, from the loop's
-  output.
+  output. A graph without the loop (`auto` fell back to one step per run)
+  stops as the estimator's own `StopAtStepHook` does.
   """
 
   def __init__(self, iterations: int, num_steps: Optional[int] = None,
                last_step: Optional[int] = None):
-    if (num_steps is None) == (last_step is None):
-      raise ValueError('Give exactly one of num_steps and last_step.')
+    if num_steps is not None and last_step is not None:
+      raise ValueError('Give at most one of num_steps and last_step.')
     self._iterations = iterations
     self._num_steps = num_steps
     self._last_step = last_step
     self._step = None
+    self._single_step = None
 
   def begin(self):
     graph = tf.compat.v1.get_default_graph()
     counts = graph.get_collection(ITERATIONS_COLLECTION)
     steps = graph.get_collection(FINAL_STEP_COLLECTION)
+    if not counts and not steps:
+      self._single_step = (
+          tf.compat.v1.train.SessionRunHook()
+          if self._num_steps is None and self._last_step is None else
+          tf.compat.v1.train.StopAtStepHook(num_steps=self._num_steps,
+                                            last_step=self._last_step))
+      self._single_step.begin()
+      return
     if len(counts) != 1 or len(steps) != 1:
       raise RuntimeError('The training graph has no single host loop.')
     self._count, self._final_step = counts[0], steps[0]
     self._global_step = tf.compat.v1.train.get_global_step()
 
   def after_create_session(self, session, coord):
+    if self._single_step is not None:
+      self._single_step.after_create_session(session, coord)
+      return
     del coord
     self._step = int(session.run(self._global_step))
-    if self._last_step is None:
+    if self._num_steps is not None:
       self._last_step = self._step + self._num_steps
 
   def next_iterations(self) -> int:
     """Steps of the next loop: to the next multiple, at most to the last."""
     to_boundary = self._iterations - self._step % self._iterations
+    if self._last_step is None:
+      return to_boundary
     return max(0, min(to_boundary, self._last_step - self._step))
 
   def before_run(self, run_context):
-    del run_context
+    if self._single_step is not None:
+      return self._single_step.before_run(run_context)
     return tf.compat.v1.train.SessionRunArgs(
         self._final_step, feed_dict={self._count: self.next_iterations()})
 
   def after_run(self, run_context, run_values):
+    if self._single_step is not None:
+      self._single_step.after_run(run_context, run_values)
+      return
     self._step = int(run_values.results)
-    if self._step >= self._last_step:
+    if self._last_step is not None and self._step >= self._last_step:
       run_context.request_stop()
 
 
@@ -233,8 +339,7 @@ def enable(estimator: tf.compat.v1.estimator.tpu.TPUEstimator,
   """
 
   def convert_train_steps_to_hooks(steps, max_steps):
-    if steps is None and max_steps is None:
-      return []
+    # Without steps, training runs until the input ends, a loop per run.
     return [HostLoopStopHook(iterations, num_steps=steps, last_step=max_steps)]
 
   # pylint: disable-next=protected-access
