@@ -4,6 +4,13 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+# `make test` and `make test-fast` run the suite in TEST_WORKERS processes
+# (pytest-xdist; one per core of the 2-core machine). Each test file stays in
+# one process (--dist loadfile), so a module's fixtures are built once; the
+# session data fixtures are built once per run (tests/fixtures/run_once.py).
+# TEST_WORKERS=0 runs the suite in this process alone.
+TEST_WORKERS ?= 2
+XDIST_ARGS := -n $(TEST_WORKERS) --dist loadfile
 RUN_ARGS ?=
 UV ?= $(shell command -v uv || echo .tools/uv/bin/uv)
 
@@ -16,10 +23,10 @@ run: env
 	$(VENV)/bin/tfx-tpu-trainer run $(RUN_ARGS)
 
 test: env
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST_ARGS) $(PYTEST_ARGS)
 
 test-fast: env
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" $(XDIST_ARGS) $(PYTEST_ARGS)
 
 # All trainers against each other and each module's compute limit, then the
 # scale run (the training split x1/x10/x100, replicas written once under

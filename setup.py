@@ -50,7 +50,8 @@ setuptools.setup(
     package_dir=BUNDLED,
     package_data={'tfx_tpu_trainer.kubeflow': ['proto/*.proto']},
     install_requires=INSTALL_REQUIRES,
-    extras_require={'test': ['pytest']},
+    # pytest-xdist: `make test` runs the suite in 2 processes (Makefile).
+    extras_require={'test': ['pytest', 'pytest-xdist==3.8.0']},
     entry_points={
         'console_scripts': ['tfx-tpu-trainer=tfx_tpu_trainer_cli.main:main'],
     },

@@ -57,9 +57,12 @@ def taxi_data_dir(tmp_path_factory):
 def taxi_artifacts(tmp_path_factory, taxi_data_dir):
   """Runs ExampleGen..Transform once on the slice; returns their artifacts."""
   from tests.fixtures import pipeline_outputs  # pylint: disable=g-import-not-at-top
+  from tests.fixtures import run_once  # pylint: disable=g-import-not-at-top
   logging.set_verbosity(logging.WARNING)
-  root = str(tmp_path_factory.mktemp('taxi_pipeline'))
-  return pipeline_outputs.run_data_components(root, taxi_data_dir)
+  # Once per run of the suite, also under pytest-xdist (run_once.py).
+  return run_once.artifacts(
+      tmp_path_factory, 'taxi_pipeline',
+      lambda root: pipeline_outputs.run_data_components(root, taxi_data_dir))
 
 
 @pytest.fixture
