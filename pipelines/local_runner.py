@@ -5,13 +5,10 @@
 same progress lines and summary.
 """
 
-import contextlib
 import dataclasses
 import datetime
 import json
 import os
-import shutil
-import tempfile
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -24,11 +21,11 @@ from tfx.orchestration.portable import runtime_parameter_utils
 from tfx.orchestration.portable import tfx_runner
 from tfx.types import artifact_utils
 
+from tfx_tpu_trainer_cli.bundled.pipelines import run_temp_dir
 from tfx_tpu_trainer_cli.bundled.pipelines import taxi_pipeline
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
 from tfx_tpu_trainer.publishing import report as report_lib
-from tfx_tpu_trainer.training import attempt_lock
 from tfx_tpu_trainer.training import checkpoints
 
 # No Beam arguments: the DirectRunner's defaults are in-memory, one worker.
@@ -36,11 +33,6 @@ from tfx_tpu_trainer.training import checkpoints
 # Beam component (dependency_utils.make_beam_dependency_flags; ~5,800 files
 # under the temp directory each), which only remote runners use.
 BEAM_PIPELINE_ARGS = []
-# The run's temporary files (TFX's module wheels and pip targets) go in a
-# folder of this name under the pipeline root, removed when the run ends.
-TMP_DIR_NAME = '_tmp'
-_TMP_RUN_PREFIX = 'run-'
-_TMP_GRACE_SECS = 60
 
 
 _PIPELINE_RUN_CONTEXT = 'pipeline_run'
@@ -167,8 +159,9 @@ def run_pipeline(pipeline: tfx.dsl.Pipeline, printer=print,
   for checkpoint_dir in _trainer_checkpoint_dirs(pipeline):
     checkpoints.remove_unheld_runs(checkpoint_dir)
   try:
-    with _private_temp_dir(os.path.join(pipeline.pipeline_info.pipeline_root,
-                                        TMP_DIR_NAME)):
+    with run_temp_dir.private_temp_dir(
+        os.path.join(pipeline.pipeline_info.pipeline_root,
+                     run_temp_dir.TMP_DIR_NAME)):
       # LocalDagRunner().run(pipeline) with a pipeline run id we know, so the
       # summary reads this run's executions even when another run shares
       # the metadata store.
@@ -243,70 +236,6 @@ def mark_running_executions_failed(connection_config, run_id: str) -> int:
     if running:
       store.store.put_executions(running)
     return len(running)
-
-
-@contextlib.contextmanager
-def _private_temp_dir(parent: str):
-  """Points tempfile and TMPDIR (for subprocesses) at a fresh directory.
-
-  TFX builds module wheels and pip-installs them into temporary directories
-  it never removes; they go under `parent` and are deleted afterwards.
-  """
-  parent = os.path.abspath(parent)
-  os.makedirs(parent, exist_ok=True)
-  directory = tempfile.mkdtemp(prefix=_TMP_RUN_PREFIX, dir=parent)
-  # Held while the run lasts; released by the kernel if the run is killed.
-  lock = attempt_lock.AttemptLock(directory)
-  lock.try_acquire()
-  remove_abandoned_temp_dirs(parent)
-  saved_tempdir, saved_env = tempfile.tempdir, os.environ.get('TMPDIR')
-  tempfile.tempdir = directory
-  os.environ['TMPDIR'] = directory
-  try:
-    yield directory
-  finally:
-    tempfile.tempdir = saved_tempdir
-    if saved_env is None:
-      os.environ.pop('TMPDIR', None)
-    else:
-      os.environ['TMPDIR'] = saved_env
-    shutil.rmtree(directory, ignore_errors=True)
-    lock.release()
-    with contextlib.suppress(OSError):
-      os.rmdir(parent)  # Only when no other run is using it.
-
-
-def remove_abandoned_temp_dirs(parent: str) -> List[str]:
-  """Removes the `run-*` temp folders of runs that were killed.
-
-  A run holds a lock on its folder (attempt_lock.py) while it lasts; a
-  killed run cannot remove its folder, and its lock went with it. Folders
-  younger than `_TMP_GRACE_SECS` are kept: a run that just created its
-  folder may not hold the lock yet.
-
-  Args:
-    parent: the `_tmp` folder of the pipeline root.
-
-  Returns:
-    The removed folders.
-  """
-  removed = []
-  for name in sorted(os.listdir(parent)):
-    path = os.path.join(parent, name)
-    if not name.startswith(_TMP_RUN_PREFIX) or not os.path.isdir(path):
-      continue
-    with contextlib.suppress(OSError):
-      if time.time() - os.path.getmtime(path) < _TMP_GRACE_SECS:
-        continue
-      lock = attempt_lock.AttemptLock(path)
-      if lock.try_acquire():
-        shutil.rmtree(path, ignore_errors=True)
-        lock.release()
-        removed.append(path)
-  if removed:
-    absl_logging.info('Removed the temporary folders of killed runs: %s',
-                      removed)
-  return removed
 
 
 def checkpoint_pipeline_dir(options: taxi_pipeline.TaxiPipelineOptions

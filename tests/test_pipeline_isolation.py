@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from tfx_tpu_trainer_cli.bundled.pipelines import local_runner
+from tfx_tpu_trainer_cli.bundled.pipelines import run_temp_dir
 
 from tests import conftest
 
@@ -66,4 +67,4 @@ def test_concurrent_runs_report_their_own_model_and_leave_no_temp_files(
   assert _count_files(temp_dir) == 0, sorted(os.listdir(temp_dir))
   layout = local_runner.OutputLayout(output_root)
   assert not os.path.exists(os.path.join(layout.pipeline_root,
-                                         local_runner.TMP_DIR_NAME))
+                                         run_temp_dir.TMP_DIR_NAME))

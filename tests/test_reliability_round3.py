@@ -22,6 +22,7 @@ from tfx_tpu_trainer import executor
 from tfx_tpu_trainer.training import attempt_lock
 from tfx_tpu_trainer.training import checkpoints
 from tfx_tpu_trainer.training import finite_variables
+from tfx_tpu_trainer_cli.bundled.pipelines import run_temp_dir
 
 from tests.conftest import REPO_ROOT
 from tests.conftest import TEST_MODULES_DIR
@@ -305,8 +306,8 @@ def test_a_second_attempt_waits_for_the_first_and_resumes_after_its_kill(
 # Item 12: what killed runs leave behind is removed by later runs.
 _ENTER_TEMP_DIR = (
     'import sys, time\n'
-    'from tfx_tpu_trainer_cli.bundled.pipelines import local_runner\n'
-    'with local_runner._private_temp_dir(sys.argv[1]) as d:\n'
+    'from tfx_tpu_trainer_cli.bundled.pipelines import run_temp_dir\n'
+    'with run_temp_dir.private_temp_dir(sys.argv[1]) as d:\n'
     '  open(d + "/wheel.whl", "w").write("x" * 1000)\n'
     '  print(d, flush=True)\n'
     '  time.sleep(3600)\n')
@@ -318,7 +319,6 @@ def _age(path, seconds=3600):
 
 
 def test_a_killed_runs_temp_folder_is_removed_by_the_next_run(tmp_path):
-  from tfx_tpu_trainer_cli.bundled.pipelines import local_runner  # pylint: disable=g-import-not-at-top
   parent = str(tmp_path / '_tmp')
   killed = subprocess.Popen([sys.executable, '-c', _ENTER_TEMP_DIR, parent],
                             cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
@@ -331,7 +331,7 @@ def test_a_killed_runs_temp_folder_is_removed_by_the_next_run(tmp_path):
     assert os.path.exists(os.path.join(killed_dir, 'wheel.whl'))
     for path in (killed_dir, running_dir):
       _age(path)
-    with local_runner._private_temp_dir(parent) as mine:  # pylint: disable=protected-access
+    with run_temp_dir.private_temp_dir(parent) as mine:
       assert not os.path.exists(killed_dir)
       assert os.path.exists(os.path.join(running_dir, 'wheel.whl'))
     assert not os.path.exists(mine)
