@@ -7,25 +7,33 @@ and a crash in import-time code would take the caller with it.
 (`user_module.load_user_module`) in a child process and reads the verdict it
 writes to a file, so an exit of the module is a clear error naming it.
 
-The children fork from a multiprocessing fork server that imported
-TensorFlow and TFX once (with `user_module`): a check then costs the
-module's own import, not a fresh interpreter loading TensorFlow and TFX
-(about 7 s each). The server has run no TensorFlow op, so forking it is
-safe; it lasts as long as this process.
+The children fork from a check server: a Python process of its own that
+imported TensorFlow and TFX (with `user_module`) once and has run no
+TensorFlow op, so forking it is safe. A check then costs the module's own
+import, not a fresh interpreter loading TensorFlow and TFX (about 7 s each
+time). The server lasts as long as this process: it ends when its input
+closes. (multiprocessing's fork server would re-run an unguarded `__main__`
+script in every child.)
 """
 
+import atexit
 import json
-import multiprocessing
-from multiprocessing import forkserver
 import os
+import signal
+import subprocess
 import sys
 import tempfile
+import threading
+import traceback
+from typing import Any, Dict, Optional
 
 from tfx_tpu_trainer import user_module as user_module_lib
 
-# What the fork server imports once, before any check forks from it.
-_SERVER_PRELOAD = ['tfx_tpu_trainer.user_module']
+_SERVE = 'from tfx_tpu_trainer import module_check; module_check.serve()'
 _LAST_LINES = 3
+
+_server: Optional[subprocess.Popen] = None
+_server_lock = threading.Lock()
 
 
 def check_trainer_module(module_file: str) -> None:
@@ -40,75 +48,126 @@ def check_trainer_module(module_file: str) -> None:
       check finished.
   """
   with tempfile.TemporaryDirectory(prefix='tpu-trainer-check-') as scratch:
-    verdict_path = os.path.join(scratch, 'verdict.json')
-    stderr_path = os.path.join(scratch, 'stderr.txt')
-    child = _context().Process(
-        target=_check_in_child, name='tpu-trainer-module-check',
-        args=(module_file, verdict_path, stderr_path))
-    child.start()
-    child.join()
-    if os.path.exists(verdict_path):
-      with open(verdict_path) as f:
+    request = {
+        'module_file': os.path.abspath(module_file),
+        'verdict_path': os.path.join(scratch, 'verdict.json'),
+        'stderr_path': os.path.join(scratch, 'stderr.txt'),
+        'cwd': os.getcwd(),
+        'environment': dict(os.environ),
+    }
+    exit_code = _run_in_child(request)
+    if os.path.exists(request['verdict_path']):
+      with open(request['verdict_path']) as f:
         verdict = json.load(f)
       if not verdict['ok']:
         raise user_module_lib.UserModuleError(verdict['error'])
       return
-    last_lines = _last_lines(stderr_path)
+    last_lines = _last_lines(request['stderr_path'])
   raise user_module_lib.UserModuleError(
       f'The trainer module {module_file} ended the process that imported it '
-      f'(exit code {child.exitcode}) before it could be checked: its '
+      f'({_how_it_ended(exit_code)}) before it could be checked: its '
       'import-time code (or a function the check calls) exits, e.g. '
       'sys.exit() or os._exit() at module level, or crashes. Module code '
       'must define functions and constants, never end the process.'
       + (f' Last output:\n{last_lines}' if last_lines else ''))
 
 
-def _context() -> multiprocessing.context.BaseContext:
-  """The fork server's context (spawn where there is no fork)."""
-  if 'forkserver' not in multiprocessing.get_all_start_methods():
-    return multiprocessing.get_context('spawn')
-  context = multiprocessing.get_context('forkserver')
-  # Only read when the server starts: the first check of this process.
-  context.set_forkserver_preload(_SERVER_PRELOAD)
-  _ensure_quiet_server()
-  return context
+def _run_in_child(request: Dict[str, Any]) -> int:
+  """Has the server fork a child for `request`; the child's exit code."""
+  with _server_lock:
+    for _ in range(2):  # A server that ended is started again, once.
+      server = _running_server()
+      try:
+        server.stdin.write(json.dumps(request) + '\n')
+        server.stdin.flush()
+        reply = server.stdout.readline()
+      except BrokenPipeError:
+        reply = ''
+      if reply:
+        return json.loads(reply)['exit_code']
+      _stop_server()
+  raise RuntimeError(
+      'The module check server ended before it could check '
+      f'{request["module_file"]}: run `{sys.executable} -c "{_SERVE}"` to '
+      'see why (the installation of tfx_tpu_trainer may be broken).')
 
 
-def _ensure_quiet_server() -> None:
-  """Starts the fork server (if not running) with its output muted.
+def _running_server() -> subprocess.Popen:
+  global _server
+  if _server is None or _server.poll() is not None:
+    # Its imports would print again what this process printed as it
+    # imported the same libraries; each child writes to its own file.
+    _server = subprocess.Popen(
+        [sys.executable, '-c', _SERVE], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        env=_server_environment())
+  return _server
 
-  Its imports would print again what this process printed as it imported
-  the same libraries (TensorFlow's log lines, library warnings); each
-  check's child writes its own output to a file.
-  """
-  sys.stdout.flush()
-  sys.stderr.flush()
-  saved = [os.dup(1), os.dup(2)]
+
+@atexit.register
+def _stop_server() -> None:
+  global _server
+  if _server is not None:
+    _server.stdin.close()
+    _server.wait()
+    _server.stdout.close()
+    _server = None
+
+
+def _server_environment() -> Dict[str, str]:
+  """The server finds this package where this process found it."""
+  environment = dict(os.environ)
+  package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  environment['PYTHONPATH'] = os.pathsep.join(
+      [package_root] + [p for p in [environment.get('PYTHONPATH')] if p])
+  return environment
+
+
+def serve() -> None:
+  """The server: one JSON request a line in, one child's exit code out."""
+  for line in sys.stdin:
+    request = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+      _check_in_child(request)
+    _, status = os.waitpid(pid, 0)
+    print(json.dumps({'exit_code': os.waitstatus_to_exitcode(status)}),
+          flush=True)
+
+
+def _check_in_child(request: Dict[str, Any]) -> None:
+  """The forked child: loads the module, writes the verdict, exits."""
   try:
-    with open(os.devnull, 'w') as devnull:
+    with open(os.devnull, 'r+') as devnull:
+      os.dup2(devnull.fileno(), 0)
       os.dup2(devnull.fileno(), 1)
-      os.dup2(devnull.fileno(), 2)
-    forkserver.ensure_running()
-  finally:
-    for fd, saved_fd in zip((1, 2), saved):
-      os.dup2(saved_fd, fd)
-      os.close(saved_fd)
+    with open(request['stderr_path'], 'w') as stderr:
+      os.dup2(stderr.fileno(), 2)
+    os.chdir(request['cwd'])
+    os.environ.clear()
+    os.environ.update(request['environment'])
+    try:
+      user_module_lib.load_user_module({'module_file': request['module_file']})
+      verdict = {'ok': True}
+    except user_module_lib.UserModuleError as e:
+      verdict = {'ok': False, 'error': str(e)}
+    with open(request['verdict_path'], 'w') as f:
+      json.dump(verdict, f)
+  except BaseException:  # pylint: disable=broad-except
+    traceback.print_exc()
+    sys.stderr.flush()
+    os._exit(1)  # pylint: disable=protected-access
+  sys.stderr.flush()
+  os._exit(0)  # pylint: disable=protected-access
 
 
-def _check_in_child(module_file: str, verdict_path: str,
-                    stderr_path: str) -> None:
-  """The child: loads the module, writes the verdict; output to a file."""
-  with open(os.devnull, 'w') as devnull:
-    os.dup2(devnull.fileno(), 1)
-  with open(stderr_path, 'w') as stderr:
-    os.dup2(stderr.fileno(), 2)
+def _how_it_ended(exit_code: int) -> str:
+  if exit_code >= 0:
+    return f'exit code {exit_code}'
   try:
-    user_module_lib.load_user_module({'module_file': module_file})
-    verdict = {'ok': True}
-  except user_module_lib.UserModuleError as e:
-    verdict = {'ok': False, 'error': str(e)}
-  with open(verdict_path, 'w') as f:
-    json.dump(verdict, f)
+    return f'killed by {signal.Signals(-exit_code).name}'
+  except ValueError:
+    return f'killed by signal {-exit_code}'
 
 
 def _last_lines(path: str) -> str:

@@ -2,46 +2,59 @@
 
 import os
 import sqlite3
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import REPO_ROOT
 from tests.conftest import TEST_MODULES_DIR
 from tests.conftest import write_taxi_slice
 
+from tfx_tpu_trainer_cli import main as cli
 
-def _run_cli(*argv):
-  return subprocess.run(
-      [sys.executable, '-m', 'tfx_tpu_trainer_cli', 'run'] + list(argv),
-      cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+# In this process: had the module's exit reached it, pytest (or its xdist
+# worker) would have ended instead of reporting a result.
 
 
-def test_os_exit_at_import_of_the_trainer_module_is_a_usage_error(tmp_path):
+def test_os_exit_at_import_of_the_trainer_module_is_a_usage_error(
+    tmp_path, capsys):
   module = os.path.join(TEST_MODULES_DIR, 'os_exit_on_import.py')
-  result = _run_cli('--output-root', str(tmp_path / 'out'), '--module-file',
-                    module)
-  assert result.returncode == 2, (result.stdout, result.stderr)
+  code = cli.main(['run', '--output-root', str(tmp_path / 'out'),
+                   '--module-file', module])
+  err = capsys.readouterr().err
+  assert code == 2, err
   assert (f'tfx-tpu-trainer run: error: --module-file: The trainer module '
           f'{module} ended the process that imported it (exit code 0) before '
-          'it could be checked') in result.stderr, result.stderr
+          'it could be checked') in err, err
+  assert not (tmp_path / 'out').exists()
+
+
+def test_a_crash_at_import_of_the_trainer_module_is_named_with_its_output(
+    tmp_path, capsys):
+  module = os.path.join(TEST_MODULES_DIR, 'crashes_on_import.py')
+  code = cli.main(['run', '--output-root', str(tmp_path / 'out'),
+                   '--module-file', module])
+  err = capsys.readouterr().err
+  assert code == 2, err
+  assert (f'--module-file: The trainer module {module} ended the process '
+          'that imported it (killed by SIGSEGV) before it could be checked'
+          ) in err, err
+  assert 'Last output:\nabout to read address 0' in err, err
   assert not (tmp_path / 'out').exists()
 
 
 def test_sys_exit_in_preprocessing_fn_is_a_usage_error_before_any_component(
-    tmp_path):
+    tmp_path, capsys):
   data = write_taxi_slice(str(tmp_path / 'data'), rows=300)
   module = os.path.join(TEST_MODULES_DIR, 'exits_in_preprocessing_fn.py')
   output_root = tmp_path / 'out'
-  result = _run_cli('--data-root', data, '--output-root', str(output_root),
-                    '--preprocessing-module-file', module, '--train-steps',
-                    '5', '--eval-steps', '1', '--train-batch-size', '16',
-                    '--eval-batch-size', '16')
-  assert result.returncode == 2, (result.stdout, result.stderr)
+  code = cli.main(['run', '--data-root', data, '--output-root',
+                   str(output_root), '--preprocessing-module-file', module,
+                   '--train-steps', '5', '--eval-steps', '1',
+                   '--train-batch-size', '16', '--eval-batch-size', '16'])
+  err = capsys.readouterr().err
+  assert code == 2, err
   assert (f'preprocessing_fn of {module} raised SystemExit(0) (e.g. '
           'sys.exit()) while it was traced to find what the Evaluator reads, '
-          'before any component ran') in result.stderr, result.stderr
+          'before any component ran') in err, err
   assert not (output_root / 'metadata').exists()
 
 
