@@ -11,6 +11,7 @@ from tfx.orchestration import metadata
 
 from tfx_tpu_trainer_cli.bundled.pipelines import local_runner
 from tfx_tpu_trainer.publishing import export
+from tfx_tpu_trainer_cli import main as cli
 
 from tests import conftest
 from tests.fixtures import pipeline_outputs
@@ -22,15 +23,26 @@ COMPONENTS = ('CsvExampleGen', 'StatisticsGen', 'SchemaGen',
               'Pusher')
 
 
+_RUN = ['run', '--train-steps', '60', '--eval-steps', '4',
+        '--train-batch-size', '16', '--eval-batch-size', '16',
+        '--min-accuracy', '0']
+
+
 def _run_cli(*args):
-  command = [sys.executable, '-m', 'tfx_tpu_trainer_cli', 'run',
-             '--train-steps', '60', '--eval-steps', '4',
-             '--train-batch-size', '16', '--eval-batch-size', '16',
-             '--min-accuracy', '0'] + list(args)
+  """The command as a process of its own, as a user runs it."""
+  command = [sys.executable, '-m', 'tfx_tpu_trainer_cli'] + _RUN + list(args)
   result = subprocess.run(command, capture_output=True, text=True,
                           timeout=900, check=False)
   assert result.returncode == 0, result.stdout + result.stderr
   return result.stdout
+
+
+def _run_in_this_process(capfd, *args):
+  """The same command through its main function (no second TF import)."""
+  code = cli.main(_RUN + list(args))
+  captured = capfd.readouterr()
+  assert code == 0, captured.out + captured.err
+  return captured.out
 
 
 def _executions_by_component(store):
@@ -42,7 +54,7 @@ def _executions_by_component(store):
   return by_component
 
 
-def test_taxi_pipeline_twice_with_other_data_and_module(tmp_path):
+def test_taxi_pipeline_twice_with_other_data_and_module(tmp_path, capfd):
   data_one = conftest.write_taxi_slice(str(tmp_path / 'data_one'), rows=300)
   output_root = tmp_path / 'out'
   stdout = _run_cli('--data-root', data_one, '--output-root',
@@ -93,8 +105,8 @@ def test_taxi_pipeline_twice_with_other_data_and_module(tmp_path):
       'data.csv')).read().splitlines()
   with open(os.path.join(data_two, 'data.csv'), 'w') as f:
     f.write('\n'.join([rows[0]] + rows[301:]) + '\n')
-  stdout = _run_cli(
-      '--data-root', data_two, '--output-root', str(output_root),
+  stdout = _run_in_this_process(
+      capfd, '--data-root', data_two, '--output-root', str(output_root),
       '--module-file',
       os.path.join(conftest.TEST_MODULES_DIR, 'linear_module.py'))
   assert 'Blessed:                yes' in stdout

@@ -11,9 +11,10 @@ The children fork from a check server: a Python process of its own that
 imported TensorFlow and TFX (with `user_module`) once and has run no
 TensorFlow op, so forking it is safe. A check then costs the module's own
 import, not a fresh interpreter loading TensorFlow and TFX (about 7 s each
-time). The server lasts as long as this process: it ends when its input
-closes. (multiprocessing's fork server would re-run an unguarded `__main__`
-script in every child.)
+time). The server lasts as long as this process. `start_server` starts it
+early, so that it imports while this process does other work; this module
+itself imports neither TensorFlow nor TFX. (multiprocessing's fork server
+would re-run an unguarded `__main__` script in every child.)
 """
 
 import atexit
@@ -26,8 +27,6 @@ import tempfile
 import threading
 import traceback
 from typing import Any, Dict, Optional
-
-from tfx_tpu_trainer import user_module as user_module_lib
 
 _SERVE = 'from tfx_tpu_trainer import module_check; module_check.serve()'
 _LAST_LINES = 3
@@ -47,6 +46,7 @@ def check_trainer_module(module_file: str) -> None:
       code ended the child process (exit, os._exit, a crash) before the
       check finished.
   """
+  from tfx_tpu_trainer import user_module as user_module_lib  # pylint: disable=g-import-not-at-top
   with tempfile.TemporaryDirectory(prefix='tpu-trainer-check-') as scratch:
     request = {
         'module_file': os.path.abspath(module_file),
@@ -70,6 +70,12 @@ def check_trainer_module(module_file: str) -> None:
       'sys.exit() or os._exit() at module level, or crashes. Module code '
       'must define functions and constants, never end the process.'
       + (f' Last output:\n{last_lines}' if last_lines else ''))
+
+
+def start_server() -> None:
+  """Starts the check server now (it imports TensorFlow and TFX)."""
+  with _server_lock:
+    _running_server()
 
 
 def _run_in_child(request: Dict[str, Any]) -> int:
@@ -108,8 +114,9 @@ def _running_server() -> subprocess.Popen:
 def _stop_server() -> None:
   global _server
   if _server is not None:
-    _server.stdin.close()
+    _server.terminate()  # It may still be importing; nothing is lost.
     _server.wait()
+    _server.stdin.close()
     _server.stdout.close()
     _server = None
 
@@ -125,6 +132,7 @@ def _server_environment() -> Dict[str, str]:
 
 def serve() -> None:
   """The server: one JSON request a line in, one child's exit code out."""
+  from tfx_tpu_trainer import user_module  # pylint: disable=g-import-not-at-top,unused-import
   for line in sys.stdin:
     request = json.loads(line)
     pid = os.fork()
@@ -137,6 +145,7 @@ def serve() -> None:
 
 def _check_in_child(request: Dict[str, Any]) -> None:
   """The forked child: loads the module, writes the verdict, exits."""
+  from tfx_tpu_trainer import user_module as user_module_lib  # pylint: disable=g-import-not-at-top
   try:
     with open(os.devnull, 'r+') as devnull:
       os.dup2(devnull.fileno(), 0)

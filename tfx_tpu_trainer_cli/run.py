@@ -19,6 +19,7 @@ from tfx_tpu_trainer_cli.bundled.pipelines import output_root as output_root_lib
 from tfx_tpu_trainer_cli.bundled.pipelines import paths
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import leftover_threads
+from tfx_tpu_trainer import module_check
 from tfx_tpu_trainer_cli import common
 from tfx_tpu_trainer_cli import module_checks
 
@@ -282,7 +283,6 @@ def _check_trainer_module(module_file: str,
   """
   # In a child process (module_check.py): an exit in the module's code must
   # not end this one.
-  from tfx_tpu_trainer import module_check  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer import user_module  # pylint: disable=g-import-not-at-top
   try:
     module_check.check_trainer_module(module_file)
@@ -304,6 +304,9 @@ def _check_csv_files(data_root: str, preprocessing_module_file: str,
 
 def _run(args) -> int:
   """Validates the arguments, runs the pipeline, prints the summary."""
+  # The trainer module is checked in a child of this server: it imports
+  # TensorFlow and TFX while this process checks the other arguments.
+  module_check.start_server()
   output_root = os.path.abspath(args.output_root)
   if args.pipeline:
     pipeline, module_file = _prepare_user_pipeline(args, output_root)

@@ -5,14 +5,12 @@ Evaluator never runs (it used to fail with a raw TFMA error)."""
 import csv
 import os
 import sqlite3
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import REPO_ROOT
 from tests.conftest import write_taxi_slice
 from tests.fixtures.run_settings import LINEAR_MODULE
+from tfx_tpu_trainer_cli import main as cli
 
 pytestmark = pytest.mark.slow
 
@@ -31,18 +29,18 @@ def _label_two_in_every_tenth_row(data_dir):
     writer.writerows(rows)
 
 
-def test_label_outside_the_classes_stops_the_run_at_the_trainer(tmp_path):
+def test_label_outside_the_classes_stops_the_run_at_the_trainer(tmp_path,
+                                                                capfd):
   data = write_taxi_slice(str(tmp_path / 'data'), rows=300)
   _label_two_in_every_tenth_row(data)
   output_root = tmp_path / 'out'
-  result = subprocess.run(
-      [sys.executable, '-m', 'tfx_tpu_trainer_cli', 'run', '--data-root',
-       data, '--output-root', str(output_root), '--module-file',
-       LINEAR_MODULE, '--train-steps', '5', '--eval-steps', '1',
-       '--train-batch-size', '16', '--eval-batch-size', '16'],
-      cwd=REPO_ROOT, capture_output=True, text=True, check=False)
-  output = result.stdout + result.stderr
-  assert result.returncode == 1, output
+  code = cli.main(['run', '--data-root', data, '--output-root',
+                   str(output_root), '--module-file', LINEAR_MODULE,
+                   '--train-steps', '5', '--eval-steps', '1',
+                   '--train-batch-size', '16', '--eval-batch-size', '16'])
+  captured = capfd.readouterr()
+  output = captured.out + captured.err
+  assert code == 1, output
   assert ("The label 'big_tipper' of the 'train' split has values the model "
           'cannot take: 2 (record ') in output, output
   assert ('(sigmoid cross-entropy) accepts values in [0, 1]; checked the '
