@@ -16,7 +16,8 @@ _FINISH_WITH_USER_THREAD = (
     '  print("work done", flush=True)\n'
     '  if sys.argv[2] == "fail":\n'
     '    raise RuntimeError("the step failed")\n'
-    'leftover_threads.run_then_end(work, "The TPUTrainer step")\n')
+    # A short grace: the thread never ends, so the default 5 s is only waited.
+    'leftover_threads.run_then_end(work, "The TPUTrainer step", 0.5)\n')
 
 
 def _finish(outcome):

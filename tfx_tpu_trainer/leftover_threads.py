@@ -78,7 +78,8 @@ def end_process_if_threads_left(exit_code: int, what: str,
   os._exit(exit_code)  # pylint: disable=protected-access
 
 
-def run_then_end(function, what: str) -> None:
+def run_then_end(function, what: str,
+                 grace_secs: float = GRACE_SECS) -> None:
   """Runs `function()`, then ends the process even if threads are left.
 
   A failure prints its traceback and exits 1; success exits 0 (as Python
@@ -87,15 +88,16 @@ def run_then_end(function, what: str) -> None:
   Args:
     function: the process's work.
     what: what it is, for the message ('The TPUTrainer step').
+    grace_secs: how long left threads may take to end on their own.
   """
   try:
     function()
   except SystemExit as e:
     code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    end_process_if_threads_left(code, what)
+    end_process_if_threads_left(code, what, grace_secs)
     raise
   except BaseException:  # pylint: disable=broad-except
     traceback.print_exc()
-    end_process_if_threads_left(1, what)
+    end_process_if_threads_left(1, what, grace_secs)
     raise
-  end_process_if_threads_left(0, what)
+  end_process_if_threads_left(0, what, grace_secs)
