@@ -8,9 +8,11 @@ PYTEST_ARGS ?=
 # (pytest-xdist; one per core of the 2-core machine). Each test file stays in
 # one process (--dist loadfile), so a module's fixtures are built once; the
 # session data fixtures are built once per run (tests/fixtures/run_once.py).
-# TEST_WORKERS=0 runs the suite in this process alone.
+# Files are handed out in the order tests/conftest.py gives them (the files
+# of `heavy` tests first), not xdist's most-tests-first, so that no minutes-
+# long file starts last. TEST_WORKERS=0 runs the suite in this process alone.
 TEST_WORKERS ?= 2
-XDIST_ARGS := -n $(TEST_WORKERS) --dist loadfile
+XDIST_ARGS := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 RUN_ARGS ?=
 UV ?= $(shell command -v uv || echo .tools/uv/bin/uv)
 

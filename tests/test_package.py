@@ -19,7 +19,7 @@ import pytest
 from tfx_tpu_trainer import version
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 
 def _uv():

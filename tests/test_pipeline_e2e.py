@@ -16,7 +16,7 @@ from tfx_tpu_trainer_cli import main as cli
 from tests import conftest
 from tests.fixtures import pipeline_outputs
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 COMPONENTS = ('CsvExampleGen', 'StatisticsGen', 'SchemaGen',
               'ExampleValidator', 'Transform', 'TPUTrainer', 'Evaluator',

@@ -18,7 +18,7 @@ from tfx_tpu_trainer_cli.bundled.pipelines import run_temp_dir
 
 from tests import conftest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 
 def _start_cli(data_root, output_root, train_steps, temp_dir, log_path):

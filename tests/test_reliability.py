@@ -107,6 +107,7 @@ def _checkpoint_step(model_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_killed_trainer_resumes_from_its_checkpoint(taxi_artifacts, tmp_path):
   checkpoint_base = str(tmp_path / 'checkpoints')
   config = dict(SMALL_BATCHES, checkpoint_dir=checkpoint_base,

@@ -161,6 +161,7 @@ def test_no_readable_checkpoint_fails_naming_what_to_delete(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_retry_resumes_past_a_truncated_checkpoint(taxi_artifacts, tmp_path):
   base = str(tmp_path / 'checkpoints')
   config = dict(SMALL_BATCHES, checkpoint_dir=base, save_checkpoints_steps=20)
@@ -261,6 +262,7 @@ def _wait_for_line(log_path, patterns, process):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_a_second_attempt_waits_for_the_first_and_resumes_after_its_kill(
     taxi_artifacts, tmp_path):
   base = str(tmp_path / 'checkpoints')

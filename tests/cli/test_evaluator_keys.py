@@ -94,6 +94,7 @@ def test_bundled_module_keeps_the_pipeline_keys():
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_stock_taxi_utils_reaches_the_blessing_decision(tmp_path, capfd):
   assert cli.main(['run', '--module-file', TAXI_UTILS,
                    '--preprocessing-module-file', TAXI_UTILS,

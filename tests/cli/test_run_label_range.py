@@ -12,7 +12,7 @@ from tests.conftest import write_taxi_slice
 from tests.fixtures.run_settings import LINEAR_MODULE
 from tfx_tpu_trainer_cli import main as cli
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 
 def _label_two_in_every_tenth_row(data_dir):

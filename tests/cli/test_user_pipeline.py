@@ -390,6 +390,7 @@ def test_user_pipeline_name_must_suit_kfp_v2(tmp_path, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_run_pipeline_runs_the_user_pipeline_to_a_pushed_model(
     penguin_env, capfd):
   output_root = penguin_env / 'run_out'

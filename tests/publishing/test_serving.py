@@ -170,6 +170,7 @@ def _requests(artifacts, raw_label_name, count=6):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_stock_taxi_utils_label_is_found_in_the_transform_graph(
     stock_taxi_artifacts):
   schemas = _schemas(stock_taxi_artifacts)
@@ -234,6 +235,7 @@ def _signature_names(path, tags):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_penguin_renamed_label_serves_without_species_and_evaluates(
     penguin_artifacts, tmp_path):
   run, path = _train(penguin_artifacts, tmp_path, 'penguin_module.py')

@@ -36,6 +36,7 @@ def _free_ports(count):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_chief_worker_and_evaluator_all_end_and_chief_publishes_metrics(
     taxi_artifacts, tmp_path):
   train_steps = 60

@@ -1,0 +1,63 @@
+"""A user's compiled KFP v1 pipeline runs, step by step, as its pods would.
+
+examples/penguin_tpu, copied out of the repository, through `compile
+--pipeline --no-use-tpu`: TFX packages its module file under the pipeline
+root while compiling; every step (tests/fixtures/argo_pod.py, as in
+test_compiled_pipeline_runs.py) exits 0 and the model is pushed.
+"""
+
+import os
+
+from tfx_tpu_trainer_cli.bundled.pipelines import paths as repo_paths
+from tests.fixtures import argo_pod
+from tests.fixtures import compiled_runs
+from tests.fixtures.compiled_runs import mlmd_server  # pylint: disable=unused-import
+from tests.fixtures.compiled_runs import work  # pylint: disable=unused-import
+from tfx_tpu_trainer_cli import main as cli
+
+pytestmark = compiled_runs.MARKS
+
+USER_STEPS = ['csvexamplegen', 'statisticsgen', 'schemagen', 'transform',
+              'tputrainer', 'evaluator', 'pusher']
+
+
+def test_user_pipeline_outside_the_repo_runs_every_step_to_a_pushed_model(
+    work, mlmd_server, monkeypatch):
+  """examples/penguin_tpu, copied out of the repository, through
+  `compile --pipeline`: TFX packages its module file as a wheel under the
+  pipeline root, and every step, run as its pod would, installs it."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  from tests.fixtures import serving_data  # pylint: disable=g-import-not-at-top
+  user = work / 'user_files'
+  shutil.copytree(os.path.join(repo_paths.REPO_ROOT, 'examples',
+                               'penguin_tpu'), user / 'penguin_tpu')
+  serving_data.write_penguins(str(user / 'data'), rows=300)
+  root = user / 'pipeline_root'
+  monkeypatch.setenv('PENGUIN_DATA_ROOT', str(user / 'data'))
+  monkeypatch.setenv('PENGUIN_PIPELINE_ROOT', str(root))
+  monkeypatch.setenv('PENGUIN_TRAIN_STEPS', '200')
+  out = work / 'compiled_user'
+  assert cli.main([
+      'compile', '--pipeline',
+      f'{user / "penguin_tpu" / "penguin_pipeline.py"}:create_pipeline',
+      '--output-dir', str(out), '--image', 'gcr.io/test/tfx-tpu-trainer:1',
+      '--no-use-tpu']) == 0
+  from tfx_tpu_trainer_cli.bundled.pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
+  workflow = kubeflow_compile.read_argo_workflow(str(out /
+                                                     'penguin-tpu.tar.gz'))
+  assert os.listdir(root / '_wheels')  # TFX's packaging, at compile time.
+  run = compiled_runs.workflow_run(work, workflow, mlmd_server, 'user')
+  results = argo_pod.run_all(run)
+  for result in results:
+    assert result.returncode == 0, (
+        f'{result.task}:\n{compiled_runs.tail(result)}')
+  assert argo_pod.names(results) == USER_STEPS
+  versions = os.listdir(root / 'serving_model')
+  assert len(versions) == 1, versions
+  assert os.path.isfile(root / 'serving_model' / versions[0] /
+                        'saved_model.pb')
+  trainer = results[USER_STEPS.index('tputrainer')]
+  metrics = compiled_runs.read_json(
+      trainer.root_file('/mlpipeline-metrics.json'))
+  by_name = {m['name']: m['numberValue'] for m in metrics['metrics']}
+  assert by_name['global_step'] == 200
