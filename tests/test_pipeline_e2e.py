@@ -1,8 +1,6 @@
 """The main job end to end: `tfx-tpu-trainer run` on slices of the taxi data."""
 
 import os
-import subprocess
-import sys
 
 from ml_metadata.proto import metadata_store_pb2
 import pytest
@@ -28,17 +26,9 @@ _RUN = ['run', '--train-steps', '60', '--eval-steps', '4',
         '--min-accuracy', '0']
 
 
-def _run_cli(*args):
-  """The command as a process of its own, as a user runs it."""
-  command = [sys.executable, '-m', 'tfx_tpu_trainer_cli'] + _RUN + list(args)
-  result = subprocess.run(command, capture_output=True, text=True,
-                          timeout=900, check=False)
-  assert result.returncode == 0, result.stdout + result.stderr
-  return result.stdout
-
-
-def _run_in_this_process(capfd, *args):
-  """The same command through its main function (no second TF import)."""
+def _run_cli(capfd, *args):
+  """The command through its main function, in this process (as a process
+  of its own: test_package.py and test_pipeline_isolation.py)."""
   code = cli.main(_RUN + list(args))
   captured = capfd.readouterr()
   assert code == 0, captured.out + captured.err
@@ -57,7 +47,7 @@ def _executions_by_component(store):
 def test_taxi_pipeline_twice_with_other_data_and_module(tmp_path, capfd):
   data_one = conftest.write_taxi_slice(str(tmp_path / 'data_one'), rows=300)
   output_root = tmp_path / 'out'
-  stdout = _run_cli('--data-root', data_one, '--output-root',
+  stdout = _run_cli(capfd, '--data-root', data_one, '--output-root',
                     str(output_root))
 
   for index, component in enumerate(COMPONENTS, start=1):
@@ -105,7 +95,7 @@ def test_taxi_pipeline_twice_with_other_data_and_module(tmp_path, capfd):
       'data.csv')).read().splitlines()
   with open(os.path.join(data_two, 'data.csv'), 'w') as f:
     f.write('\n'.join([rows[0]] + rows[301:]) + '\n')
-  stdout = _run_in_this_process(
+  stdout = _run_cli(
       capfd, '--data-root', data_two, '--output-root', str(output_root),
       '--module-file',
       os.path.join(conftest.TEST_MODULES_DIR, 'linear_module.py'))

@@ -1,0 +1,59 @@
+"""The trainer module check's child processes and the server they fork from."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tfx_tpu_trainer import module_check
+from tfx_tpu_trainer import user_module
+
+from tests.conftest import REPO_ROOT
+from tests.conftest import TEST_MODULES_DIR
+
+NEEDS_ENV = os.path.join(TEST_MODULES_DIR, 'needs_env_at_import.py')
+LINEAR = os.path.join(TEST_MODULES_DIR, 'linear_module.py')
+
+
+def test_each_check_sees_the_callers_environment_and_folder(
+    monkeypatch, tmp_path):
+  monkeypatch.delenv('TPU_TRAINER_TEST_SETTING', raising=False)
+  with pytest.raises(user_module.UserModuleError,
+                     match='TPU_TRAINER_TEST_SETTING is not "on"'):
+    module_check.check_trainer_module(NEEDS_ENV)
+  # The same server (started above), the environment of this call.
+  monkeypatch.setenv('TPU_TRAINER_TEST_SETTING', 'on')
+  module_check.check_trainer_module(NEEDS_ENV)
+  # A relative path is the caller's working folder's.
+  monkeypatch.chdir(TEST_MODULES_DIR)
+  module_check.check_trainer_module('linear_module.py')
+  monkeypatch.chdir(tmp_path)
+  with pytest.raises(user_module.UserModuleError, match='linear_module.py'):
+    module_check.check_trainer_module('linear_module.py')
+
+
+def test_a_server_that_ended_is_started_again():
+  module_check.start_server()
+  module_check._server.kill()  # pylint: disable=protected-access
+  module_check._server.wait()  # pylint: disable=protected-access
+  module_check.check_trainer_module(LINEAR)
+
+
+_UNGUARDED_SCRIPT = (
+    'from tfx_tpu_trainer import module_check\n'
+    'import sys\n'
+    'for _ in range(2):\n'
+    '  module_check.check_trainer_module(sys.argv[1])\n'
+    '  print("checked", flush=True)\n')
+
+
+@pytest.mark.slow
+def test_a_script_without_a_main_guard_checks_twice(tmp_path):
+  """Unlike multiprocessing's fork server, which re-runs such a script."""
+  script = tmp_path / 'check_twice.py'
+  script.write_text(_UNGUARDED_SCRIPT)
+  result = subprocess.run([sys.executable, str(script), LINEAR], cwd=REPO_ROOT,
+                          capture_output=True, text=True, check=False)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert result.stdout.splitlines() == ['checked', 'checked']
