@@ -37,8 +37,6 @@ _WHAT_FILLED = {
     os.strerror(errno.EFBIG): 'A file reached the file-size limit',
 }
 DISK_FULL_MESSAGES = tuple(_WHAT_FILLED)
-# The `{{function_node ...}}` prefix of errors raised inside a tf.function.
-_FUNCTION_NODE = re.compile(r'\{\{[^}]*\}\}\s*')
 # TensorFlow's file errors start with the path: `<path>; <strerror>`.
 _TF_PATH = re.compile(r'^\s*(\S[^;\n]*?); (?:' +
                       '|'.join(re.escape(m) for m in DISK_FULL_MESSAGES) +
@@ -69,9 +67,7 @@ def failed_path(error: BaseException) -> Optional[str]:
   """The file a TensorFlow or OSError disk-full error names, if any."""
   if isinstance(error, OSError) and error.filename:
     return os.fsdecode(error.filename)
-  message = _FUNCTION_NODE.sub('', getattr(error, 'message', None) or
-                               str(error))
-  match = _TF_PATH.match(message)
+  match = _TF_PATH.match(errors.first_line(error))
   return match.group(1) if match else None
 
 

@@ -1,11 +1,25 @@
 """The base of the errors TPUTrainer raises for bad input."""
 
 import functools
+import re
 from typing import Any, Callable, Dict
+
+# The `{{function_node ...}}` prefix of errors raised inside a tf.function,
+# and the ` [Op:...]` suffix of eager op errors.
+_FUNCTION_NODE = re.compile(r'\{\{[^}]*\}\}\s*')
+_OP_SUFFIX = re.compile(r'\s*\[Op:[^\]]*\].*$', flags=re.S)
 
 
 class TPUTrainerError(ValueError):
   """Bad input to TPUTrainer: the message says what, where and what to do."""
+
+
+def first_line(error: BaseException) -> str:
+  """The first line of an error (TensorFlow's: without function node, op)."""
+  message = getattr(error, 'message', None) or str(error)
+  message = _OP_SUFFIX.sub('', _FUNCTION_NODE.sub('', message))
+  lines = message.strip().splitlines()
+  return lines[0] if lines else type(error).__name__
 
 
 class ModuleExitError(TPUTrainerError):

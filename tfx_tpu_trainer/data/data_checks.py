@@ -12,7 +12,6 @@ and record, and raises a TPUTrainerError that says so.
 """
 
 import contextlib
-import re
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from absl import logging
@@ -101,8 +100,8 @@ def _corrupt_file_message(path: str, record: int, error: Exception) -> str:
             'Transform write them. Write it with '
             "tf.io.TFRecordWriter(path, options='GZIP') (or gzip it).")
   return (f'The examples file {path} is corrupt or truncated after record '
-          f'{record}: {first_line(error)}. Re-run the component that wrote '
-          'it (ExampleGen or Transform) or remove the file.')
+          f'{record}: {errors.first_line(error)}. Re-run the component that '
+          'wrote it (ExampleGen or Transform) or remove the file.')
 
 
 def _is_uncompressed_tfrecord(path: str) -> bool:
@@ -119,39 +118,32 @@ def _is_uncompressed_tfrecord(path: str) -> bool:
   return False
 
 
-def first_line(error: Exception) -> str:
-  """The first line of a TF error, without its function-node prefix and op."""
-  message = getattr(error, 'message', None) or str(error)
-  message = re.sub(r'\{\{[^}]*\}\}\s*', '', message)
-  message = re.sub(r'\s*\[Op:[^\]]*\].*$', '', message, flags=re.S)
-  lines = message.strip().splitlines()
-  return lines[0] if lines else type(error).__name__
-
-
-
 @contextlib.contextmanager
 def explain_data_errors(splits: Mapping[str, Sequence[str]],
                         feature_spec: Mapping[str, Any],
-                        label_key: Optional[str]) -> Iterator[None]:
-  """Turns TensorFlow data errors during training into named DataErrors.
+                        label_key: Optional[str],
+                        reader: str = 'Training') -> Iterator[None]:
+  """Turns TensorFlow data errors while reading into named DataErrors.
 
   Args:
-    splits: split name -> file patterns, of the splits training reads.
+    splits: split name -> file patterns, of the splits being read.
     feature_spec: the parsing spec of the examples (from their schema).
     label_key: the label feature, checked for a value in every record.
+    reader: what reads them, for the log line.
 
   Yields:
-    Nothing; wraps the training call.
+    Nothing; wraps the reading (the training call).
   """
   try:
     yield
   except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
-    logging.warning('Training failed with %s; scanning the examples for the '
-                    'cause.', type(e).__name__)
+    logging.warning('%s failed with %s; scanning the examples for the '
+                    'cause.', reader, type(e).__name__)
     problem = find_bad_record(splits, feature_spec, label_key)
     if problem is None:
       raise
-    raise DataError(f'{problem} (TensorFlow said: {first_line(e)})') from e
+    raise DataError(
+        f'{problem} (TensorFlow said: {errors.first_line(e)})') from e
 
 
 def find_bad_record(splits: Mapping[str, Sequence[str]],
@@ -179,7 +171,7 @@ def _record_problem(record: tf.Tensor, spec: Dict[str, Any],
   try:
     parsed = tf.io.parse_example(tf.reshape(record, [1]), spec)
   except tf.errors.InvalidArgumentError as e:
-    return first_line(e)
+    return errors.first_line(e)
   if label_key and label_key in parsed:
     label = parsed[label_key]
     values = label.values if isinstance(label, tf.SparseTensor) else label

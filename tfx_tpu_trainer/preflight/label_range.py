@@ -240,17 +240,12 @@ def _bad_labels_in_files(split: SplitSample, label_key: str,
                          feature_spec: Dict[str, Any],
                          accepted: AcceptedLabels, limit: int) -> List[str]:
   """Parses only the label of the split's first `limit` records, per file."""
-  try:
+  # A record without a label, or not parseable: named as training would.
+  with data_checks.explain_data_errors({split.name: split.file_patterns},
+                                       feature_spec, label_key,
+                                       reader='The label check'):
     return _bad_labels_in_records(split, label_key, feature_spec, accepted,
                                   limit)
-  except (tf.errors.InvalidArgumentError, tf.errors.DataLossError) as e:
-    # A record without a label, or not parseable: named as training would.
-    problem = data_checks.find_bad_record(
-        {split.name: split.file_patterns}, feature_spec, label_key)
-    if problem is None:
-      raise
-    raise data_checks.DataError(
-        f'{problem} (TensorFlow said: {data_checks.first_line(e)})') from e
 
 
 def _bad_labels_in_records(split: SplitSample, label_key: str,

@@ -186,14 +186,9 @@ def prepare_dir(model_dir: str, checkpoint_dir: Optional[str]) -> None:
              f'<pipeline root>/{DEFAULT_DIR_NAME})')
     raise CheckpointDirError(
         f'Cannot {step} the checkpoint directory {model_dir} ({where}): '
-        f'{type(e).__name__}: {_first_line(e)}. Training needs it writable '
-        'with room for checkpoints: point checkpoint_dir at a writable '
-        'directory (absolute path or URI), or free space.') from e
-
-
-def _first_line(error: Exception) -> str:
-  text = getattr(error, 'message', None) or str(error) or type(error).__name__
-  return text.strip().splitlines()[0] if text.strip() else type(error).__name__
+        f'{type(e).__name__}: {errors.first_line(e)}. Training needs it '
+        'writable with room for checkpoints: point checkpoint_dir at a '
+        'writable directory (absolute path or URI), or free space.') from e
 
 
 def mark_exported(model_dir: str, model_uri: str) -> None:
@@ -315,7 +310,7 @@ def _read_error(prefix: str) -> Optional[str]:
     for name in reader.get_variable_to_dtype_map():
       reader.get_tensor(name)
   except Exception as e:  # pylint: disable=broad-except
-    return f'{type(e).__name__}: {_first_line(e)}'
+    return f'{type(e).__name__}: {errors.first_line(e)}'
   return None
 
 
