@@ -10,16 +10,22 @@ from tests.conftest import write_taxi_slice
 
 from tfx_tpu_trainer_cli import main as cli
 
-# In this process: had the module's exit reached it, pytest (or its xdist
-# worker) would have ended instead of reporting a result.
+
+def _run(capsys, *argv):
+  """`run` in this process, its exit code and standard error.
+
+  Had the module's exit reached this process, pytest (or its xdist worker)
+  would have ended instead of reporting a result.
+  """
+  code = cli.main(['run'] + list(argv))
+  return code, capsys.readouterr().err
 
 
 def test_os_exit_at_import_of_the_trainer_module_is_a_usage_error(
     tmp_path, capsys):
   module = os.path.join(TEST_MODULES_DIR, 'os_exit_on_import.py')
-  code = cli.main(['run', '--output-root', str(tmp_path / 'out'),
-                   '--module-file', module])
-  err = capsys.readouterr().err
+  code, err = _run(capsys, '--output-root', str(tmp_path / 'out'),
+                   '--module-file', module)
   assert code == 2, err
   assert (f'tfx-tpu-trainer run: error: --module-file: The trainer module '
           f'{module} ended the process that imported it (exit code 0) before '
@@ -30,9 +36,8 @@ def test_os_exit_at_import_of_the_trainer_module_is_a_usage_error(
 def test_a_crash_at_import_of_the_trainer_module_is_named_with_its_output(
     tmp_path, capsys):
   module = os.path.join(TEST_MODULES_DIR, 'crashes_on_import.py')
-  code = cli.main(['run', '--output-root', str(tmp_path / 'out'),
-                   '--module-file', module])
-  err = capsys.readouterr().err
+  code, err = _run(capsys, '--output-root', str(tmp_path / 'out'),
+                   '--module-file', module)
   assert code == 2, err
   assert (f'--module-file: The trainer module {module} ended the process '
           'that imported it (killed by SIGSEGV) before it could be checked'
@@ -46,11 +51,10 @@ def test_sys_exit_in_preprocessing_fn_is_a_usage_error_before_any_component(
   data = write_taxi_slice(str(tmp_path / 'data'), rows=300)
   module = os.path.join(TEST_MODULES_DIR, 'exits_in_preprocessing_fn.py')
   output_root = tmp_path / 'out'
-  code = cli.main(['run', '--data-root', data, '--output-root',
+  code, err = _run(capsys, '--data-root', data, '--output-root',
                    str(output_root), '--preprocessing-module-file', module,
                    '--train-steps', '5', '--eval-steps', '1',
-                   '--train-batch-size', '16', '--eval-batch-size', '16'])
-  err = capsys.readouterr().err
+                   '--train-batch-size', '16', '--eval-batch-size', '16')
   assert code == 2, err
   assert (f'preprocessing_fn of {module} raised SystemExit(0) (e.g. '
           'sys.exit()) while it was traced to find what the Evaluator reads, '
