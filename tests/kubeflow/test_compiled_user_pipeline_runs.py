@@ -3,7 +3,10 @@
 examples/penguin_tpu, copied out of the repository, through `compile
 --pipeline --no-use-tpu`: TFX packages its module file under the pipeline
 root while compiling; every step (tests/fixtures/argo_pod.py, as in
-test_compiled_pipeline_runs.py) exits 0 and the model is pushed.
+test_compiled_pipeline_runs.py) exits 0 and the model is pushed. Beam runs
+in worker processes as by default (`multi_processing`), one per step
+(`--beam-arg=--direct_num_workers=1`; the default, one per core, runs in
+test_compiled_pipeline_runs.py): each worker installs the module's wheel.
 """
 
 import os
@@ -41,7 +44,7 @@ def test_user_pipeline_outside_the_repo_runs_every_step_to_a_pushed_model(
       'compile', '--pipeline',
       f'{user / "penguin_tpu" / "penguin_pipeline.py"}:create_pipeline',
       '--output-dir', str(out), '--image', 'gcr.io/test/tfx-tpu-trainer:1',
-      '--no-use-tpu']) == 0
+      '--no-use-tpu', '--beam-arg=--direct_num_workers=1']) == 0
   from tfx_tpu_trainer_cli.bundled.pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
   workflow = kubeflow_compile.read_argo_workflow(str(out /
                                                      'penguin-tpu.tar.gz'))
@@ -52,6 +55,13 @@ def test_user_pipeline_outside_the_repo_runs_every_step_to_a_pushed_model(
     assert result.returncode == 0, (
         f'{result.task}:\n{compiled_runs.tail(result)}')
   assert argo_pod.names(results) == USER_STEPS
+  # Transform's Beam ran in a worker process that got the module's wheel
+  # (one worker, through --beam-arg; test_compiled_pipeline_runs.py runs
+  # the default count).
+  transform_log = results[USER_STEPS.index('transform')].log()
+  assert 'multi_processing' in transform_log
+  assert '_wheels/tfx_user_code_transform-' in transform_log
+  assert 'No module named' not in transform_log
   versions = os.listdir(root / 'serving_model')
   assert len(versions) == 1, versions
   assert os.path.isfile(root / 'serving_model' / versions[0] /
