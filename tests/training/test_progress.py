@@ -75,6 +75,60 @@ def test_hook_fetches_only_the_first_and_the_last_run_within_the_interval(
   assert 'loss ?' not in lines[-1]
 
 
+class _LossRecorder(tf.compat.v1.train.SessionRunHook):
+  """Fetches the training loss with every run (the loop's, in a host loop)."""
+
+  def begin(self):
+    self._loss = tf.compat.v1.get_collection(
+        tf.compat.v1.GraphKeys.LOSSES)[-1]
+    self.losses = []
+
+  def before_run(self, run_context):
+    return tf.compat.v1.train.SessionRunArgs(self._loss)
+
+  def after_run(self, run_context, run_values):
+    self.losses.append(float(run_values.results))
+
+
+def _host_loop_model_fn(features, labels, mode, params):
+  del params
+  weights = tf.compat.v1.get_variable('w', [1, 1])
+  loss = tf.reduce_mean(tf.square(tf.matmul(features['x'], weights) - labels))
+  train_op = tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(
+      loss, global_step=tf.compat.v1.train.get_global_step())
+  return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(mode, loss=loss,
+                                                     train_op=train_op)
+
+
+def test_host_loop_runs_show_the_last_loss_and_the_rate(tmp_path):
+  """Two runs of 100 steps (the default loop off TPU): both are fetched,
+  the last line shows the second loop's loss and an examples/s."""
+  from tfx_tpu_trainer import config as config_lib  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.training import estimator_builder  # pylint: disable=g-import-not-at-top
+  config = config_lib.TrainerConfig.from_custom_config(
+      dict(train_batch_size=4, eval_batch_size=4, use_tpu=False))
+  estimator = estimator_builder.build_estimator(
+      _host_loop_model_fn, config,
+      estimator_builder.build_run_config(config, str(tmp_path)), {})
+  stream = io.StringIO()
+  reporter = progress.ProgressReporter(200, 4, stream=stream,
+                                       clock=_Clock(1.0))
+  hook, recorder = _CountingHook(reporter, clock=_Clock(1.0)), _LossRecorder()
+  estimator.train(lambda params: _input_fn(), max_steps=200,
+                  hooks=[recorder, hook])
+  reporter.close()
+  assert len(recorder.losses) == 2  # One run per loop of 100 steps.
+  assert recorder.losses[0] != recorder.losses[1]
+  assert hook.fetching_runs == 2
+  lines = stream.getvalue().splitlines()
+  assert lines[0].startswith('Training: step 100/200 (50%), ? examples/s, '
+                             f'loss {recorder.losses[0]:.4g}, ')
+  assert lines[-1].startswith('Training: step 200/200 (100%), ')
+  rate, loss = lines[-1].split(', ')[1:3]
+  assert rate == '400 examples/s'  # 100 steps of 4 in the run's 1 s.
+  assert loss == f'loss {recorder.losses[1]:.4g}'
+
+
 def test_hook_fetches_step_and_loss_once_per_interval(tmp_path):
   stream = _Terminal()
   reporter = progress.ProgressReporter(20, 4, stream=stream)

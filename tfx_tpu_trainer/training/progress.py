@@ -15,7 +15,10 @@ on a session's first run and on the run it expects to be the last (one
 clock read per step otherwise), so almost every `session.run` is exactly
 what it would be without it. With `iterations_per_loop` (TPU) or
 `host_iterations_per_loop` > 1 a run is many steps: the hook sees the loop
-ends only, as every other hook does.
+ends only, as every other hook does, and reads the step as they do (in a
+host loop the step after the run's loop, so it learns the loop's length from
+the first run and fetches the last run, whose loss and rate the final line
+shows).
 
 The loss shown is the one the estimator trains on: `Estimator` adds the
 model_fn's loss to the `LOSSES` collection last, just before the hooks begin.
@@ -35,6 +38,8 @@ from typing import Any, Iterator, Mapping, Optional, TextIO
 from absl import logging
 import tensorflow as tf
 import tqdm
+
+from tfx_tpu_trainer.training import host_loop
 
 # How often a terminal bar is redrawn, and how often a plain line is written.
 TERMINAL_INTERVAL_SECS = 0.5
@@ -227,7 +232,12 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
     self._steps_per_run = 1.0
 
   def begin(self):
-    global_step = tf.compat.v1.train.get_global_step()
+    # The step as the estimator's own hooks read it: in a host loop
+    # (host_loop.py) the step after the run's loop, which a plain read of the
+    # variable would race (and see the step before it).
+    reads = tf.compat.v1.get_collection(host_loop.GLOBAL_STEP_READ_KEY)
+    global_step = (reads[0] if len(reads) == 1 else
+                   tf.compat.v1.train.get_global_step())
     losses = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.LOSSES)
     self._fetches = {'step': global_step}
     if losses:
