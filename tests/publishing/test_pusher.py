@@ -10,6 +10,7 @@ from tfx.types import standard_artifacts
 from tfx.utils import path_utils
 
 from tfx_tpu_trainer.publishing import pusher
+from tfx_tpu_trainer.publishing import versions
 
 from tests.conftest import REPO_ROOT
 
@@ -61,16 +62,16 @@ def test_a_push_in_a_taken_second_gets_the_next_free_version(tmp_path):
   for taken in range(now, now + 121):
     assert os.listdir(base / str(taken)) == ['other-run']
   assert not [name for name in os.listdir(base)
-              if name.startswith(pusher.STAGING_PREFIX)]
+              if name.startswith(versions.STAGING_PREFIX)]
 
 
 _PUSH_AT_ONCE = (
     'import os, sys, time\n'
-    'from tfx_tpu_trainer.publishing import pusher\n'
+    'from tfx_tpu_trainer.publishing import versions\n'
     'model, base, go = sys.argv[1:]\n'
     'while not os.path.exists(go):\n'
     '  time.sleep(0.001)\n'
-    'print(pusher.push_new_version(model, base), flush=True)\n')
+    'print(versions.push_new_version(model, base), flush=True)\n')
 
 
 def test_two_runs_pushing_at_once_get_two_versions(tmp_path):
