@@ -30,7 +30,7 @@ so that the two can run in different xdist processes.)
 import dataclasses
 import json
 import os
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from google.protobuf import json_format
 from ml_metadata.proto import metadata_store_pb2
@@ -50,6 +50,7 @@ DATA_STEPS = ['csvexamplegen', 'statisticsgen', 'schemagen',
 ALL_STEPS = DATA_STEPS + ['tputrainer', 'evaluator', 'pusher']
 NO_TPU_MESSAGE = 'Could not resolve TPU'
 IN_MEMORY = '--direct_running_mode=in_memory'
+MULTI_PROCESSING = '--direct_running_mode=multi_processing'
 
 
 @dataclasses.dataclass
@@ -58,7 +59,7 @@ class _SharedRun:
   tpu: argo_pod.ArgoWorkflowRun
   tpu_workflow: Dict[str, Any]
   data_results: List[argo_pod.StepResult]
-  tpu_trainer: argo_pod.StepResult
+  tpu_trainer: Optional[argo_pod.StepResult]  # None: a data step failed.
 
 
 @pytest.fixture(scope='module')
@@ -122,15 +123,15 @@ def test_tpu_trainer_step_fails_with_no_tpu(shared_run):
     node, beam_args = _node_and_beam_args(shared_run.tpu, task)
     if any(a.startswith('--direct_running_mode=') for a in beam_args):
       assert IN_MEMORY in beam_args, task['name']
-      assert '--direct_running_mode=multi_processing' not in beam_args
+      assert MULTI_PROCESSING not in beam_args
       beam_steps.append(task['name'])
     if task['name'] in DATA_STEPS:
       cpu_node, cpu_beam_args = _node_and_beam_args(
           shared_run.cpu, cpu_tasks[task['name']])
       assert node == cpu_node, task['name']
       assert ([a for a in beam_args if a != IN_MEMORY] ==
-              [a for a in cpu_beam_args
-               if a != '--direct_running_mode=multi_processing']), task['name']
+              [a for a in cpu_beam_args if a != MULTI_PROCESSING]), (
+                  task['name'])
   assert {'csvexamplegen', 'statisticsgen', 'transform',
           'evaluator'} <= set(beam_steps)
 
