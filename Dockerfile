@@ -20,7 +20,7 @@
 #   docker build --target tpu-pjrt -t TPU_PJRT_IMAGE . (make tpu-image)
 #
 # `compile` sets the runtime's variables on the trainer step for the
-# accelerator's generation (tfx_tpu_trainer/tpu_runtimes.py) and names
+# accelerator's generation (tfx_tpu_trainer/tpu/runtimes.py) and names
 # the target to use; `tfx-tpu-trainer tpu-check` in the image says whether
 # the runtime it runs is the one the step asked for.
 #

@@ -4,6 +4,7 @@ import os
 import re
 
 import setuptools
+from setuptools.command import build_py
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -27,11 +28,31 @@ INSTALL_REQUIRES = [
     'matplotlib',
 ]
 
-# Source folder -> package in the installed tree.
-BUNDLED = {
-    'tfx_tpu_trainer_cli.bundled.pipelines': 'pipelines',
-    'tfx_tpu_trainer_cli.bundled.components': 'components',
-}
+# The bundled taxi pipeline and its module files: package data of the CLI.
+BUNDLED_FOLDERS = ('pipelines', 'components')
+
+
+class BuildPy(build_py.build_py):
+  """Copies pipelines/*.py and components/*.py into the wheel's CLI package.
+
+  They land in tfx_tpu_trainer_cli/bundled/, as data that the CLI loads by
+  path (tfx_tpu_trainer_cli/paths.py), not as packages: the wheel has no
+  top-level `pipelines` or `components`. An editable install reads them in
+  the checkout.
+  """
+
+  def run(self):
+    super().run()
+    if getattr(self, 'editable_mode', False):
+      return
+    for folder in BUNDLED_FOLDERS:
+      target = os.path.join(self.build_lib, 'tfx_tpu_trainer_cli', 'bundled',
+                            folder)
+      self.mkpath(target)
+      for name in sorted(os.listdir(os.path.join(_HERE, folder))):
+        if name.endswith('.py'):
+          self.copy_file(os.path.join(_HERE, folder, name),
+                         os.path.join(target, name))
 
 setuptools.setup(
     name='tfx-tpu-trainer',
@@ -40,14 +61,10 @@ setuptools.setup(
                  'user module and exports a dual-tag (serve, serve+tpu) '
                  'SavedModel.'),
     python_requires='>=3.10,<3.11',
-    # The bundled pipelines (`pipelines/`) and their module files
-    # (`components/`) install inside the CLI's package, where no other
-    # distribution's top-level `pipelines` can clash with them; paths.py finds
-    # components/ beside pipelines/ in both layouts.
     packages=setuptools.find_packages(
         include=['tfx_tpu_trainer', 'tfx_tpu_trainer.*', 'tfx_tpu_trainer_cli',
-                 'tfx_tpu_trainer_cli.*']) + list(BUNDLED),
-    package_dir=BUNDLED,
+                 'tfx_tpu_trainer_cli.*']),
+    cmdclass={'build_py': BuildPy},
     package_data={'tfx_tpu_trainer.kubeflow': ['proto/*.proto']},
     install_requires=INSTALL_REQUIRES,
     # pytest-xdist: `make test` runs the suite in 2 processes (Makefile).

@@ -87,8 +87,9 @@ def prepare(work_dir: str, rows: Optional[int] = None) -> Dict[str, object]:
   from tfx import v1 as tfx
   from tfx.orchestration import metadata
   from tfx.types import artifact_utils
-  from tfx_tpu_trainer_cli.bundled.pipelines import paths
-  from tfx_tpu_trainer_cli.bundled.pipelines import taxi_pipeline
+  from tfx_tpu_trainer_cli import paths
+  from tfx_tpu_trainer_cli import paths
+  taxi_pipeline = paths.taxi_pipeline()
   # pylint: enable=g-import-not-at-top
 
   start = time.time()

@@ -1,21 +1,25 @@
 """The Chicago taxi pipeline with TPUTrainer: one factory for every runner."""
 
 import dataclasses
+import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
 from tfx.dsl.components.base import executor_spec
 
-from tfx_tpu_trainer_cli.bundled.pipelines import paths
 from tfx_tpu_trainer import TPUTrainer
 from tfx_tpu_trainer.publishing import pusher as pusher_lib
 
 PIPELINE_NAME = 'taxi_tpu'
 
-PREPROCESSING_MODULE_FILE = paths.PREPROCESSING_MODULE_FILE
-TRAINER_MODULE_FILE = paths.TRAINER_MODULE_FILE
-embedded_data_root = paths.embedded_data_root
+# The module files stand in components/ beside this folder (in the
+# repository and in the CLI's package data alike).
+COMPONENTS_DIR = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'components')
+PREPROCESSING_MODULE_FILE = os.path.join(COMPONENTS_DIR,
+                                         'taxi_preprocessing.py')
+TRAINER_MODULE_FILE = os.path.join(COMPONENTS_DIR, 'taxi_tpu_module.py')
 LABEL_KEY = 'big_tipper'
 PREDICTION_KEY = 'probabilities'
 
@@ -36,7 +40,7 @@ class TaxiPipelineOptions:
   eval_steps: int = 100
   custom_config: Dict[str, Any] = dataclasses.field(default_factory=dict)
   min_accuracy: float = 0.5
-  # What the Evaluator reads (pipelines/evaluator_keys.py decides them for
+  # What the Evaluator reads (tfx_tpu_trainer_cli/evaluator_keys.py decides them for
   # another trainer module): the label, the prediction (None: TFMA's own
   # search) and the model signatures that compute the label.
   eval_label_key: str = LABEL_KEY

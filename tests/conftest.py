@@ -30,8 +30,8 @@ def write_taxi_slice(directory: str, rows: int = SLICE_ROWS,
   Returns:
     `directory`.
   """
-  from tfx_tpu_trainer_cli.bundled.pipelines import taxi_pipeline  # pylint: disable=g-import-not-at-top
-  source = source or os.path.join(taxi_pipeline.embedded_data_root(),
+  from tfx_tpu_trainer_cli import paths  # pylint: disable=g-import-not-at-top
+  source = source or os.path.join(paths.embedded_data_root(),
                                   'data.csv')
   os.makedirs(directory, exist_ok=True)
   with open(source, newline='') as src, open(

@@ -1,10 +1,4 @@
-"""docs/architecture.md against the code: its import tables and module list.
-
-The tables between the `<!-- imports: ... -->` markers of the doc are
-rendered here from the code's own import statements (read with `ast`, every
-import of every module, function-level ones included); a change of the
-import graph fails this test, whose message holds the table to paste. Every
-module of the library must be named in the doc.
+"""docs/architecture.md's import tables and module list against the code.
 
   python -m tests.test_architecture   # prints both tables
 """
@@ -20,11 +14,14 @@ DOC = os.path.join(REPO_ROOT, 'docs', 'architecture.md')
 # The repository's Python parts, from the top layer down.
 PARTS = ('tfx_tpu_trainer_cli', 'benchmarks', 'pipelines', 'components',
          LIBRARY)
+# Folders of files that are loaded by path (TFX's module files, the bundled
+# pipeline), never imported as packages.
+LOADED_BY_PATH = ('pipelines', 'components')
 LIBRARY_TABLE = 'library'
-# The source folders under the names the package installs them as
-# (setup.py's package_dir): an import by that name is an import of the folder.
-INSTALLED_AS = {'tfx_tpu_trainer_cli.bundled.pipelines': 'pipelines',
-                'tfx_tpu_trainer_cli.bundled.components': 'components'}
+# Library folders whose modules stand on different floors (tpu/facts.py below
+# model_fn/, tpu/check.py above prepare): each module is a part of its own.
+SHELVES = ('tpu',)
+MAX_FLAT_MODULES = 10
 REPOSITORY_TABLE = 'repository'
 
 Graph = Dict[str, Set[str]]
@@ -53,13 +50,28 @@ def _imported_modules(path: str) -> List[str]:
 
 
 def _library_part(module: str) -> str:
-  """`data/` for tfx_tpu_trainer.data.*, `config` for tfx_tpu_trainer.config."""
+  """`data/` for tfx_tpu_trainer.data.*, `config` for tfx_tpu_trainer.config.
+
+  A module of a shelf is `tpu/facts`; the shelf's `__init__` is `tpu/`.
+  """
   names = module.split('.')
   if len(names) == 1:
     return '__init__'
   if os.path.isdir(os.path.join(REPO_ROOT, LIBRARY, names[1])):
+    if names[1] in SHELVES and len(names) > 2 and _module_file(
+        names[:3]) and names[2] != '__init__':
+      return f'{names[1]}/{names[2]}'
     return names[1] + '/'
   return names[1]
+
+
+def _module_file(names: List[str]) -> str:
+  """The file or package of the checkout that `a.b.c` names, or ''."""
+  path = os.path.join(REPO_ROOT, *names)
+  for candidate in (path + '.py', os.path.join(path, '__init__.py')):
+    if os.path.isfile(candidate):
+      return candidate
+  return ''
 
 
 def library_graph() -> Graph:
@@ -68,6 +80,8 @@ def library_graph() -> Graph:
   for path in _python_files(LIBRARY):
     relative = os.path.relpath(path, REPO_ROOT)[:-len('.py')]
     source = _library_part(relative.replace(os.sep, '.'))
+    if source[:-1] in SHELVES:
+      continue  # A shelf's __init__.py: its one-line docstring.
     graph.setdefault(source, set())
     for module in _imported_modules(path):
       if module.split('.')[0] == LIBRARY:
@@ -93,9 +107,6 @@ def repository_graph() -> Graph:
     for path in _python_files(part):
       for module in _imported_modules(path):
         first = module.split('.')[0]
-        for installed, folder in INSTALLED_AS.items():
-          if module == installed or module.startswith(installed + '.'):
-            first = folder
         target = (first if first in PARTS else
                   'components' if first in component_modules else None)
         if target and target != part:
@@ -178,6 +189,57 @@ def test_every_library_module_is_named_in_the_doc():
   assert not missing, (
       f'docs/architecture.md does not name these modules of {LIBRARY}/ (as '
       f'`path/module.py`): {missing}. Say what each owns.')
+
+
+def _repository_files() -> List[str]:
+  found = []
+  for directory, folders, files in os.walk(REPO_ROOT):
+    folders[:] = [f for f in folders if not f.startswith('.') and
+                  f not in ('build', 'dist', '__pycache__') and
+                  not f.endswith('.egg-info')]
+    found.extend(os.path.join(directory, name) for name in files
+                 if name.endswith('.py'))
+  return sorted(found)
+
+
+def missing_imports() -> List[str]:
+  """Imports of this repository's modules that name no file of the checkout.
+
+  `from a.b import c` may name the module a/b/c.py or a name of a/b.py;
+  either file will do. The folders that are loaded by path are never
+  imported: an installed wheel has no package of that name.
+  """
+  own = set(PARTS) | {'tests'}
+  missing = []
+  for path in _repository_files():
+    relative = os.path.relpath(path, REPO_ROOT)
+    for module in _imported_modules(path):
+      names = module.split('.')
+      if names[0] not in own:
+        continue
+      if names[0] in LOADED_BY_PATH:
+        missing.append(f'{relative}: {module} (load it by path)')
+      elif not (_module_file(names) or _module_file(names[:-1])):
+        missing.append(f'{relative}: {module}')
+  return missing
+
+
+def test_every_import_names_a_file_of_the_checkout():
+  missing = missing_imports()
+  assert not missing, (
+      'These imports name no module file of the checkout (the installed '
+      'layout is the checkout\'s layout: import the path where the file is):'
+      f'\n' + '\n'.join(missing))
+
+
+def test_at_most_ten_flat_library_modules():
+  flat = sorted(name for name in os.listdir(os.path.join(REPO_ROOT, LIBRARY))
+                if name.endswith('.py') and name != '__init__.py')
+  assert len(flat) <= MAX_FLAT_MODULES, (
+      f'{LIBRARY}/ has {len(flat)} flat modules {flat}, at most '
+      f'{MAX_FLAT_MODULES}: put the new one in the folder of the step that '
+      'owns it (data/, model_fn/, training/, preflight/, publishing/, tpu/, '
+      'kubeflow/).')
 
 
 def test_render_table_floors_and_cycles():

@@ -8,7 +8,7 @@ import tensorflow as tf
 from tfx.types import standard_artifacts
 from tfx.utils import path_utils
 
-from tfx_tpu_trainer_cli.bundled.pipelines import taxi_pipeline
+from tfx_tpu_trainer_cli import paths
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import executor
 from tfx_tpu_trainer import user_module
@@ -18,6 +18,9 @@ from tfx_tpu_trainer.publishing import metrics as metrics_lib
 from tests.fixtures import pipeline_outputs
 from tests.conftest import TEST_MODULES_DIR
 from tests.fixtures.run_settings import SMALL_BATCHES
+
+# The bundled pipeline: package data, loaded by path.
+taxi_pipeline = paths.taxi_pipeline()
 
 pytestmark = pytest.mark.slow
 

@@ -103,7 +103,7 @@ def test_wheel_has_no_top_level_pipelines_or_components(installed):
                 'assert u.find_spec("pipelines") is None\n'
                 'from tfx_tpu_trainer import TPUTrainer\n'
                 'from tfx_tpu_trainer.kubeflow import compiler\n'
-                'from tfx_tpu_trainer_cli.bundled.pipelines import paths\n'
+                'from tfx_tpu_trainer_cli import paths\n'
                 'assert paths.TRAINER_MODULE_FILE.startswith('
                 'os.path.dirname(u.find_spec("tfx_tpu_trainer_cli").origin))\n'
                 'assert os.path.isfile(paths.PREPROCESSING_MODULE_FILE)\n'

@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from tfx_tpu_trainer_cli.bundled.pipelines import local_runner
-from tfx_tpu_trainer_cli.bundled.pipelines import run_temp_dir
+from tfx_tpu_trainer_cli import local_runner
+from tfx_tpu_trainer_cli import run_temp_dir
 
 from tests import conftest
 

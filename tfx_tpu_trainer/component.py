@@ -10,7 +10,7 @@ from tfx.types import standard_component_specs
 
 from tfx_tpu_trainer import executor
 from tfx_tpu_trainer import user_module
-from tfx_tpu_trainer.kubeflow import v2_metrics
+from tfx_tpu_trainer.publishing import v2_metrics
 
 
 class TPUTrainerSpec(standard_component_specs.TrainerSpec):
@@ -41,7 +41,7 @@ class TPUTrainer(trainer_component.Trainer):
   `schema`, `base_model`, `hyperparameters`, `module_file`, `train_args`,
   `eval_args`, `custom_config`) and has its outputs (`model`, `model_run`),
   plus `metrics`: the final evaluation as a `system.Metrics` artifact, which
-  the KFP v2 and Vertex UIs show as the run's metrics (kubeflow/v2_metrics.py).
+  the KFP v2 and Vertex UIs show as the run's metrics (publishing/v2_metrics.py).
   The module defines `model_fn(features, labels, mode, params)` returning a
   `TPUEstimatorSpec`; `custom_config` keys are documented in
   `tfx_tpu_trainer.config`. Its spec is `TPUTrainerSpec`: the Trainer's exec

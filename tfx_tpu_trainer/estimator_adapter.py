@@ -5,7 +5,7 @@
 The adapter lives in `tfx_tpu_trainer.model_fn.estimator_adapter`.
 """
 
-from tfx_tpu_trainer.model_fn.estimator_adapter import AdapterError
-from tfx_tpu_trainer.model_fn.estimator_adapter import to_tpu_model_fn
+from tfx_tpu_trainer.model_fn.estimator_spec_adapter import AdapterError
+from tfx_tpu_trainer.model_fn.estimator_spec_adapter import to_tpu_model_fn
 
 __all__ = ['AdapterError', 'to_tpu_model_fn']

@@ -18,21 +18,21 @@ from tfx.types import standard_component_specs
 from tfx.utils import proto_utils
 
 from tfx_tpu_trainer import config as config_lib
-from tfx_tpu_trainer import disk_full
+from tfx_tpu_trainer.training import disk_full
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import prepare
 from tfx_tpu_trainer import user_module as user_module_lib
 from tfx_tpu_trainer.data import data_checks
 from tfx_tpu_trainer.data import input_fns
 from tfx_tpu_trainer.data import schemas as schemas_lib
-from tfx_tpu_trainer.kubeflow import step_outputs as kfp_outputs
-from tfx_tpu_trainer.kubeflow import v2_metrics
+from tfx_tpu_trainer.publishing import step_outputs as kfp_outputs
+from tfx_tpu_trainer.publishing import v2_metrics
 from tfx_tpu_trainer.preflight import checks as preflight_checks
 from tfx_tpu_trainer.preflight import cpu_graphs
 from tfx_tpu_trainer.preflight import label_range
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
-from tfx_tpu_trainer.publishing import report as report_lib
+from tfx_tpu_trainer.publishing import training_report
 from tfx_tpu_trainer.training import checkpoints
 from tfx_tpu_trainer.training import cluster
 from tfx_tpu_trainer.training import estimator_builder
@@ -181,7 +181,7 @@ def _publish(estimator, serving_input_receiver_fn, final_metrics, model,
       checkpoints.copy_into_model_run(resumable_dir, fn_args.model_run_dir)
     metrics_path = metrics_lib.write_metrics_json(metrics,
                                                   fn_args.model_run_dir)
-  report_path = report_lib.write_report_safely(
+  report_path = training_report.write_report_safely(
       fn_args.model_run_dir, final_metrics=metrics, config=report_config,
       timings=timings)
   export.export_serving_model(

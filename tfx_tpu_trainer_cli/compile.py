@@ -18,7 +18,7 @@ import re
 import sys
 from typing import List, Optional, Sequence
 
-from tfx_tpu_trainer import tpu_runtimes as runtimes
+from tfx_tpu_trainer.tpu import runtimes
 from tfx_tpu_trainer.kubeflow import beam_args as beam_args_lib
 from tfx_tpu_trainer.kubeflow import options as compile_options
 from tfx_tpu_trainer_cli import common
@@ -296,7 +296,7 @@ def _flags(flags) -> str:
 
 
 def _output_path(args, runner: str, pipeline_name: str) -> str:
-  from tfx_tpu_trainer_cli.bundled.pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli import kubeflow_compile  # pylint: disable=g-import-not-at-top
   name = args.output_file or kubeflow_compile.default_output_file(
       runner, pipeline_name)
   extensions = kubeflow_compile.OUTPUT_EXTENSIONS[runner]
@@ -413,7 +413,7 @@ def validate_compile_args(args):
   Raises:
     common.UsageError: naming the bad option.
   """
-  from tfx_tpu_trainer_cli.bundled.pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli import kubeflow_compile  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer import config as config_lib  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer.kubeflow import compiler  # pylint: disable=g-import-not-at-top
 
@@ -536,7 +536,7 @@ def _compile(args) -> int:
   if args.pipeline:
     return _compile_user_pipeline(args)
   options = validate_compile_args(args)
-  from tfx_tpu_trainer_cli.bundled.pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli import kubeflow_compile  # pylint: disable=g-import-not-at-top
   _warn_tpu_node(options.trainer_pod)
   result = kubeflow_compile.compile_pipeline(options)
   _print_summary(result)

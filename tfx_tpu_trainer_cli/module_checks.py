@@ -84,13 +84,13 @@ def check_trainer_module(module_file: str, label_key: Optional[str],
   Raises:
     UsageError: naming the flag to change.
   """
-  from tfx_tpu_trainer import module_check  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli import check_server  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer import stock_contract  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer import user_module  # pylint: disable=g-import-not-at-top
   try:
     # First in a child process: an exit in the module's code must not end
     # this one; then here, for the label checks below.
-    module_check.check_trainer_module(module_file)
+    check_server.check_trainer_module(module_file)
     module = user_module.load_user_module({'module_file': module_file})
   except user_module.UserModuleError as e:
     raise common.UsageError(f'{MODULE_FLAG}: {e}') from e

@@ -14,12 +14,12 @@ import time
 import traceback
 from typing import Optional
 
-from tfx_tpu_trainer_cli.bundled.pipelines import csv_checks
-from tfx_tpu_trainer_cli.bundled.pipelines import output_root as output_root_lib
-from tfx_tpu_trainer_cli.bundled.pipelines import paths
+from tfx_tpu_trainer_cli import csv_checks
+from tfx_tpu_trainer_cli import output_root as output_root_lib
+from tfx_tpu_trainer_cli import paths
 from tfx_tpu_trainer import config as config_lib
-from tfx_tpu_trainer import leftover_threads
-from tfx_tpu_trainer import module_check
+from tfx_tpu_trainer.training import leftover_threads
+from tfx_tpu_trainer_cli import check_server
 from tfx_tpu_trainer_cli import common
 from tfx_tpu_trainer_cli import module_checks
 
@@ -253,7 +253,7 @@ def _evaluator_options(args, options) -> dict:
   if (args.module_file is None and args.preprocessing_module_file is None and
       args.eval_label_key is None and args.eval_prediction_key is None):
     return {}
-  from tfx_tpu_trainer_cli.bundled.pipelines import evaluator_keys  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli import evaluator_keys  # pylint: disable=g-import-not-at-top
   try:
     keys = evaluator_keys.evaluator_keys(
         options['trainer_module_file'], options['preprocessing_module_file'],
@@ -281,11 +281,11 @@ def _check_trainer_module(module_file: str,
   Transform. (Checks that need the data, such as the label key, stay in the
   executor.)
   """
-  # In a child process (module_check.py): an exit in the module's code must
+  # In a child process (check_server.py): an exit in the module's code must
   # not end this one.
   from tfx_tpu_trainer import user_module  # pylint: disable=g-import-not-at-top
   try:
-    module_check.check_trainer_module(module_file)
+    check_server.check_trainer_module(module_file)
   except user_module.UserModuleError as e:
     raise common.UsageError(f'{flag}: {e}') from e
 
@@ -306,7 +306,7 @@ def _run(args) -> int:
   """Validates the arguments, runs the pipeline, prints the summary."""
   # The trainer module is checked in a child of this server: it imports
   # TensorFlow and TFX while this process checks the other arguments.
-  module_check.start_server()
+  check_server.start_server()
   output_root = os.path.abspath(args.output_root)
   if args.pipeline:
     pipeline, module_file = _prepare_user_pipeline(args, output_root)
@@ -335,7 +335,7 @@ def _run(args) -> int:
   with _output_to_log(log_path, enabled=not args.verbose) as console:
     try:
       # TFX and TensorFlow load here, after the arguments are checked.
-      from tfx_tpu_trainer_cli.bundled.pipelines import local_runner  # pylint: disable=g-import-not-at-top
+      from tfx_tpu_trainer_cli import local_runner  # pylint: disable=g-import-not-at-top
       from tfx_tpu_trainer.training import progress  # pylint: disable=g-import-not-at-top
       if not args.verbose:
         _quiet_tensorflow()

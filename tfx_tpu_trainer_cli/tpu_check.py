@@ -15,7 +15,7 @@ EXIT_FAILED = 1
 
 def add_parser(subparsers) -> None:
   """Defines `tfx-tpu-trainer tpu-check`."""
-  from tfx_tpu_trainer import tpu_check  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.tpu import check as tpu_check  # pylint: disable=g-import-not-at-top
   parser = subparsers.add_parser(
       'tpu-check', help='Check that this machine\'s TPU runs the trainer.',
       description=(
@@ -35,7 +35,7 @@ def add_parser(subparsers) -> None:
 
 def _tpu_check(args) -> int:
   """Runs the checks, printing each result as it comes."""
-  from tfx_tpu_trainer import tpu_check  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.tpu import check as tpu_check  # pylint: disable=g-import-not-at-top
 
   def report(result):
     if result.ok:

@@ -81,7 +81,7 @@ def test_stock_taxi_utils_label_is_its_transformed_label():
 
 
 def test_keras_module_reads_its_output_layer():
-  from tfx_tpu_trainer_cli.bundled.pipelines import paths  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli import paths  # pylint: disable=g-import-not-at-top
   options = _validated(['--module-file', os.path.join(
       paths.COMPONENTS_DIR, 'taxi_keras_module.py')])
   assert options['eval_prediction_key'] == 'probabilities'

@@ -77,16 +77,16 @@ def test_module_that_breaks_the_contract_fails_before_any_component(
 
 
 def _header(columns=None):
-  from tfx_tpu_trainer_cli.bundled.pipelines import csv_checks  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer_cli.bundled.pipelines import paths  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli import csv_checks  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli import paths  # pylint: disable=g-import-not-at-top
   columns = columns or csv_checks.required_columns(
       paths.PREPROCESSING_MODULE_FILE)
   return ','.join(columns) + '\n'
 
 
 def _row(columns=None):
-  from tfx_tpu_trainer_cli.bundled.pipelines import csv_checks  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer_cli.bundled.pipelines import paths  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli import csv_checks  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli import paths  # pylint: disable=g-import-not-at-top
   columns = columns or csv_checks.required_columns(
       paths.PREPROCESSING_MODULE_FILE)
   return ','.join('1' for _ in columns) + '\n'
@@ -127,7 +127,7 @@ def test_every_file_of_the_data_root_is_checked(tmp_path, capsys):
 
 def test_tensorboard_command_quotes_the_path(capsys):
   from tfx_tpu_trainer_cli import run  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer_cli.bundled.pipelines import local_runner  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli import local_runner  # pylint: disable=g-import-not-at-top
   run._print_summary(local_runner.RunSummary(  # pylint: disable=protected-access
       trainer_metrics={}, evaluator_metrics={}, blessed=False, pushed=False,
       pushed_model_path=None, pushed_model_tag_sets=[],
@@ -144,7 +144,7 @@ def test_tensorboard_command_quotes_the_path(capsys):
 ])
 def test_summary_names_the_training_report(capsys, report_path, shown):
   from tfx_tpu_trainer_cli import run  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer_cli.bundled.pipelines import local_runner  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli import local_runner  # pylint: disable=g-import-not-at-top
   run._print_summary(local_runner.RunSummary(  # pylint: disable=protected-access
       trainer_metrics={}, evaluator_metrics={}, blessed=False, pushed=False,
       pushed_model_path=None, pushed_model_tag_sets=[],

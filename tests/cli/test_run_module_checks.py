@@ -7,7 +7,7 @@ import pytest
 
 from tests.conftest import TEST_MODULES_DIR
 
-from tfx_tpu_trainer_cli.bundled.pipelines import paths
+from tfx_tpu_trainer_cli import paths
 from tfx_tpu_trainer_cli import main as cli
 from tfx_tpu_trainer_cli import run as run_command
 

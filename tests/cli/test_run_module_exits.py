@@ -65,7 +65,7 @@ def test_sys_exit_in_preprocessing_fn_is_a_usage_error_before_any_component(
 @pytest.mark.slow
 def test_sys_exit_in_preprocessing_fn_fails_the_local_run_naming_it(tmp_path):
   """The local runner's own handling, for pipelines run without the CLI."""
-  from tfx_tpu_trainer_cli.bundled.pipelines import local_runner  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli import local_runner  # pylint: disable=g-import-not-at-top
   data = write_taxi_slice(str(tmp_path / 'data'), rows=300)
   module = os.path.join(TEST_MODULES_DIR, 'exits_in_preprocessing_fn.py')
   output_root = tmp_path / 'out'

@@ -207,7 +207,7 @@ def _tfx_parameters(step):
 
 
 def _runtime_env(container):
-  from tfx_tpu_trainer import tpu_runtimes as runtimes  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.tpu import runtimes  # pylint: disable=g-import-not-at-top
   return {e['name']: e['value'] for e in container.get('env') or []
           if e['name'] in runtimes.STEP_ENV_NAMES}
 

@@ -397,7 +397,7 @@ def test_no_use_tpu_puts_no_tpu_anywhere(tmp_path_factory):
 
 def test_compile_writes_nothing_under_pipeline_root_and_restores_env(
     tmp_path, monkeypatch):
-  from tfx_tpu_trainer_cli.bundled.pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli import kubeflow_compile  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer.kubeflow import scheduling as kubeflow  # pylint: disable=g-import-not-at-top
   monkeypatch.delenv(kubeflow_compile.NO_PACKAGING_ENV, raising=False)
   root = tmp_path / 'root'
@@ -426,7 +426,7 @@ def test_compile_writes_nothing_under_pipeline_root_and_restores_env(
 def test_tpu_vm_defaults_and_chip_rule():
   from tfx_tpu_trainer import errors  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer.kubeflow import scheduling as kubeflow  # pylint: disable=g-import-not-at-top
-  # The default: v4, the StreamExecutor runtime (tpu_runtimes.py says why).
+  # The default: v4, the StreamExecutor runtime (tpu/runtimes.py says why).
   assert kubeflow.tpu_vm() == kubeflow.TpuVmScheduling(
       'tpu-v4-podslice', '2x2x1', 4)
   assert kubeflow.tpu_vm('tpu-v5-lite-podslice') == kubeflow.TpuVmScheduling(
@@ -698,7 +698,7 @@ def test_console_script_compiles_offline(tmp_path):
   assert (f'Wrote {tmp_path / "taxi.yaml"} (Argo workflow for KFP v1).'
           in result.stdout)
   # The summary is read back from the file written.
-  # The default: TPU v4, one host, StreamExecutor (tpu_runtimes.py says why).
+  # The default: TPU v4, one host, StreamExecutor (tpu/runtimes.py says why).
   assert ('    taxi.yaml: image gcr.io/YOUR_PROJECT/tfx-tpu-trainer:latest; '
           'limits google.com/tpu: 4; node selector '
           'cloud.google.com/gke-tpu-accelerator=tpu-v4-podslice, '
@@ -747,7 +747,7 @@ def test_beam_args_run_the_data_components_on_dataflow(tmp_path_factory):
 
 
 def test_beam_args_defaults_and_overrides():
-  from tfx_tpu_trainer_cli.bundled.pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli import kubeflow_compile  # pylint: disable=g-import-not-at-top
   assert kubeflow_compile.beam_pipeline_args([]) == [
       '--direct_running_mode=multi_processing', '--direct_num_workers=0']
   assert kubeflow_compile.beam_pipeline_args(

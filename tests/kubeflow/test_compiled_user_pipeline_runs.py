@@ -11,7 +11,7 @@ test_compiled_pipeline_runs.py): each worker installs the module's wheel.
 
 import os
 
-from tfx_tpu_trainer_cli.bundled.pipelines import paths as repo_paths
+from tests.conftest import REPO_ROOT
 from tests.fixtures import argo_pod
 from tests.fixtures import compiled_runs
 from tests.fixtures.compiled_runs import mlmd_server  # pylint: disable=unused-import
@@ -32,7 +32,7 @@ def test_user_pipeline_outside_the_repo_runs_every_step_to_a_pushed_model(
   import shutil  # pylint: disable=g-import-not-at-top
   from tests.fixtures import serving_data  # pylint: disable=g-import-not-at-top
   user = work / 'user_files'
-  shutil.copytree(os.path.join(repo_paths.REPO_ROOT, 'examples',
+  shutil.copytree(os.path.join(REPO_ROOT, 'examples',
                                'penguin_tpu'), user / 'penguin_tpu')
   serving_data.write_penguins(str(user / 'data'), rows=300)
   root = user / 'pipeline_root'
@@ -45,7 +45,7 @@ def test_user_pipeline_outside_the_repo_runs_every_step_to_a_pushed_model(
       f'{user / "penguin_tpu" / "penguin_pipeline.py"}:create_pipeline',
       '--output-dir', str(out), '--image', 'gcr.io/test/tfx-tpu-trainer:1',
       '--no-use-tpu', '--beam-arg=--direct_num_workers=1']) == 0
-  from tfx_tpu_trainer_cli.bundled.pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli import kubeflow_compile  # pylint: disable=g-import-not-at-top
   workflow = kubeflow_compile.read_argo_workflow(str(out /
                                                      'penguin-tpu.tar.gz'))
   assert os.listdir(root / '_wheels')  # TFX's packaging, at compile time.

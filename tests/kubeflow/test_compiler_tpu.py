@@ -13,7 +13,7 @@ import pytest
 import yaml
 from tfx import v1 as tfx
 
-from tfx_tpu_trainer import tpu_runtimes as runtimes
+from tfx_tpu_trainer.tpu import runtimes
 from tfx_tpu_trainer.kubeflow import compiled_files
 from tfx_tpu_trainer.kubeflow import compiler
 from tfx_tpu_trainer.kubeflow import scheduling

@@ -1,6 +1,6 @@
 """The Dockerfile's images: they parse, pin what requirements.lock pins,
 take TensorFlow 2.15's TPU build and libtpu from Google's Cloud TPU storage,
-set each TPU runtime's environment as tpu_runtimes.py has it, and run as a
+set each TPU runtime's environment as tpu/runtimes.py has it, and run as a
 non-root user. No Docker daemon here: nothing is built."""
 
 import os
@@ -70,7 +70,7 @@ def _env(dockerfile, stage):
 
 def test_each_runtime_target_sets_the_environment_runtimes_py_names(
     dockerfile):
-  from tfx_tpu_trainer import tpu_runtimes as runtimes  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.tpu import runtimes  # pylint: disable=g-import-not-at-top
   # The runtime-neutral TPU image records libtpu's version, no runtime.
   assert _env(dockerfile, 'tpu') == {
       runtimes.LIBTPU_VERSION_ENV: '${LIBTPU_VERSION}'}
@@ -130,7 +130,7 @@ def test_both_images_run_as_a_non_root_user(dockerfile):
 
 
 def test_image_path_and_pythonpath_match_the_compiler(dockerfile):
-  from tfx_tpu_trainer_cli.bundled.pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli import kubeflow_compile  # pylint: disable=g-import-not-at-top
   image = _stage(dockerfile, 'image')
   assert ('WORKDIR', kubeflow_compile.IMAGE_REPO_ROOT) in image
   assert ('ENV', 'PYTHONPATH=' +

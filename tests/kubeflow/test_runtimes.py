@@ -1,4 +1,4 @@
-"""TPU runtimes per generation: the matrix (tpu_runtimes.py, rendered in
+"""TPU runtimes per generation: the matrix (tpu/runtimes.py, rendered in
 docs/kubeflow.md), the default accelerator and its reason, refusals and
 warnings citing their sources, and compiled v1/v2 files whose TPU steps
 carry the chosen runtime's environment (shown in the compile summary)."""
@@ -8,7 +8,7 @@ import os
 import pytest
 import yaml
 
-from tfx_tpu_trainer import tpu_runtimes as runtimes
+from tfx_tpu_trainer.tpu import runtimes
 from tfx_tpu_trainer_cli import main as cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -97,7 +97,7 @@ def _compile(tmp_path, capsys, *argv):
 
 
 def _v1_env(path, step):
-  from tfx_tpu_trainer_cli.bundled.pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli import kubeflow_compile  # pylint: disable=g-import-not-at-top
   template = kubeflow_compile.argo_step(
       kubeflow_compile.read_argo_workflow(path), step)
   return template, {e['name']: e.get('value')
@@ -125,7 +125,7 @@ def test_v1_tpu_steps_carry_the_generations_runtime(tmp_path, capsys,
   _, csv_env = _v1_env(path, 'CsvExampleGen')
   assert not _runtime_env(csv_env)
   # The check runs first: every other step waits for it.
-  from tfx_tpu_trainer_cli.bundled.pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli import kubeflow_compile  # pylint: disable=g-import-not-at-top
   workflow = kubeflow_compile.read_argo_workflow(path)
   (dag,) = [t['dag'] for t in workflow['spec']['templates'] if 'dag' in t]
   for task in dag['tasks']:

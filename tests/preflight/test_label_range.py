@@ -19,7 +19,7 @@ from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import executor
 from tfx_tpu_trainer import prepare
 from tfx_tpu_trainer import user_module
-from tfx_tpu_trainer.model_fn import estimator_adapter
+from tfx_tpu_trainer.model_fn import estimator_spec_adapter
 from tfx_tpu_trainer.model_fn import keras_adapter
 from tfx_tpu_trainer.preflight import label_range
 
@@ -98,7 +98,7 @@ def test_accepted_labels_read_from_the_loss_in_the_graph(model_fn, expected):
     tf.compat.v1.train.create_global_step()
     features = {'x': tf.compat.v1.placeholder(tf.float32, [8, 1])}
     labels = tf.compat.v1.placeholder(tf.int64, [8, 1])
-    estimator_adapter.call_model_fn(
+    estimator_spec_adapter.call_model_fn(
         model_fn, features, labels, tf.estimator.ModeKeys.EVAL,
         {'batch_size': 8, 'use_tpu': False},
         tf.estimator.RunConfig(model_dir=tempfile.mkdtemp()))

@@ -96,7 +96,8 @@ def test_two_runs_pushing_at_once_get_two_versions(tmp_path):
 
 
 def test_the_taxi_pipeline_pushes_with_this_executor():
-  from tfx_tpu_trainer_cli.bundled.pipelines import taxi_pipeline  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli import paths  # pylint: disable=g-import-not-at-top
+  taxi_pipeline = paths.taxi_pipeline()
   options = taxi_pipeline.TaxiPipelineOptions(
       pipeline_root='/tmp/root', data_root='/tmp/data',
       serving_model_dir='/tmp/serving')

@@ -349,7 +349,7 @@ def test_executor_trains_the_keras_taxi_module_in_the_loop(taxi_artifacts,
                                                            tmp_path):
   # pylint: disable=g-import-not-at-top
   import json
-  from tfx_tpu_trainer_cli.bundled.pipelines import paths
+  from tfx_tpu_trainer_cli import paths
   from tfx.utils import path_utils
   from tfx_tpu_trainer import executor
   from tfx_tpu_trainer.publishing import export

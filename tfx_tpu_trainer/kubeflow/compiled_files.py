@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Sequence
 
 import yaml
 
-from tfx_tpu_trainer import tpu_runtimes as runtimes
+from tfx_tpu_trainer.tpu import runtimes
 
 KUBERNETES_PLATFORM = 'kubernetes'
 

@@ -35,7 +35,7 @@ Two runners:
   cannot carry a GKE TPU VM slice); compile TPU pipelines for KFP v2 with
   `vertex_job=False`.
 
-TPU runtime (`tpu_runtimes.py`): a TPU VM request runs the generation's TPU
+TPU runtime (`tpu/runtimes.py`): a TPU VM request runs the generation's TPU
 runtime (StreamExecutor on v4, PJRT on v5e/v5p; `tpu_runtime` picks one
 where the generation has both); its environment goes on every TPU step, v6e
 and runtimes a generation lacks are refused, and combinations reported
@@ -86,14 +86,14 @@ from tfx.utils import json_utils
 
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
-from tfx_tpu_trainer import tpu_runtimes as runtimes
+from tfx_tpu_trainer.tpu import runtimes
 from tfx_tpu_trainer.kubeflow import beam_args as beam_args_lib
 from tfx_tpu_trainer.kubeflow import compiled_files
 from tfx_tpu_trainer.kubeflow import kfp_v2_protos
 from tfx_tpu_trainer.kubeflow import options as kubeflow_options
 from tfx_tpu_trainer.kubeflow import scheduling
 from tfx_tpu_trainer.kubeflow import tpu_check_step
-from tfx_tpu_trainer.kubeflow import v2_metrics
+from tfx_tpu_trainer.publishing import v2_metrics
 from tfx_tpu_trainer.kubeflow import vertex_tpu
 
 KUBEFLOW = 'kubeflow'
@@ -155,7 +155,7 @@ class KubeflowOptions:
     step_env: environment variables of every step.
     use_gcp_sa: kubeflow: mount the `user-gcp-sa` secret on every step.
     tpu_runtime: the TPU runtime of a TPU VM request, `se` or `pjrt`
-      (tpu_runtimes.py); None: the generation's default.
+      (tpu/runtimes.py); None: the generation's default.
     tpu_check: add a `TpuCheck` step before every other, scheduled like the
       trainers (needs a TPU).
     vertex_job: kubeflow_v2: write the Vertex AI job beside the KFP v2 spec

@@ -47,9 +47,9 @@ from kubernetes import client as k8s_client
 from tfx.orchestration.kubeflow import kubeflow_dag_runner
 
 from tfx_tpu_trainer import errors
-from tfx_tpu_trainer import tpu_runtimes as runtimes
+from tfx_tpu_trainer.tpu import runtimes
 from tfx_tpu_trainer.kubeflow import options
-from tfx_tpu_trainer.kubeflow import step_outputs
+from tfx_tpu_trainer.publishing import step_outputs
 
 OpFunc = Callable[[dsl.ContainerOp], Optional[dsl.ContainerOp]]
 

@@ -29,7 +29,7 @@ class TpuCheckExecutor(base_executor.BaseExecutor):
          exec_properties: Dict[str, Any]) -> None:
     """Raises `tpu_check.TpuCheckError` naming the failed check."""
     del input_dict, output_dict, exec_properties  # The check takes none.
-    from tfx_tpu_trainer import tpu_check  # pylint: disable=g-import-not-at-top
+    from tfx_tpu_trainer.tpu import check as tpu_check  # pylint: disable=g-import-not-at-top
     for result in tpu_check.check_or_raise():
       logging.info('tpu-check: %s', result.line())
 

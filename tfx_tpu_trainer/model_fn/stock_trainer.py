@@ -8,7 +8,7 @@ model_dir or input functions), and takes the estimator's `model_fn` and
 
 - an Estimator built from a `model_fn` (`tf.estimator.Estimator(model_fn=...,
   params=...)`, canned Estimators included) is adapted with
-  `estimator_adapter.to_tpu_model_fn`: v1 metrics and the Keras metrics of
+  `estimator_spec_adapter.to_tpu_model_fn`: v1 metrics and the Keras metrics of
   canned heads move to a host `metric_fn`, gradients of v1 and legacy Keras
   optimizers are summed across TPU shards, and on TPU the v1 summaries of
   the model_fn are dropped with a warning (a TPU computation rejects them);
@@ -40,7 +40,7 @@ from tfx.components.trainer import fn_args_utils
 
 from tfx_tpu_trainer import user_module as user_module_lib
 from tfx_tpu_trainer.model_fn import checked
-from tfx_tpu_trainer.model_fn import estimator_adapter
+from tfx_tpu_trainer.model_fn import estimator_spec_adapter
 from tfx_tpu_trainer.model_fn import keras_adapter
 from tfx_tpu_trainer.model_fn import patches
 from tfx_tpu_trainer.model_fn import sparse_columns
@@ -273,7 +273,7 @@ def _adapt(trainer_fn: user_module_lib.ModuleFunction,
                       params=params, kind='keras', source=source)
   model_fn = estimator._model_fn  # pylint: disable=protected-access
   columns = sparse_feature_columns(model_fn)
-  adapted = estimator_adapter.to_tpu_model_fn(
+  adapted = estimator_spec_adapter.to_tpu_model_fn(
       model_fn, name=source, drop_v1_summaries=True)
   return StockModel(model_fn=_with_sparse_check(
       _named_errors(adapted, source), source, columns),

@@ -39,7 +39,7 @@ from tensorflow import estimator as tf_estimator
 
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import prepare
-from tfx_tpu_trainer import tpu_facts
+from tfx_tpu_trainer.tpu import facts as tpu_facts
 from tfx_tpu_trainer.preflight import graph as preflight_graph
 from tfx_tpu_trainer.preflight import report as preflight_report
 from tfx_tpu_trainer.preflight import sample as preflight_sample

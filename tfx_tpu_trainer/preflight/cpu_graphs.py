@@ -19,7 +19,7 @@ from tensorflow import estimator as tf_estimator
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import prepare
-from tfx_tpu_trainer.model_fn import estimator_adapter
+from tfx_tpu_trainer.model_fn import estimator_spec_adapter
 from tfx_tpu_trainer.preflight import report as preflight_report
 from tfx_tpu_trainer.preflight import spec_checks
 from tfx_tpu_trainer.training import estimator_builder
@@ -43,7 +43,7 @@ def _cpu_step_findings(model_fn, mode: str, features: Any, labels: Any,
   training.
   """
   try:
-    spec = estimator_adapter.call_model_fn(model_fn, features, labels, mode,
+    spec = estimator_spec_adapter.call_model_fn(model_fn, features, labels, mode,
                                            params, run_config)
   except errors.TPUTrainerError:
     raise  # The module's own error (it names the module): as it is.

@@ -28,8 +28,8 @@ import tensorflow as tf
 from tensorflow.python.distribute import summary_op_util  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.tpu import tpu_function  # pylint: disable=g-direct-tensorflow-import
 
-from tfx_tpu_trainer import tpu_facts
-from tfx_tpu_trainer.model_fn import estimator_adapter
+from tfx_tpu_trainer.tpu import facts as tpu_facts
+from tfx_tpu_trainer.model_fn import estimator_spec_adapter
 from tfx_tpu_trainer.model_fn import sparse_columns
 from tfx_tpu_trainer.preflight import report as preflight_report
 from tfx_tpu_trainer.preflight import xla_errors
@@ -158,7 +158,7 @@ def build_step(model_fn: Callable[..., Any], mode: str,
       step_labels = (None if labels is None else tf.nest.pack_sequence_as(
           labels, flat[len(flat_features):]))
       with _v1_summaries_as_on_tpu():
-        spec = estimator_adapter.call_model_fn(
+        spec = estimator_spec_adapter.call_model_fn(
             model_fn, step_features, step_labels, mode, dict(params),
             run_config)
       return list(outputs_fn(spec))
@@ -342,7 +342,7 @@ def check_cross_shard(step: StepGraph, num_shards: int,
       'shards: each TPU core would train its own copy of the model.', phase,
       fix='Wrap the optimizer: `if params["use_tpu"]: optimizer = '
       'tf.compat.v1.tpu.CrossShardOptimizer(optimizer)` (an Estimator '
-      'model_fn adapted by estimator_adapter.to_tpu_model_fn gets this for '
+      'model_fn adapted by estimator_spec_adapter.to_tpu_model_fn gets this for '
       'tf.compat.v1.train optimizers).')]
 
 

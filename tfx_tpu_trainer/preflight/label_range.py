@@ -36,7 +36,7 @@ from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import prepare
 from tfx_tpu_trainer.data import data_checks
 from tfx_tpu_trainer.data import schemas as schemas_lib
-from tfx_tpu_trainer.model_fn import estimator_adapter
+from tfx_tpu_trainer.model_fn import estimator_spec_adapter
 from tfx_tpu_trainer.training import estimator_builder
 
 # How many batches of each split have their labels checked.
@@ -161,7 +161,7 @@ def accepted_labels(run: prepare.PreparedRun,
                 isinstance(element[1], tf.Tensor)):
           return None
         features, labels = element
-        estimator_adapter.call_model_fn(run.model_fn, features, labels,
+        estimator_spec_adapter.call_model_fn(run.model_fn, features, labels,
                                         tf_estimator.ModeKeys.EVAL, params,
                                         run_config)
         return accepted_labels_of_graph(labels)

@@ -9,7 +9,7 @@ import tensorflow as tf
 from tensorflow.python.tools import saved_model_utils  # pylint: disable=g-direct-tensorflow-import
 from tfx.dsl.io import fileio
 
-from tfx_tpu_trainer import disk_full
+from tfx_tpu_trainer.training import disk_full
 from tfx_tpu_trainer.publishing import serving
 
 SERVE_TAGS = (tf.saved_model.SERVING,)

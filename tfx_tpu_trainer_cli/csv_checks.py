@@ -15,7 +15,7 @@ import importlib.util
 import os
 from typing import List, Optional, Sequence, Tuple
 
-from tfx_tpu_trainer_cli.bundled.pipelines import paths
+from tfx_tpu_trainer_cli import paths
 
 FEATURES_MODULE_FILE = os.path.join(paths.COMPONENTS_DIR, 'taxi_features.py')
 

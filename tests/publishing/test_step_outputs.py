@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from tfx_tpu_trainer.kubeflow import step_outputs as kfp_outputs
+from tfx_tpu_trainer.publishing import step_outputs as kfp_outputs
 
 
 def _read(path):

@@ -12,7 +12,7 @@ from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_entrypoint_utils
 from tfx.types import standard_artifacts
 
 from tfx_tpu_trainer import TPUTrainer
-from tfx_tpu_trainer.kubeflow import v2_metrics
+from tfx_tpu_trainer.publishing import v2_metrics
 
 
 def _runtime_metrics_artifact():

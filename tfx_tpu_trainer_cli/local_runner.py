@@ -21,12 +21,15 @@ from tfx.orchestration.portable import runtime_parameter_utils
 from tfx.orchestration.portable import tfx_runner
 from tfx.types import artifact_utils
 
-from tfx_tpu_trainer_cli.bundled.pipelines import run_temp_dir
-from tfx_tpu_trainer_cli.bundled.pipelines import taxi_pipeline
+from tfx_tpu_trainer_cli import run_temp_dir
+from tfx_tpu_trainer_cli import paths
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
-from tfx_tpu_trainer.publishing import report as report_lib
+from tfx_tpu_trainer.publishing import training_report
 from tfx_tpu_trainer.training import checkpoints
+
+# The bundled pipeline: package data, loaded by path.
+taxi_pipeline = paths.taxi_pipeline()
 
 # No Beam arguments: the DirectRunner's defaults are in-memory, one worker.
 # Any Beam argument makes TFX package itself as a `tfx_ephemeral` sdist per
@@ -340,7 +343,7 @@ def _summarize(connection_config, run_id: str, seconds: float) -> RunSummary:
       model_path=model.uri,
       tensorboard_dir=model_run.uri,
       seconds=seconds,
-      report_path=_existing(report_lib.report_path(model_run.uri)),
+      report_path=_existing(training_report.report_path(model_run.uri)),
       transform_graph_path=transform_graph.uri if transform_graph else None,
       transformed_examples_path=transformed_examples)
 

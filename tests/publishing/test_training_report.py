@@ -8,7 +8,7 @@ import re
 import pytest
 import tensorflow as tf
 
-from tfx_tpu_trainer.publishing import report
+from tfx_tpu_trainer.publishing import training_report as report
 from tfx_tpu_trainer.publishing import training_events
 
 PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'

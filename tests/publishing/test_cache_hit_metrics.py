@@ -9,7 +9,7 @@ launcher returns them; TFX's real `_dump_ui_metadata` is the one replaced."""
 
 import json
 
-from tfx_tpu_trainer.kubeflow import step_outputs as kfp_outputs
+from tfx_tpu_trainer.publishing import step_outputs as kfp_outputs
 
 
 def _read(path):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tfx_tpu_trainer.kubeflow import step_outputs as kfp_outputs
+from tfx_tpu_trainer.publishing import step_outputs as kfp_outputs
 
 
 @pytest.fixture

@@ -38,13 +38,13 @@ import time
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from tfx_tpu_trainer import errors
-from tfx_tpu_trainer import tpu_runtimes as runtimes
+from tfx_tpu_trainer.tpu import runtimes
 
 TPU_STEP, LIBTPU_STEP, RUNTIME_STEP, SYSTEM_STEP, ROUND_TRIP_STEP = (
     'tpu', 'libtpu', 'runtime', 'tpu system', 'round trip')
 STEPS = (TPU_STEP, LIBTPU_STEP, RUNTIME_STEP, SYSTEM_STEP, ROUND_TRIP_STEP)
 CHILD_STEPS = (SYSTEM_STEP, ROUND_TRIP_STEP)
-PROBE_MODULE = 'tfx_tpu_trainer.tpu_check_module'
+PROBE_MODULE = 'tfx_tpu_trainer.tpu.check_module'
 TPU_NAME_ENVS = ('TPU_NAME', 'KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS')
 # Where libtpu is looked for when no variable names it.
 LIBTPU_ENVS = ('TF_PLUGGABLE_DEVICE_LIBRARY_PATH', 'TPU_LIBRARY_PATH')

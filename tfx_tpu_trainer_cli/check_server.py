@@ -28,7 +28,7 @@ import threading
 import traceback
 from typing import Any, Dict, Optional
 
-_SERVE = 'from tfx_tpu_trainer import module_check; module_check.serve()'
+_SERVE = 'from tfx_tpu_trainer_cli import check_server; check_server.serve()'
 _LAST_LINES = 3
 
 _server: Optional[subprocess.Popen] = None

@@ -140,7 +140,7 @@ def serving_outputs(trainer_module, features: Mapping[str, Any],
     The output names, or () when the module exports no serving_default.
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer.model_fn import estimator_adapter  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.model_fn import estimator_spec_adapter  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer.model_fn import dispatch  # pylint: disable=g-import-not-at-top
   model_fn = dispatch.model_fn_for_module(trainer_module)
   with tf.Graph().as_default():
@@ -156,7 +156,7 @@ def serving_outputs(trainer_module, features: Mapping[str, Any],
             name=name)
     with tempfile.TemporaryDirectory(prefix='evaluator-keys-') as tmp:
       config = tf.compat.v1.estimator.tpu.RunConfig(model_dir=tmp)
-      spec = estimator_adapter.call_model_fn(
+      spec = estimator_spec_adapter.call_model_fn(
           model_fn, placeholders, None, tf.estimator.ModeKeys.PREDICT,
           dict(params, use_tpu=False), config)
   export_outputs = getattr(spec, 'export_outputs', None) or {}

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tfx_tpu_trainer import module_check
+from tfx_tpu_trainer_cli import check_server
 from tfx_tpu_trainer import user_module
 
 from tests.conftest import REPO_ROOT
@@ -21,30 +21,30 @@ def test_each_check_sees_the_callers_environment_and_folder(
   monkeypatch.delenv('TPU_TRAINER_TEST_SETTING', raising=False)
   with pytest.raises(user_module.UserModuleError,
                      match='TPU_TRAINER_TEST_SETTING is not "on"'):
-    module_check.check_trainer_module(NEEDS_ENV)
+    check_server.check_trainer_module(NEEDS_ENV)
   # The same server (started above), the environment of this call.
   monkeypatch.setenv('TPU_TRAINER_TEST_SETTING', 'on')
-  module_check.check_trainer_module(NEEDS_ENV)
+  check_server.check_trainer_module(NEEDS_ENV)
   # A relative path is the caller's working folder's.
   monkeypatch.chdir(TEST_MODULES_DIR)
-  module_check.check_trainer_module('linear_module.py')
+  check_server.check_trainer_module('linear_module.py')
   monkeypatch.chdir(tmp_path)
   with pytest.raises(user_module.UserModuleError, match='linear_module.py'):
-    module_check.check_trainer_module('linear_module.py')
+    check_server.check_trainer_module('linear_module.py')
 
 
 def test_a_server_that_ended_is_started_again():
-  module_check.start_server()
-  module_check._server.kill()  # pylint: disable=protected-access
-  module_check._server.wait()  # pylint: disable=protected-access
-  module_check.check_trainer_module(LINEAR)
+  check_server.start_server()
+  check_server._server.kill()  # pylint: disable=protected-access
+  check_server._server.wait()  # pylint: disable=protected-access
+  check_server.check_trainer_module(LINEAR)
 
 
 _UNGUARDED_SCRIPT = (
-    'from tfx_tpu_trainer import module_check\n'
+    'from tfx_tpu_trainer_cli import check_server\n'
     'import sys\n'
     'for _ in range(2):\n'
-    '  module_check.check_trainer_module(sys.argv[1])\n'
+    '  check_server.check_trainer_module(sys.argv[1])\n'
     '  print("checked", flush=True)\n')
 
 

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from tfx_tpu_trainer import tpu_check
-from tfx_tpu_trainer import tpu_runtimes as runtimes
+from tfx_tpu_trainer.tpu import check as tpu_check
+from tfx_tpu_trainer.tpu import runtimes
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _NO_TPU_ENV = {k: v for k, v in os.environ.items()

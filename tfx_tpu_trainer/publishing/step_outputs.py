@@ -55,7 +55,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from absl import logging
 
-from tfx_tpu_trainer import leftover_threads
+from tfx_tpu_trainer.training import leftover_threads
 
 METRICS_PATH = '/mlpipeline-metrics.json'
 UI_METADATA_PATH = '/mlpipeline-ui-metadata.json'
@@ -333,8 +333,8 @@ def restore_previous_outputs(metadata_handle, execution_id: Optional[int],
   logging.info('Execution %d had already succeeded; its metrics (%s) and '
                'TensorBoard view (%s) are shown again.', execution_id,
                metrics_file, model_run_uri)
-  from tfx_tpu_trainer.publishing import report as report_lib  # pylint: disable=g-import-not-at-top
-  report_path = report_lib.report_path(model_run_uri)
+  from tfx_tpu_trainer.publishing import training_report  # pylint: disable=g-import-not-at-top
+  report_path = training_report.report_path(model_run_uri)
   write_kfp_ui_outputs(metrics, model_run_uri, paths,
                        report_path=(report_path if fileio.exists(report_path)
                                     else None))

@@ -22,11 +22,14 @@ import dataclasses
 import posixpath
 from typing import Any, Dict, Optional, Tuple
 
-from tfx_tpu_trainer_cli.bundled.pipelines import taxi_pipeline
+from tfx_tpu_trainer_cli import paths
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer.kubeflow import compiled_files
 from tfx_tpu_trainer.kubeflow import compiler
 from tfx_tpu_trainer.kubeflow import scheduling as kubeflow
+
+# The bundled pipeline: package data, loaded by path.
+taxi_pipeline = paths.taxi_pipeline()
 
 RUNNERS = compiler.RUNNERS
 DEFAULT_IMAGE = compiler.DEFAULT_IMAGE
@@ -96,7 +99,7 @@ class CompileOptions:
   # Folders in the image added to every step's PYTHONPATH (after
   # IMAGE_COMPONENTS_DIR), e.g. that of another preprocessing module.
   python_path: Tuple[str, ...] = ()
-  # TPU runtime (tpu_runtimes.py): se or pjrt; None: the generation's default.
+  # TPU runtime (tpu/runtimes.py): se or pjrt; None: the generation's default.
   tpu_runtime: Optional[str] = None
   # A TpuCheck step before every other, scheduled like the trainer.
   tpu_check: bool = False

@@ -9,7 +9,7 @@ from tests.conftest import TEST_MODULES_DIR
 
 _FINISH_WITH_USER_THREAD = (
     'import importlib.util, sys\n'
-    'from tfx_tpu_trainer import leftover_threads\n'
+    'from tfx_tpu_trainer.training import leftover_threads\n'
     'def work():\n'
     '  spec = importlib.util.spec_from_file_location("m", sys.argv[1])\n'
     '  spec.loader.exec_module(importlib.util.module_from_spec(spec))\n'

@@ -22,7 +22,7 @@ from tfx_tpu_trainer import executor
 from tfx_tpu_trainer.training import attempt_lock
 from tfx_tpu_trainer.training import checkpoints
 from tfx_tpu_trainer.training import finite_variables
-from tfx_tpu_trainer_cli.bundled.pipelines import run_temp_dir
+from tfx_tpu_trainer_cli import run_temp_dir
 
 from tests.conftest import REPO_ROOT
 from tests.conftest import TEST_MODULES_DIR
@@ -308,7 +308,7 @@ def test_a_second_attempt_waits_for_the_first_and_resumes_after_its_kill(
 # Item 12: what killed runs leave behind is removed by later runs.
 _ENTER_TEMP_DIR = (
     'import sys, time\n'
-    'from tfx_tpu_trainer_cli.bundled.pipelines import run_temp_dir\n'
+    'from tfx_tpu_trainer_cli import run_temp_dir\n'
     'with run_temp_dir.private_temp_dir(sys.argv[1]) as d:\n'
     '  open(d + "/wheel.whl", "w").write("x" * 1000)\n'
     '  print(d, flush=True)\n'
@@ -360,7 +360,7 @@ def test_checkpoints_of_killed_local_runs_are_removed_unless_held(tmp_path):
 
 
 def test_the_local_runner_cleans_the_checkpoint_dir_trainer_uses(tmp_path):
-  from tfx_tpu_trainer_cli.bundled.pipelines import local_runner  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli import local_runner  # pylint: disable=g-import-not-at-top
   options = local_runner.local_options(str(tmp_path), data_root='/data')
   assert local_runner.checkpoint_pipeline_dir(options) == str(
       tmp_path / 'pipelines' / 'taxi_tpu' / '_checkpoints' / 'taxi_tpu')

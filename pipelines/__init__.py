@@ -1,1 +1,0 @@
-"""Pipeline definitions and runners of tfx-tpu-trainer."""
