@@ -55,12 +55,12 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from absl import logging
 
-from tfx_tpu_trainer.training import leftover_threads
 
 METRICS_PATH = '/mlpipeline-metrics.json'
 UI_METADATA_PATH = '/mlpipeline-ui-metadata.json'
 METRICS_ARTIFACT = 'mlpipeline-metrics'
 TFX_V1_ENTRYPOINT = 'tfx.orchestration.kubeflow.container_entrypoint'
+# The step's entrypoint module (kubeflow/step_outputs.py runs `main`).
 TRAINER_STEP_ENTRYPOINT = 'tfx_tpu_trainer.kubeflow.step_outputs'
 TFX_V1_COMMAND = ('python', '-m', TFX_V1_ENTRYPOINT)
 TRAINER_STEP_COMMAND = ('python', '-m', TRAINER_STEP_ENTRYPOINT)
@@ -493,7 +493,3 @@ def _write_json_atomically(path: str, document: Any) -> None:
       os.remove(temporary)
     raise
 
-
-if __name__ == '__main__':
-  # A thread the user's module left running must not hold the step forever.
-  leftover_threads.run_then_end(main, 'The TPUTrainer step')

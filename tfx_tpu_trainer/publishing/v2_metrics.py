@@ -34,6 +34,7 @@ from tfx.types import artifact
 OUTPUT_KEY = 'metrics'
 SYSTEM_MODULE = 'system'
 KFP_V2_ENTRYPOINT = 'tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor'
+# The step's entrypoint module (kubeflow/v2_metrics.py runs `main`).
 TRAINER_STEP_ENTRYPOINT = 'tfx_tpu_trainer.kubeflow.v2_metrics'
 
 
@@ -99,6 +100,3 @@ def main() -> None:
   app.run(kubeflow_v2_run_executor.main,
           flags_parser=kubeflow_v2_run_executor._parse_flags)  # pylint: disable=protected-access
 
-
-if __name__ == '__main__':
-  main()
