@@ -1,6 +1,7 @@
 """TPUTrainer: the TFX Trainer component with the TPUEstimator executor."""
 
 import os
+from typing import List
 
 from tfx import types
 from tfx.components.trainer import component as trainer_component
@@ -8,6 +9,7 @@ from tfx.dsl.components.base import executor_spec
 from tfx.types import component_spec
 from tfx.types import standard_component_specs
 
+from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import executor
 from tfx_tpu_trainer import user_module
 from tfx_tpu_trainer.publishing import v2_metrics
@@ -69,3 +71,33 @@ class TPUTrainer(trainer_component.Trainer):
     if type(spec) is standard_component_specs.TrainerSpec:  # pylint: disable=unidiomatic-typecheck
       return
     super()._validate_spec(spec)
+
+
+class NoTPUTrainerError(errors.TPUTrainerError):
+  """The pipeline has no TPUTrainer to put the TPU scheduling on."""
+
+
+def tpu_trainers(pipeline) -> List[TPUTrainer]:
+  """The pipeline's TPUTrainers (subclasses too), in its order.
+
+  Args:
+    pipeline: a `tfx.dsl.Pipeline`.
+
+  Raises:
+    NoTPUTrainerError: naming the pipeline's components (and a stock Trainer
+      to replace).
+  """
+  components = pipeline.components
+  trainers = [c for c in components if isinstance(c, TPUTrainer)]
+  if not trainers:
+    stock = [c.id for c in components
+             if isinstance(c, trainer_component.Trainer)]
+    hint = (f' Its Trainer(s) {stock} are the stock tfx.components.Trainer: '
+            'use tfx_tpu_trainer.TPUTrainer in their place (same arguments).'
+            if stock else '')
+    raise NoTPUTrainerError(
+        f'Pipeline {pipeline.pipeline_info.pipeline_name!r} has no TPUTrainer '
+        f'(components: {[c.id for c in components]}), so no step '
+        f'would carry the TPU scheduling.{hint} A pipeline without one '
+        'compiles with TFX\'s own KubeflowDagRunner / KubeflowV2DagRunner.')
+  return trainers

@@ -257,9 +257,9 @@ def _checkpoint_dir(pipeline_root: str, pipeline_name: str,
 
 def _trainer_checkpoint_dirs(pipeline: tfx.dsl.Pipeline) -> List[str]:
   """The checkpoint folders of the pipeline's TPUTrainers."""
-  from tfx_tpu_trainer.kubeflow import compiler  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer import component  # pylint: disable=g-import-not-at-top
   dirs = []
-  for trainer in compiler.tpu_trainers(pipeline):
+  for trainer in component.tpu_trainers(pipeline):
     custom_config = trainer.exec_properties.get('custom_config')
     if isinstance(custom_config, str):
       custom_config = json.loads(custom_config or '{}')

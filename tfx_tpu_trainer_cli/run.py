@@ -365,11 +365,11 @@ def _prepare_user_pipeline(args, output_root: str):
   _bundled_only_options(args)
   if os.path.exists(output_root) and not os.path.isdir(output_root):
     raise common.UsageError(f'--output-root {output_root!r} is not a directory.')
-  from tfx_tpu_trainer.kubeflow import compiler  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer import component  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer_cli import user_pipeline  # pylint: disable=g-import-not-at-top
   pipeline = user_pipeline.load_pipeline(args.pipeline)
   module_files = []
-  for trainer in compiler.tpu_trainers(pipeline):
+  for trainer in component.tpu_trainers(pipeline):
     module_file = trainer.exec_properties.get('module_file')
     if isinstance(module_file, str) and module_file:
       _check_trainer_module(module_file, f'{user_pipeline.FLAG}: '

@@ -114,7 +114,7 @@ def load_pipeline(spec: str):
   factory = load_function(path, function)
   # TFX and TensorFlow load here, after the file was found.
   from tfx import v1 as tfx  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer.kubeflow import compiler  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer import component  # pylint: disable=g-import-not-at-top
   name = os.path.basename(path)
   with _first_on_path(os.path.dirname(path)):
     try:
@@ -130,7 +130,7 @@ def load_pipeline(spec: str):
         'pipeline, e.g. `return tfx.dsl.Pipeline(pipeline_name=..., '
         'pipeline_root=..., components=[...])`.')
   try:
-    compiler.tpu_trainers(pipeline)
-  except compiler.NoTPUTrainerError as e:
+    component.tpu_trainers(pipeline)
+  except component.NoTPUTrainerError as e:
     raise common.UsageError(f'{FLAG}: {function}() in {name}: {e}') from e
   return pipeline

@@ -7,16 +7,18 @@ written."""
 
 import json
 import os
+import re
 import tarfile
 
 import pytest
 import yaml
 from tfx import v1 as tfx
 
-from tfx_tpu_trainer.tpu import runtimes
+from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer.kubeflow import compiled_files
 from tfx_tpu_trainer.kubeflow import compiler
 from tfx_tpu_trainer.kubeflow import scheduling
+from tfx_tpu_trainer.tpu import runtimes
 
 V5E = 'tpu-v5-lite-podslice'
 TRAINER_IMAGE = 'gcr.io/p/tfx-tpu-trainer-tpu-{runtime}:1'
@@ -24,7 +26,7 @@ PIPELINE_BEAM_ARGS = ['--direct_num_workers=2', '--runner=DirectRunner']
 TRAINERS = ('TrainerA', 'TrainerB')
 
 
-def _pipeline(name='two-trainers'):
+def _pipeline(name='two-trainers', custom_config=None):
   """CsvExampleGen, StatisticsGen, SchemaGen and two TPUTrainers."""
   from tfx_tpu_trainer import TPUTrainer  # pylint: disable=g-import-not-at-top
   with compiler.user_modules_not_packaged():
@@ -38,7 +40,8 @@ def _pipeline(name='two-trainers'):
                    examples=example_gen.outputs['examples'],
                    schema=schema_gen.outputs['schema'],
                    train_args=tfx.proto.TrainArgs(num_steps=1),
-                   eval_args=tfx.proto.EvalArgs(num_steps=1)).with_id(i)
+                   eval_args=tfx.proto.EvalArgs(num_steps=1),
+                   custom_config=custom_config).with_id(i)
         for i in TRAINERS]
   return tfx.dsl.Pipeline(
       pipeline_name=name, pipeline_root='/root',
@@ -203,3 +206,27 @@ def test_a_component_named_like_the_check_is_refused(tmp_path):
       "tpu_check: pipeline 'two-trainers' has a component 'TpuCheck' "
       'already; rename it, or compile without tpu_check.')
   assert not (tmp_path / 'out').exists()
+
+
+@pytest.mark.parametrize('custom_config, refused', [
+    ({'_note': 'x'}, "Unknown custom_config key(s) ['_note']"),
+    ({'train_batch_size': 0}, 'train_batch_size'),
+    ({'train_batch_size': 64, 'use_tpu': True}, None),
+])
+def test_the_compile_accepts_what_the_executor_accepts(tmp_path,
+                                                        custom_config,
+                                                        refused):
+  """One check (TrainerConfig.from_custom_config) at compile and in Do."""
+  output = tmp_path / 'p.tar.gz'
+  if refused is None:
+    compiler.compile_pipeline(_pipeline(custom_config=custom_config),
+                              str(output), _options())
+    config_lib.TrainerConfig.from_custom_config(custom_config, environ={})
+    assert output.exists()
+    return
+  with pytest.raises(compiler.CompileError, match=re.escape(refused)):
+    compiler.compile_pipeline(_pipeline(custom_config=custom_config),
+                              str(output), _options())
+  with pytest.raises(config_lib.ConfigError, match=re.escape(refused)):
+    config_lib.TrainerConfig.from_custom_config(custom_config, environ={})
+  assert not output.exists()

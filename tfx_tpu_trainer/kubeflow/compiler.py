@@ -61,7 +61,7 @@ be reachable then: a GCS write for a `gs://` root), unless the components
 were built inside `user_modules_not_packaged()`, which keeps the paths as
 given: then the files must be at those paths inside the image.
 
-A pipeline without a `TPUTrainer` is refused (`NoTPUTrainerError`): nothing
+A pipeline without a `TPUTrainer` is refused (`component_lib.NoTPUTrainerError`): nothing
 would carry the TPU scheduling, the trainer image or the KFP metrics, and
 TFX's own runners compile such a pipeline as well.
 """
@@ -84,17 +84,18 @@ from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
 from tfx.orchestration.kubeflow.v2 import pipeline_builder
 from tfx.utils import json_utils
 
+from tfx_tpu_trainer import component as component_lib
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
-from tfx_tpu_trainer.tpu import runtimes
 from tfx_tpu_trainer.kubeflow import beam_args as beam_args_lib
 from tfx_tpu_trainer.kubeflow import compiled_files
 from tfx_tpu_trainer.kubeflow import kfp_v2_protos
 from tfx_tpu_trainer.kubeflow import options as kubeflow_options
 from tfx_tpu_trainer.kubeflow import scheduling
 from tfx_tpu_trainer.kubeflow import tpu_check_step
-from tfx_tpu_trainer.publishing import v2_metrics
 from tfx_tpu_trainer.kubeflow import vertex_tpu
+from tfx_tpu_trainer.publishing import v2_metrics
+from tfx_tpu_trainer.tpu import runtimes
 
 KUBEFLOW = 'kubeflow'
 KUBEFLOW_V2 = 'kubeflow_v2'
@@ -114,9 +115,6 @@ VERTEX_JOB_SUFFIX = '.vertex-pipeline-job.json'
 # What KubeflowV2DagRunner accepts as a pipeline name (pipeline_builder.py).
 V2_PIPELINE_NAME = re.compile(r'^[a-z0-9][a-z0-9-]{0,127}$')
 KUBERNETES_PLATFORM = compiled_files.KUBERNETES_PLATFORM
-# TPUTrainer, named rather than imported: the component imports the
-# executor, which imports this package (its step outputs).
-TPU_TRAINER_CLASS = 'tfx_tpu_trainer.component.TPUTrainer'
 # TPUTrainer custom_config keys a TPU compile fills in.
 USE_TPU_KEY = 'use_tpu'
 TPU_KEY = 'tpu'
@@ -125,10 +123,6 @@ CUSTOM_CONFIG_KEY = 'custom_config'
 
 class CompileError(errors.TPUTrainerError):
   """The pipeline or the options cannot be compiled; nothing was written."""
-
-
-class NoTPUTrainerError(CompileError):
-  """The pipeline has no TPUTrainer to put the TPU scheduling on."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,33 +223,6 @@ def user_modules_not_packaged() -> Iterator[None]:
       del os.environ[NO_PACKAGING_ENV]
     else:
       os.environ[NO_PACKAGING_ENV] = previous
-
-
-def is_tpu_trainer(component: Any) -> bool:
-  """Whether `component` is a TPUTrainer (or a subclass of it)."""
-  return any(f'{cls.__module__}.{cls.__qualname__}' == TPU_TRAINER_CLASS
-             for cls in type(component).__mro__)
-
-
-def tpu_trainers(pipeline: tfx.dsl.Pipeline) -> List[Any]:
-  """The pipeline's TPUTrainers.
-
-  Raises:
-    NoTPUTrainerError: naming the pipeline's components.
-  """
-  trainers = [c for c in pipeline.components if is_tpu_trainer(c)]
-  if not trainers:
-    stock = [c.id for c in pipeline.components
-             if isinstance(c, tfx.components.Trainer)]
-    hint = (f' Its Trainer(s) {stock} are the stock tfx.components.Trainer: '
-            'use tfx_tpu_trainer.TPUTrainer in their place (same arguments).'
-            if stock else '')
-    raise NoTPUTrainerError(
-        f'Pipeline {pipeline.pipeline_info.pipeline_name!r} has no TPUTrainer '
-        f'(components: {[c.id for c in pipeline.components]}), so no step '
-        f'would carry the TPU scheduling.{hint} A pipeline without one '
-        'compiles with TFX\'s own KubeflowDagRunner / KubeflowV2DagRunner.')
-  return trainers
 
 
 def beam_arg_name(arg: str) -> str:
@@ -445,11 +412,8 @@ def tpu_custom_config(custom_config: Mapping[str, Any],
       config[TPU_KEY] = config_lib.tpu_entry(name, options.tpu_zone,
                                              options.tpu_project)
   try:
-    # Keys with a leading _ are the component's own (e.g. the kept
-    # module_file name), which the executor drops before validating.
-    config_lib.TrainerConfig.from_custom_config(
-        {k: v for k, v in config.items() if not k.startswith('_')},
-        environ={})
+    # The executor's own check of the same dict (no TPU_NAME at compile).
+    config_lib.TrainerConfig.from_custom_config(config, environ={})
   except config_lib.ConfigError as e:
     raise CompileError(f'TPUTrainer {trainer_id!r}: {e}') from e
   return config
@@ -475,7 +439,7 @@ def compile_pipeline(pipeline: tfx.dsl.Pipeline, output_path: str,
     What was written, read back from the files.
 
   Raises:
-    NoTPUTrainerError: the pipeline has no TPUTrainer.
+    component_lib.NoTPUTrainerError: the pipeline has no TPUTrainer.
     CompileError: a bad option, or a trainer step not found while compiling.
   """
   name = pipeline.pipeline_info.pipeline_name
@@ -485,7 +449,7 @@ def compile_pipeline(pipeline: tfx.dsl.Pipeline, output_path: str,
         f'Output file {output_path!r} must end with one of '
         f'{", ".join(OUTPUT_EXTENSIONS[options.runner])} for runner '
         f'{options.runner}.')
-  trainers = tpu_trainers(pipeline)
+  trainers = component_lib.tpu_trainers(pipeline)
   custom_configs = {
       t.id: tpu_custom_config(_custom_config(t), options, t.id)
       for t in trainers}
