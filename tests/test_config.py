@@ -48,7 +48,7 @@ def test_tpu_spec_accepts_dict_and_name():
   spec = from_custom_config(
       {'tpu': {'name': 'n', 'zone': 'us-central1-b', 'project': 'p'}},
       environ={}).tpu
-  assert spec == config_lib.TpuSpec('n', 'us-central1-b', 'p')
+  assert spec == config_lib.TPUSpec('n', 'us-central1-b', 'p')
   assert from_custom_config({'tpu': 'n'}, environ={}).tpu.name == 'n'
 
 

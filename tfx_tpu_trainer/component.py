@@ -73,7 +73,7 @@ class TPUTrainer(trainer_component.Trainer):
     super()._validate_spec(spec)
 
 
-class NoTPUTrainerError(errors.TPUTrainerError):
+class NoTPUTrainerError(errors.TPUTrainerError, ValueError):
   """The pipeline has no TPUTrainer to put the TPU scheduling on."""
 
 

@@ -56,12 +56,12 @@ def tpu_entry(name: str, zone: Optional[str] = None,
           for key, value in zip(TPU_SPEC_KEYS, (name, zone, project)) if value}
 
 
-class ConfigError(errors.TPUTrainerError):
+class ConfigError(errors.TPUTrainerError, ValueError):
   """A `custom_config` entry is unknown or has an invalid value."""
 
 
 @dataclasses.dataclass(frozen=True)
-class TpuSpec:
+class TPUSpec:
   """Where the TPU is: the arguments of `TPUClusterResolver`."""
   name: str
   zone: Optional[str] = None
@@ -163,7 +163,7 @@ def _choice(key: str, value: Any, accepted: tuple) -> Any:  # pylint: disable=g-
   return value
 
 
-def _tpu_spec(value: Any) -> Optional[TpuSpec]:
+def _tpu_spec(value: Any) -> Optional[TPUSpec]:
   if value is None:
     return None
   if isinstance(value, str):
@@ -181,7 +181,7 @@ def _tpu_spec(value: Any) -> Optional[TpuSpec]:
   if not value.get('name'):
     raise ConfigError("custom_config['tpu'] needs a 'name' (the TPU node, "
                       "or 'local' on a TPU VM).")
-  return TpuSpec(**value)
+  return TPUSpec(**value)
 
 
 def _params(value: Any) -> Dict[str, Any]:
@@ -253,7 +253,7 @@ class TrainerConfig:
       shown_default='auto',
       help='true when a TPU is named (`tpu.name`), or `TPU_NAME` / GKE\'s '
       '`KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS` is set (then that names the TPU)')
-  tpu: Optional[TpuSpec] = _key(
+  tpu: Optional[TPUSpec] = _key(
       None, check=lambda k, v: _tpu_spec(v), shown_default='none',
       help='`{name, zone, project}` for `TPUClusterResolver` (or just the '
       'name); passed as `master=`, never `cluster=`, so `train_and_evaluate` '
@@ -408,7 +408,7 @@ class TrainerConfig:
     tpu = values.get('tpu')
     for variable in (TPU_NAME_ENV, GKE_TPU_ENDPOINTS_ENV):
       if tpu is None and environ.get(variable):
-        tpu = TpuSpec(name=environ[variable])
+        tpu = TPUSpec(name=environ[variable])
     values['tpu'] = tpu
     if values.get('use_tpu') is None:
       values['use_tpu'] = tpu is not None

@@ -1,4 +1,4 @@
-"""The base of the errors TPUTrainer raises for bad input."""
+"""The base of every error TPUTrainer raises; `fail_on_exit` for user code."""
 
 import functools
 import re
@@ -10,8 +10,13 @@ _FUNCTION_NODE = re.compile(r'\{\{[^}]*\}\}\s*')
 _OP_SUFFIX = re.compile(r'\s*\[Op:[^\]]*\].*$', flags=re.S)
 
 
-class TPUTrainerError(ValueError):
-  """Bad input to TPUTrainer: the message says what, where and what to do."""
+class TPUTrainerError(Exception):
+  """The base: the message says what was wrong, where and what to do.
+
+  Each subclass also derives from the builtin that fits (ValueError for a
+  bad value, OSError for a full disk, RuntimeError for an environment that
+  cannot run), so `except ValueError` and the like still catch it.
+  """
 
 
 def first_line(error: BaseException) -> str:
@@ -22,8 +27,8 @@ def first_line(error: BaseException) -> str:
   return lines[0] if lines else type(error).__name__
 
 
-class ModuleExitError(TPUTrainerError):
-  """User code raised SystemExit or KeyboardInterrupt during the execution."""
+class ModuleExitError(TPUTrainerError, RuntimeError):
+  """User code raised SystemExit or KeyboardInterrupt during a run."""
 
 
 def fail_on_exit(name_module: Callable[[Dict[str, Any]], str]):

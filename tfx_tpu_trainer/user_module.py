@@ -57,7 +57,7 @@ _OPTIONAL_ARGS = {MODEL_FN: ('config',),
                   SERVING_INPUT_RECEIVER_FN: ('tf_transform_output',)}
 
 
-class UserModuleError(errors.TPUTrainerError):
+class UserModuleError(errors.TPUTrainerError, ValueError):
   """The user module is missing, fails to import, or breaks the contract."""
 
 

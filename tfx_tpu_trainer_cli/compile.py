@@ -592,7 +592,7 @@ def _module_files(pipeline) -> List[str]:
 
 def _warn_tpu_node(pod) -> None:
   from tfx_tpu_trainer.kubeflow import scheduling as kubeflow  # pylint: disable=g-import-not-at-top
-  if isinstance(pod.tpu, kubeflow.TpuNodeScheduling):
+  if isinstance(pod.tpu, kubeflow.TPUNodeScheduling):
     print('tfx-tpu-trainer compile: warning: ' +
           kubeflow.TPU_NODE_RETIRED_WARNING, file=sys.stderr)
 

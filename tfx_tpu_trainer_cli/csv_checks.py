@@ -15,12 +15,13 @@ import importlib.util
 import os
 from typing import List, Optional, Sequence, Tuple
 
+from tfx_tpu_trainer import errors
 from tfx_tpu_trainer_cli import paths
 
 FEATURES_MODULE_FILE = os.path.join(paths.COMPONENTS_DIR, 'taxi_features.py')
 
 
-class CsvDataError(ValueError):
+class CsvDataError(errors.TPUTrainerError, ValueError):
   """The CSV data root cannot feed the pipeline."""
 
 

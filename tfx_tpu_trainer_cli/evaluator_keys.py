@@ -46,7 +46,7 @@ TFMA_PREDICTION_KEYS = ('scores', 'outputs', 'predictions', 'logistic',
 _SAMPLE_ROWS = 200
 
 
-class EvaluatorKeyError(errors.TPUTrainerError):
+class EvaluatorKeyError(errors.TPUTrainerError, ValueError):
   """The Evaluator would find no label or no prediction it can read."""
 
 

@@ -79,7 +79,7 @@ class CompileOptions:
   serving_model_dir: Optional[str] = None
   pipeline_name: Optional[str] = None  # default_pipeline_name(runner)
   use_tpu: bool = True
-  tpu: Optional[kubeflow.TpuScheduling] = None
+  tpu: Optional[kubeflow.TPUScheduling] = None
   tpu_name: Optional[str] = None
   tpu_zone: Optional[str] = None
   tpu_project: Optional[str] = None
@@ -101,7 +101,7 @@ class CompileOptions:
   python_path: Tuple[str, ...] = ()
   # TPU runtime (tpu/runtimes.py): se or pjrt; None: the generation's default.
   tpu_runtime: Optional[str] = None
-  # A TpuCheck step before every other, scheduled like the trainer.
+  # A TPUCheck step before every other, scheduled like the trainer.
   tpu_check: bool = False
   # kubeflow_v2: write the Vertex AI job beside the KFP v2 spec.
   vertex_job: bool = True

@@ -21,12 +21,13 @@ from tfx.orchestration.portable import runtime_parameter_utils
 from tfx.orchestration.portable import tfx_runner
 from tfx.types import artifact_utils
 
-from tfx_tpu_trainer_cli import run_temp_dir
-from tfx_tpu_trainer_cli import paths
+from tfx_tpu_trainer import errors
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
 from tfx_tpu_trainer.publishing import training_report
 from tfx_tpu_trainer.training import checkpoints
+from tfx_tpu_trainer_cli import paths
+from tfx_tpu_trainer_cli import run_temp_dir
 
 # The bundled pipeline: package data, loaded by path.
 taxi_pipeline = paths.taxi_pipeline()
@@ -186,13 +187,9 @@ def run_pipeline(pipeline: tfx.dsl.Pipeline, printer=print,
                     time.time() - start)
 
 
-class ModuleExitError(RuntimeError):
-  """A component's user code ended the pipeline with SystemExit."""
-
-
 def _module_exit_error(exit_error: SystemExit, modules: Dict[str, Any],
                        running: List[str], connection_config,
-                       run_id: str) -> ModuleExitError:
+                       run_id: str) -> errors.ModuleExitError:
   """Names the component and module that exited; fails its execution.
 
   TFX's launcher does not catch SystemExit (not an Exception): the
@@ -212,7 +209,7 @@ def _module_exit_error(exit_error: SystemExit, modules: Dict[str, Any],
   node_id = running[-1] if running else None
   module = modules.get(node_id)
   failed = mark_running_executions_failed(connection_config, run_id)
-  return ModuleExitError(
+  return errors.ModuleExitError(
       f'The pipeline stopped: SystemExit({exit_error.code!r}) was raised '
       f'while {node_id or "a component"} ran'
       + (f' (module_file {module})' if module else '')

@@ -3,10 +3,12 @@
 import os
 import tempfile
 
+from tfx_tpu_trainer import errors
+
 PROBE_PREFIX = '.tfx-tpu-trainer-probe-'
 
 
-class OutputRootError(ValueError):
+class OutputRootError(errors.TPUTrainerError, OSError):
   """The output root cannot be created or written."""
 
 

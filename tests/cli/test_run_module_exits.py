@@ -8,6 +8,7 @@ import pytest
 from tests.conftest import TEST_MODULES_DIR
 from tests.conftest import write_taxi_slice
 
+from tfx_tpu_trainer import errors
 from tfx_tpu_trainer_cli import main as cli
 
 
@@ -73,7 +74,7 @@ def test_sys_exit_in_preprocessing_fn_fails_the_local_run_naming_it(tmp_path):
       str(output_root), data_root=data, preprocessing_module_file=module,
       train_steps=5, eval_steps=1,
       custom_config={'train_batch_size': 16, 'eval_batch_size': 16})
-  with pytest.raises(local_runner.ModuleExitError) as error:
+  with pytest.raises(errors.ModuleExitError) as error:
     local_runner.run(options, printer=lambda *_, **__: None)
   message = str(error.value)
   assert ('The pipeline stopped: SystemExit(0) was raised while Transform '

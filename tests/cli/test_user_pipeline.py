@@ -229,7 +229,7 @@ def test_user_pipeline_compiles_for_kfp_v1_with_tpu_on_the_trainer_only(
       f'{k}={v}' for k, v in V5E_RUNTIME_ENV.items())) in stdout
   assert '  TPU runtime:    pjrt (TPU v5e, Dockerfile target tpu-pjrt;' in (
       stdout)
-  assert '  TPU check:      step TpuCheck first' in stdout
+  assert '  TPU check:      step TPUCheck first' in stdout
   assert 'issues/90807' in captured.err
   with tarfile.open(out / 'penguin-tpu.tar.gz') as package:
     workflow = yaml.safe_load(package.extractfile('pipeline.yaml'))
@@ -302,7 +302,7 @@ def test_user_pipeline_compiles_for_kfp_v2_with_tpu_on_the_trainer_only(
   executors = spec['deploymentSpec']['executors']
   tasks = spec['root']['dag']['tasks']
   tpu_executors = [spec['components'][tasks[task]['componentRef']['name']][
-      'executorLabel'] for task in ('TPUTrainer', 'TpuCheck')]
+      'executorLabel'] for task in ('TPUTrainer', 'TPUCheck')]
   for label, executor in executors.items():
     resources = executor['container'].get('resources')
     if label in tpu_executors:
@@ -316,8 +316,8 @@ def test_user_pipeline_compiles_for_kfp_v2_with_tpu_on_the_trainer_only(
       'executors']) == sorted(tpu_executors)
   # The check runs first.
   for task_name, task in tasks.items():
-    if task_name != 'TpuCheck':
-      assert 'TpuCheck' in task.get('dependentTasks', []), task_name
+    if task_name != 'TPUCheck':
+      assert 'TPUCheck' in task.get('dependentTasks', []), task_name
   # --module-files-in-image: the path as given, no wheel written.
   assert (sorted(os.listdir(wheels)) if wheels.exists() else []) == before
   module = penguin_env / 'my_pipeline' / 'penguin_tpu_module.py'

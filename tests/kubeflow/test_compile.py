@@ -427,9 +427,9 @@ def test_tpu_vm_defaults_and_chip_rule():
   from tfx_tpu_trainer import errors  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer.kubeflow import scheduling as kubeflow  # pylint: disable=g-import-not-at-top
   # The default: v4, the StreamExecutor runtime (tpu/runtimes.py says why).
-  assert kubeflow.tpu_vm() == kubeflow.TpuVmScheduling(
+  assert kubeflow.tpu_vm() == kubeflow.TPUVMScheduling(
       'tpu-v4-podslice', '2x2x1', 4)
-  assert kubeflow.tpu_vm('tpu-v5-lite-podslice') == kubeflow.TpuVmScheduling(
+  assert kubeflow.tpu_vm('tpu-v5-lite-podslice') == kubeflow.TPUVMScheduling(
       'tpu-v5-lite-podslice', '2x4', 8)
   assert kubeflow.tpu_vm('tpu-v5-lite-device', '1x1').chips == 1
   assert kubeflow.tpu_vm('tpu-v5p-slice', '2x2x1', 4).resource_limits == {

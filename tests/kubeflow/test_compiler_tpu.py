@@ -1,6 +1,6 @@
 """Issue 23's compile hooks through the library API (`compiler`), on a
 pipeline of the user's own: two TPUTrainers, pipeline-level Beam args. Each
-TPU step carries the runtime env; `tpu_check` adds the TpuCheck step first;
+TPU step carries the runtime env; `tpu_check` adds the TPUCheck step first;
 Beam args reach the Beam components only (v2 too); a Vertex job with a TPU,
 bad runtimes and bad Beam args are refused naming the option, with nothing
 written."""
@@ -67,7 +67,7 @@ def test_v1_every_tpu_step_carries_the_runtime_and_the_check_runs_first(
       _options(tpu_check=True, step_env=(('A', '1'),)))
   choice = runtimes.choose(V5E)
   assert result.tpu_runtime == choice
-  assert result.tpu_check_id == 'TpuCheck'
+  assert result.tpu_check_id == 'TPUCheck'
   assert result.trainer_image == 'gcr.io/p/tfx-tpu-trainer-tpu-pjrt:1'
   assert len(result.trainer_summaries) == 2
   for summary in result.trainer_summaries:
@@ -109,7 +109,7 @@ def test_v2_tpu_executors_and_beam_args_on_beam_components_only(tmp_path):
   executors = spec['deploymentSpec']['executors']
   labels = {task: compiled_files.trainer_executor_label(spec, task)
             for task in spec['root']['dag']['tasks']}
-  tpu_executors = {labels[i] for i in TRAINERS + ('TpuCheck',)}
+  tpu_executors = {labels[i] for i in TRAINERS + ('TPUCheck',)}
   assert set(platform['platforms']['kubernetes']['deploymentSpec'][
       'executors']) == tpu_executors
   beam_executors = {labels['CsvExampleGen'], labels['StatisticsGen']}
@@ -131,7 +131,7 @@ def test_v2_tpu_executors_and_beam_args_on_beam_components_only(tmp_path):
   for trainer in TRAINERS:
     assert executors[labels[trainer]]['container']['command'] == [
         'python', '-m', 'tfx_tpu_trainer.kubeflow.v2_metrics']
-  assert executors[labels['TpuCheck']]['container']['command'][-1] == (
+  assert executors[labels['TPUCheck']]['container']['command'][-1] == (
       'tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor')
 
 
@@ -198,12 +198,12 @@ def test_bad_options_are_refused_before_anything_is_written(
 
 def test_a_component_named_like_the_check_is_refused(tmp_path):
   pipeline = _pipeline()
-  pipeline.components[-1].with_id('TpuCheck')
+  pipeline.components[-1].with_id('TPUCheck')
   with pytest.raises(compiler.CompileError) as e:
     compiler.compile_pipeline(pipeline, str(tmp_path / 'out' / 'p.tar.gz'),
                               _options(tpu_check=True))
   assert str(e.value) == (
-      "tpu_check: pipeline 'two-trainers' has a component 'TpuCheck' "
+      "tpu_check: pipeline 'two-trainers' has a component 'TPUCheck' "
       'already; rename it, or compile without tpu_check.')
   assert not (tmp_path / 'out').exists()
 

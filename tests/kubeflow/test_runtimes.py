@@ -116,7 +116,7 @@ def test_v1_tpu_steps_carry_the_generations_runtime(tmp_path, capsys,
                       '--tpu-check')
   path = str(tmp_path / 'taxi_tpu.tar.gz')
   expected = runtimes.choose(accelerator).env
-  for step in ('TPUTrainer', 'TpuCheck'):
+  for step in ('TPUTrainer', 'TPUCheck'):
     template, env = _v1_env(path, step)
     assert _runtime_env(env) == expected, step
     assert template['container']['image'] == 'gcr.io/p/tpu:1', step
@@ -137,7 +137,7 @@ def test_v1_tpu_steps_carry_the_generations_runtime(tmp_path, capsys,
   assert (f'  TPU runtime:    {runtime} (TPU '
           f'{runtimes.generation(accelerator).name}, Dockerfile target '
           f'tpu-{runtime}; env {env_text})') in captured.out
-  assert ('  TPU check:      step TpuCheck first, scheduled like the trainer '
+  assert ('  TPU check:      step TPUCheck first, scheduled like the trainer '
           '(tfx-tpu-trainer tpu-check)') in captured.out
   warned = 'issues/90807' in captured.err
   assert warned is (runtime == 'pjrt')
@@ -154,16 +154,16 @@ def test_v2_tpu_executors_carry_the_chosen_runtime(tmp_path, capsys):
   executors = spec['deploymentSpec']['executors']
   for name, executor in executors.items():
     env = {e['name']: e['value'] for e in executor['container']['env']}
-    if name in ('TPUTrainer_executor', 'TpuCheck_executor'):
+    if name in ('TPUTrainer_executor', 'TPUCheck_executor'):
       assert _runtime_env(env) == expected, name
       assert executor['container']['resources']['accelerator'][
           'resourceCount'] == '4', name
     else:
       assert not _runtime_env(env), name
   assert sorted(platform['platforms']['kubernetes']['deploymentSpec'][
-      'executors']) == ['TPUTrainer_executor', 'TpuCheck_executor']
+      'executors']) == ['TPUCheck_executor', 'TPUTrainer_executor']
   assert spec['root']['dag']['tasks']['CsvExampleGen']['dependentTasks'] == [
-      'TpuCheck']
+      'TPUCheck']
   assert 'TPU runtime env NEXT_PLUGGABLE_DEVICE_USE_C_API=true' in (
       captured.out)
   assert 'TPU v4 with the pjrt runtime: reported broken' in captured.err

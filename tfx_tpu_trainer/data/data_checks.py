@@ -22,7 +22,7 @@ from tfx.types import artifact_utils
 from tfx_tpu_trainer import errors
 
 
-class DataError(errors.TPUTrainerError):
+class DataError(errors.TPUTrainerError, ValueError):
   """The examples are missing, too few, corrupt, or do not match the schema."""
 
 

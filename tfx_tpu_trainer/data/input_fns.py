@@ -66,7 +66,7 @@ _RECORD_FRAMING_BYTES = 16  # Length (8), its CRC (4), the data's CRC (4).
 _WHOLE_SPLIT = 2**62
 
 
-class InputCacheError(errors.TPUTrainerError):
+class InputCacheError(errors.TPUTrainerError, ValueError):
   """The requested input cache cannot hold this split's features."""
 
 

@@ -10,7 +10,7 @@ from tfx.utils import io_utils
 from tfx_tpu_trainer import errors
 
 
-class SchemaError(errors.TPUTrainerError):
+class SchemaError(errors.TPUTrainerError, ValueError):
   """The schema inputs are missing or do not describe the label."""
 
 

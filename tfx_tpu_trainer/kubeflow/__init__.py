@@ -17,5 +17,5 @@
   beam_args     the `--beam-arg` values, checked as Beam reads them, and
                 which components get them.
   vertex_tpu    why a Vertex AI pipeline step cannot carry a GKE TPU slice.
-  tpu_check_step `tpu-check` as a pipeline's first step (`TpuCheck`).
+  tpu_check_step `tpu-check` as a pipeline's first step (`TPUCheck`).
 """

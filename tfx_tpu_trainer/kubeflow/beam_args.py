@@ -43,7 +43,7 @@ HELP = ('A Beam pipeline argument for the components that run Beam '
         '--direct_num_workers=0); a runner other than DirectRunner drops both.')
 
 
-class BeamArgError(errors.TPUTrainerError):
+class BeamArgError(errors.TPUTrainerError, ValueError):
   """A `--beam-arg` value Beam would not accept as given."""
 
 

@@ -41,7 +41,7 @@ where the generation has both); its environment goes on every TPU step, v6e
 and runtimes a generation lacks are refused, and combinations reported
 broken come back as `CompileResult.tpu_runtime.warnings`. `{runtime}` in
 `trainer_image` becomes the chosen runtime (`se`, `pjrt`). `tpu_check=True`
-adds a `TpuCheck` step (`tpu_check_step.py`) upstream of every component,
+adds a `TPUCheck` step (`tpu_check_step.py`) upstream of every component,
 scheduled like the trainers, so a TPU that cannot run the trainer fails the
 run before the data steps.
 
@@ -121,7 +121,7 @@ TPU_KEY = 'tpu'
 CUSTOM_CONFIG_KEY = 'custom_config'
 
 
-class CompileError(errors.TPUTrainerError):
+class CompileError(errors.TPUTrainerError, ValueError):
   """The pipeline or the options cannot be compiled; nothing was written."""
 
 
@@ -150,7 +150,7 @@ class KubeflowOptions:
     use_gcp_sa: kubeflow: mount the `user-gcp-sa` secret on every step.
     tpu_runtime: the TPU runtime of a TPU VM request, `se` or `pjrt`
       (tpu/runtimes.py); None: the generation's default.
-    tpu_check: add a `TpuCheck` step before every other, scheduled like the
+    tpu_check: add a `TPUCheck` step before every other, scheduled like the
       trainers (needs a TPU).
     vertex_job: kubeflow_v2: write the Vertex AI job beside the KFP v2 spec
       (refused with a TPU: pass False to write the spec alone).
@@ -191,7 +191,7 @@ class CompileResult:
   trainer_summaries: Tuple[str, ...]
   # The TPU runtime of the TPU steps (None: no TPU VM), with its warnings.
   tpu_runtime: Optional[runtimes.RuntimeChoice] = None
-  # The TpuCheck step's component id (None: no tpu_check).
+  # The TPUCheck step's component id (None: no tpu_check).
   tpu_check_id: Optional[str] = None
 
   @property
@@ -302,7 +302,7 @@ def tpu_runtime(options: KubeflowOptions) -> Optional[runtimes.RuntimeChoice]:
       without a TPU VM request.
   """
   tpu = options.trainer_pod.tpu
-  if not isinstance(tpu, scheduling.TpuVmScheduling):
+  if not isinstance(tpu, scheduling.TPUVMScheduling):
     if options.tpu_runtime is not None:
       raise CompileError(
           f'tpu_runtime {options.tpu_runtime!r} needs a TPU VM request '
@@ -352,7 +352,7 @@ def check_cluster_options(options: KubeflowOptions
   runtime = tpu_runtime(options)
   trainer_image(options, runtime)
   if options.runner == KUBEFLOW_V2:
-    if tpu is not None and not isinstance(tpu, scheduling.TpuVmScheduling):
+    if tpu is not None and not isinstance(tpu, scheduling.TPUVMScheduling):
       raise CompileError('kubeflow_v2 takes TPU VM requests only (tpu_vm()).')
     if options.vertex_job:
       vertex_accelerator_type(options)
@@ -459,7 +459,7 @@ def compile_pipeline(pipeline: tfx.dsl.Pipeline, output_path: str,
   paths = tuple(os.path.abspath(p)
                 for p in output_paths(options.runner, output_path,
                                       options.vertex_job))
-  tpu_steps = TpuSteps(
+  tpu_steps = TPUSteps(
       trainer_ids=tuple(t.id for t in trainers),
       env=runtime.env if runtime else {},
       image=trainer_image(options, runtime))
@@ -504,7 +504,7 @@ def compile_pipeline(pipeline: tfx.dsl.Pipeline, output_path: str,
 
 
 @dataclasses.dataclass
-class TpuSteps:
+class TPUSteps:
   """The steps scheduled on the TPU: the trainers, and the check if any."""
   trainer_ids: Tuple[str, ...]
   env: Dict[str, str]  # The TPU runtime's (runtimes.RuntimeChoice.env).
@@ -517,7 +517,7 @@ class TpuSteps:
 
 
 def _add_tpu_check(pipeline: tfx.dsl.Pipeline) -> str:
-  """Adds the TpuCheck step upstream of every component; returns its id.
+  """Adds the TPUCheck step upstream of every component; returns its id.
 
   Raises:
     CompileError: the pipeline has a component of that id already.
@@ -559,7 +559,7 @@ def _set_beam_args(pipeline: tfx.dsl.Pipeline,
 
 
 def _compile_v1(options: KubeflowOptions, pipeline: tfx.dsl.Pipeline,
-                tpu_steps: TpuSteps, output_file: str) -> None:
+                tpu_steps: TPUSteps, output_file: str) -> None:
   """KubeflowDagRunner with TFX's default operator functions kept."""
   trainer_ops = [scheduling.trainer_step_op(i, options.trainer_pod,
                                             tpu_steps.image, tpu_steps.env)
@@ -591,7 +591,7 @@ def _compile_v1(options: KubeflowOptions, pipeline: tfx.dsl.Pipeline,
 
 
 def _compile_v2(options: KubeflowOptions, vertex_type: Optional[str],
-                pipeline: tfx.dsl.Pipeline, tpu_steps: TpuSteps,
+                pipeline: tfx.dsl.Pipeline, tpu_steps: TPUSteps,
                 staging: str, staged: Sequence[str]) -> None:
   """PipelineJob from the runner; the KFP v2 spec and Vertex job from it."""
   default_image = options.image

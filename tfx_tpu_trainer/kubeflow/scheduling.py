@@ -63,7 +63,7 @@ TPU_VM_TPU_NAME = 'local'
 
 
 @dataclasses.dataclass(frozen=True)
-class GkeTpuAccelerator:
+class GKETPUAccelerator:
   """A GKE TPU VM accelerator (the `gke-tpu-accelerator` node label value)."""
   name: str
   dimensions: int
@@ -80,15 +80,15 @@ class GkeTpuAccelerator:
                key=lambda t: _chip_count(_dims(t)))
 
 
-GKE_TPU_ACCELERATORS: Dict[str, GkeTpuAccelerator] = {
+GKE_TPU_ACCELERATORS: Dict[str, GKETPUAccelerator] = {
     a.name: a for a in (
-        GkeTpuAccelerator('tpu-v4-podslice', 3, ('2x2x1',)),
-        GkeTpuAccelerator('tpu-v5-lite-device', 2,
+        GKETPUAccelerator('tpu-v4-podslice', 3, ('2x2x1',)),
+        GKETPUAccelerator('tpu-v5-lite-device', 2,
                           ('1x1', '2x2', '2x4')),
-        GkeTpuAccelerator('tpu-v5-lite-podslice', 2,
+        GKETPUAccelerator('tpu-v5-lite-podslice', 2,
                           ('1x1', '2x2', '2x4')),
-        GkeTpuAccelerator('tpu-v5p-slice', 3, ('2x2x1',)),
-        GkeTpuAccelerator('tpu-v6e-slice', 2, ('1x1', '2x2', '2x4')),
+        GKETPUAccelerator('tpu-v5p-slice', 3, ('2x2x1',)),
+        GKETPUAccelerator('tpu-v6e-slice', 2, ('1x1', '2x2', '2x4')),
     )
 }
 # Chosen on the runtime evidence (runtimes.DEFAULT_ACCELERATOR_REASON).
@@ -129,7 +129,7 @@ _QUANTITY_FACTORS = {
     'Pi': 2**50, 'Ei': 2**60}
 
 
-class TPUSchedulingError(errors.TPUTrainerError):
+class TPUSchedulingError(errors.TPUTrainerError, ValueError):
   """A TPU scheduling option (accelerator, topology, chips, ...) is invalid."""
 
 
@@ -150,7 +150,7 @@ def default_tf_version() -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class TpuVmScheduling:
+class TPUVMScheduling:
   """A validated single-host GKE TPU VM request. Build with `tpu_vm()`."""
   accelerator: str
   topology: str
@@ -187,7 +187,7 @@ class TpuVmScheduling:
 
 
 @dataclasses.dataclass(frozen=True)
-class TpuNodeScheduling:
+class TPUNodeScheduling:
   """A validated GKE Cloud TPU node request. Build with `tpu_node()`."""
   version: str
   cores: int
@@ -214,12 +214,12 @@ class TpuNodeScheduling:
             f'{self.tf_version} (TPU node)')
 
 
-TpuScheduling = Union[TpuVmScheduling, TpuNodeScheduling]
+TPUScheduling = Union[TPUVMScheduling, TPUNodeScheduling]
 
 
 def tpu_vm(accelerator: str = DEFAULT_ACCELERATOR,
            topology: Optional[str] = None,
-           chips: Optional[int] = None) -> TpuVmScheduling:
+           chips: Optional[int] = None) -> TPUVMScheduling:
   """Validates a GKE TPU VM request (see the module docstring for the rule).
 
   Args:
@@ -272,13 +272,13 @@ def tpu_vm(accelerator: str = DEFAULT_ACCELERATOR,
         f'chips {chips} does not match topology {topology} of {accelerator}: '
         f'a single-host slice requests all its chips, '
         f'{"*".join(map(str, dims))} = {topology_chips}.')
-  return TpuVmScheduling(accelerator=accelerator, topology=topology,
+  return TPUVMScheduling(accelerator=accelerator, topology=topology,
                          chips=chips)
 
 
 def tpu_node(version: str = DEFAULT_TPU_NODE_VERSION,
              cores: int = DEFAULT_TPU_NODE_CORES,
-             tf_version: Optional[str] = None) -> TpuNodeScheduling:
+             tf_version: Optional[str] = None) -> TPUNodeScheduling:
   """Validates a GKE Cloud TPU node request (`kfp.gcp.use_tpu` style).
 
   Args:
@@ -308,7 +308,7 @@ def tpu_node(version: str = DEFAULT_TPU_NODE_VERSION,
     raise TPUSchedulingError(
         f'tf-version {tf_version!r} is not a TensorFlow version; use '
         'MAJOR.MINOR[.PATCH] (e.g. 2.15.1) or nightly.')
-  return TpuNodeScheduling(version=version, cores=cores,
+  return TPUNodeScheduling(version=version, cores=cores,
                            tf_version=tf_version)
 
 
@@ -411,7 +411,7 @@ class TrainerPod:
   `kubernetes_executor_config`) and the Vertex AI executor
   (`vertex_resources`).
   """
-  tpu: Optional[TpuScheduling] = None
+  tpu: Optional[TPUScheduling] = None
   node_selector: Tuple[Tuple[str, str], ...] = ()
   tolerations: Tuple[Toleration, ...] = ()
   cpu_request: Optional[str] = None
@@ -431,7 +431,7 @@ class TrainerPod:
           f'trainer-node-selector sets {", ".join(duplicates)} more than once.')
 
   def _tpu_node_selector(self) -> Dict[str, str]:
-    if isinstance(self.tpu, TpuVmScheduling):
+    if isinstance(self.tpu, TPUVMScheduling):
       return self.tpu.node_selector
     return {}
 
@@ -443,7 +443,7 @@ class TrainerPod:
 
   @property
   def all_tolerations(self) -> List[Toleration]:
-    tolerations = ([TPU_TOLERATION] if isinstance(self.tpu, TpuVmScheduling)
+    tolerations = ([TPU_TOLERATION] if isinstance(self.tpu, TPUVMScheduling)
                    else [])
     return tolerations + [t for t in self.tolerations if t not in tolerations]
 
@@ -462,7 +462,7 @@ class TrainerPod:
 
   def apply(self, op: dsl.ContainerOp) -> dsl.ContainerOp:
     """KFP v1: limits, requests, node selectors, tolerations (annotation)."""
-    if isinstance(self.tpu, TpuNodeScheduling):
+    if isinstance(self.tpu, TPUNodeScheduling):
       self.tpu.apply(op)
     else:
       for name, value in self.resource_limits.items():

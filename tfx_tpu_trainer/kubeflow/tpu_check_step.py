@@ -1,6 +1,6 @@
 """`tpu-check` as the first step of a compiled pipeline (`compile --tpu-check`).
 
-`TpuCheck` is a TFX component without inputs or outputs whose executor runs
+`TPUCheck` is a TFX component without inputs or outputs whose executor runs
 `tpu_check.check_or_raise()`. The compiler puts it upstream of every other
 component, and schedules it like the trainer (same image, TPU, node
 selectors, tolerations, requests and runtime environment), so a TPU that
@@ -18,40 +18,40 @@ from tfx.dsl.components.base import base_executor
 from tfx.dsl.components.base import executor_spec
 from tfx.types import component_spec
 
-COMPONENT_ID = 'TpuCheck'
+COMPONENT_ID = 'TPUCheck'
 
 
-class TpuCheckExecutor(base_executor.BaseExecutor):
+class TPUCheckExecutor(base_executor.BaseExecutor):
   """Runs every check of `tfx-tpu-trainer tpu-check`; raises at the first."""
 
   def Do(self, input_dict: Dict[str, List[types.Artifact]],
          output_dict: Dict[str, List[types.Artifact]],
          exec_properties: Dict[str, Any]) -> None:
-    """Raises `tpu_check.TpuCheckError` naming the failed check."""
+    """Raises `tpu_check.TPUCheckError` naming the failed check."""
     del input_dict, output_dict, exec_properties  # The check takes none.
     from tfx_tpu_trainer.tpu import check as tpu_check  # pylint: disable=g-import-not-at-top
     for result in tpu_check.check_or_raise():
       logging.info('tpu-check: %s', result.line())
 
 
-class TpuCheckSpec(component_spec.ComponentSpec):
+class TPUCheckSpec(component_spec.ComponentSpec):
   """No parameters, inputs or outputs."""
   PARAMETERS = {}
   INPUTS = {}
   OUTPUTS = {}
 
 
-class TpuCheck(base_component.BaseComponent):
+class TPUCheck(base_component.BaseComponent):
   """The TPU check as a pipeline step."""
-  SPEC_CLASS = TpuCheckSpec
-  EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(TpuCheckExecutor)
+  SPEC_CLASS = TPUCheckSpec
+  EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(TPUCheckExecutor)
 
   def __init__(self):
-    super().__init__(spec=TpuCheckSpec())
+    super().__init__(spec=TPUCheckSpec())
 
 
-def add_first(pipeline, component_id: str = COMPONENT_ID) -> TpuCheck:
-  """Adds a `TpuCheck` upstream of every component of `pipeline`.
+def add_first(pipeline, component_id: str = COMPONENT_ID) -> TPUCheck:
+  """Adds a `TPUCheck` upstream of every component of `pipeline`.
 
   Args:
     pipeline: a `tfx.dsl.Pipeline`, changed in place.
@@ -63,7 +63,7 @@ def add_first(pipeline, component_id: str = COMPONENT_ID) -> TpuCheck:
   # Built inside the pipeline's registry, where KFP v2's step builder looks
   # every node up.
   with dsl_context_registry.use_registry(pipeline.dsl_context_registry):
-    check = TpuCheck().with_id(component_id)
+    check = TPUCheck().with_id(component_id)
   components = list(pipeline.components)
   for component in components:
     component.add_upstream_node(check)
@@ -77,3 +77,10 @@ def add_first(pipeline, component_id: str = COMPONENT_ID) -> TpuCheck:
   for spec, beam_args in beam_specs:
     spec.beam_pipeline_args = beam_args
   return check
+
+
+# The names that pipelines compiled before the rename to TPU carry as class
+# paths (their serialized component, spec and executor); kept for them.
+TpuCheck = TPUCheck
+TpuCheckSpec = TPUCheckSpec
+TpuCheckExecutor = TPUCheckExecutor

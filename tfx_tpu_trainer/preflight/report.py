@@ -12,7 +12,7 @@ INFO = 'info'
 SEVERITIES = (ERROR, WARNING, INFO)
 
 
-class PreflightError(errors.TPUTrainerError):
+class PreflightError(errors.TPUTrainerError, ValueError):
   """The model is not TPU-ready; the message lists what to change."""
 
 

@@ -37,7 +37,7 @@ TF_TRANSFORM_OUTPUT_ARG = 'tf_transform_output'
 ServingInputReceiverFn = Callable[[], tf_estimator.export.ServingInputReceiver]
 
 
-class ServingError(errors.TPUTrainerError):
+class ServingError(errors.TPUTrainerError, ValueError):
   """The serving input or its signatures cannot be built."""
 
 

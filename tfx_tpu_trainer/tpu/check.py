@@ -60,7 +60,7 @@ IN_THE_TPU_IMAGE = (
     'VM or a GKE TPU node, or compile the pipeline with --tpu-check')
 
 
-class TpuCheckError(errors.TPUTrainerError):
+class TPUCheckError(errors.TPUTrainerError, RuntimeError):
   """A check failed; the message names it and says what to do."""
 
 
@@ -225,7 +225,7 @@ def round_trip(work_dir: str, use_tpu: bool = True,
     of the exported SavedModel.
 
   Raises:
-    TpuCheckError: when the export lacks `{serve}` or `{serve, tpu}`.
+    TPUCheckError: when the export lacks `{serve}` or `{serve, tpu}`.
   """
   # pylint: disable=g-import-not-at-top
   import itertools
@@ -278,7 +278,7 @@ def round_trip(work_dir: str, use_tpu: bool = True,
   timings['export'] = time.monotonic() - started
   missing = [t for t in _EXPECTED_TAG_SETS if t not in tag_sets]
   if missing:
-    raise TpuCheckError(
+    raise TPUCheckError(
         f'the exported model at {model_dir} has tag sets {tag_sets}, '
         f'lacking {missing}.')
   return {
@@ -470,11 +470,11 @@ def run_checks(environ: Optional[Mapping[str, str]] = None,
 def check_or_raise(environ: Optional[Mapping[str, str]] = None,
                    timeout_secs: float = DEFAULT_TIMEOUT_SECS
                   ) -> List[CheckResult]:
-  """All checks; raises `TpuCheckError` naming the first that failed."""
+  """All checks; raises `TPUCheckError` naming the first that failed."""
   results = run_checks(environ, timeout_secs=timeout_secs)
   failed = [r for r in results if not r.ok]
   if failed:
-    raise TpuCheckError('tpu-check failed: ' + failed[0].line())
+    raise TPUCheckError('tpu-check failed: ' + failed[0].line())
   return results
 
 

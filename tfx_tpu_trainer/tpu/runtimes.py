@@ -52,7 +52,7 @@ SOURCE_VERTEX_TPU = ('https://cloud.google.com/vertex-ai/docs/training/'
 ISSUE_90807 = 'https://github.com/tensorflow/tensorflow/issues/90807'
 
 
-class TPURuntimeError(errors.TPUTrainerError):
+class TPURuntimeError(errors.TPUTrainerError, ValueError):
   """A TPU generation or runtime that TensorFlow 2.15 does not support."""
 
 

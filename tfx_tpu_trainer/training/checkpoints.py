@@ -63,7 +63,7 @@ STAGING_RECORD = _BOOKKEEPING_PREFIX + 'export-staging'
 DAMAGED_PREFIX = _BOOKKEEPING_PREFIX + 'damaged-'
 
 
-class CheckpointDirError(errors.TPUTrainerError):
+class CheckpointDirError(errors.TPUTrainerError, OSError):
   """The checkpoint directory cannot be created or written."""
 
 
@@ -314,7 +314,7 @@ def _read_error(prefix: str) -> Optional[str]:
   return None
 
 
-class DamagedCheckpointError(errors.TPUTrainerError):
+class DamagedCheckpointError(errors.TPUTrainerError, OSError):
   """No checkpoint of the resumable directory reads back."""
 
 

@@ -36,7 +36,7 @@ DEFAULT_THROTTLE_SECS = 600
 EVALUATOR_THROTTLE_SECS = 1
 
 
-class ClusterError(errors.TPUTrainerError):
+class ClusterError(errors.TPUTrainerError, ValueError):
   """The TF_CONFIG cluster is one TPUTrainer cannot train with."""
 
 

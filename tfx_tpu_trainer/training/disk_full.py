@@ -45,7 +45,7 @@ _TF_PATH = re.compile(r'^\s*(\S[^;\n]*?); (?:' +
 _TF_TEMP_FILE = re.compile(r'\.tmp[0-9a-f]{32}$')
 
 
-class DiskFullError(errors.TPUTrainerError):
+class DiskFullError(errors.TPUTrainerError, OSError):
   """A write found no room: the disk or quota is full, or a file limit hit."""
 
 

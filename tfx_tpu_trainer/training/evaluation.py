@@ -22,7 +22,7 @@ from tfx_tpu_trainer.training import cluster
 EVAL_NAME = 'eval'
 
 
-class NonFiniteMetricsError(errors.TPUTrainerError):
+class NonFiniteMetricsError(errors.TPUTrainerError, ValueError):
   """The final evaluation produced NaN or infinite metrics."""
 
 

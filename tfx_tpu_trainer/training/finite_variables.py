@@ -19,7 +19,7 @@ from tfx_tpu_trainer import errors
 CONFIG_KEY = 'allow_nonfinite_variables'
 
 
-class NonFiniteVariablesError(errors.TPUTrainerError):
+class NonFiniteVariablesError(errors.TPUTrainerError, ValueError):
   """A variable of the final checkpoint holds NaN or infinite values."""
 
 

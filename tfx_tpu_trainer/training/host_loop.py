@@ -62,7 +62,7 @@ GLOBAL_STEP_READ_KEY = 'global_step_read_op_cache'
 ModelFn = Callable[..., Any]
 
 
-class HostLoopError(errors.TPUTrainerError):
+class HostLoopError(errors.TPUTrainerError, ValueError):
   """The model or input cannot run in the multi-step host loop."""
 
 
