@@ -261,7 +261,7 @@ def _image(value: Optional[str], flag: str) -> Optional[str]:
 
 def _tpu_request(args):
   """The validated TPU request, or None with --no-use-tpu."""
-  from tfx_tpu_trainer.kubeflow import scheduling as kubeflow  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.kubeflow import scheduling  # pylint: disable=g-import-not-at-top
   given = [flag for attr, flag in _TPU_VM_FLAGS + _TPU_NODE_FLAGS
            if getattr(args, attr) is not None]
   if not args.use_tpu:
@@ -280,14 +280,14 @@ def _tpu_request(args):
         f'apply to --tpu-style {args.tpu_style}.')
   try:
     if args.tpu_style == 'tpu-vm':
-      return kubeflow.tpu_vm(
-          accelerator=args.accelerator or kubeflow.DEFAULT_ACCELERATOR,
+      return scheduling.tpu_vm(
+          accelerator=args.accelerator or scheduling.DEFAULT_ACCELERATOR,
           topology=args.topology, chips=args.chips)
-    return kubeflow.tpu_node(
-        version=args.tpu_node_version or kubeflow.DEFAULT_TPU_NODE_VERSION,
-        cores=args.tpu_cores or kubeflow.DEFAULT_TPU_NODE_CORES,
+    return scheduling.tpu_node(
+        version=args.tpu_node_version or scheduling.DEFAULT_TPU_NODE_VERSION,
+        cores=args.tpu_cores or scheduling.DEFAULT_TPU_NODE_CORES,
         tf_version=args.tf_version)
-  except kubeflow.TPUSchedulingError as e:
+  except scheduling.TPUSchedulingError as e:
     raise common.UsageError(str(e)) from e
 
 
@@ -296,10 +296,10 @@ def _flags(flags) -> str:
 
 
 def _output_path(args, runner: str, pipeline_name: str) -> str:
-  from tfx_tpu_trainer_cli import kubeflow_compile  # pylint: disable=g-import-not-at-top
-  name = args.output_file or kubeflow_compile.default_output_file(
+  from tfx_tpu_trainer.kubeflow import compiler  # pylint: disable=g-import-not-at-top
+  name = args.output_file or compiler.default_output_file(
       runner, pipeline_name)
-  extensions = kubeflow_compile.OUTPUT_EXTENSIONS[runner]
+  extensions = compiler.OUTPUT_EXTENSIONS[runner]
   if not name.endswith(extensions):
     raise common.UsageError(
         f'--output-file {name!r} must end with one of '
@@ -308,7 +308,7 @@ def _output_path(args, runner: str, pipeline_name: str) -> str:
   directory = os.path.dirname(path)
   if os.path.exists(directory) and not os.path.isdir(directory):
     raise common.UsageError(f'--output-dir {directory!r} is not a directory.')
-  for output in kubeflow_compile.output_paths(runner, path, args.vertex_job):
+  for output in compiler.output_paths(runner, path, args.vertex_job):
     if os.path.isdir(output):
       raise common.UsageError(f'--output-file: {output!r} is a directory.')
   return path
@@ -324,24 +324,24 @@ def _beam_args(values: Sequence[str]) -> List[str]:
 
 def _trainer_pod_options(args):
   """The extra node selectors, tolerations and requests, validated."""
-  from tfx_tpu_trainer.kubeflow import scheduling as kubeflow  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.kubeflow import scheduling  # pylint: disable=g-import-not-at-top
   try:
-    node_selector = tuple(kubeflow.parse_node_selector(v)
+    node_selector = tuple(scheduling.parse_node_selector(v)
                           for v in args.trainer_node_selector)
-    tolerations = tuple(kubeflow.parse_toleration(v)
+    tolerations = tuple(scheduling.parse_toleration(v)
                         for v in args.trainer_toleration)
     cpu = (None if args.trainer_cpu is None else
-           kubeflow.parse_quantity(args.trainer_cpu, 'trainer-cpu'))
+           scheduling.parse_quantity(args.trainer_cpu, 'trainer-cpu'))
     memory = (None if args.trainer_memory is None else
-              kubeflow.parse_quantity(args.trainer_memory, 'trainer-memory'))
-  except kubeflow.TPUSchedulingError as e:
+              scheduling.parse_quantity(args.trainer_memory, 'trainer-memory'))
+  except scheduling.TPUSchedulingError as e:
     raise common.UsageError(str(e)) from e
   return node_selector, tolerations, cpu, memory
 
 
 def _check_cluster_args(args) -> None:
   """The checks of options every compile shares (no pipeline needed)."""
-  from tfx_tpu_trainer.kubeflow import scheduling as kubeflow  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.kubeflow import scheduling  # pylint: disable=g-import-not-at-top
   runner = args.runner
   if args.vertex_accelerator_type is not None and (
       runner != 'kubeflow_v2' or not args.use_tpu):
@@ -370,21 +370,21 @@ def _check_cluster_args(args) -> None:
   if args.use_tpu and args.tpu_style == 'tpu-node' and runner != 'kubeflow':
     raise common.UsageError(
         '--tpu-style tpu-node needs --runner kubeflow: ' +
-        kubeflow.TPU_NODE_RETIRED_WARNING)
+        scheduling.TPU_NODE_RETIRED_WARNING)
   if (args.tpu_zone or args.tpu_project) and not args.tpu_name:
     raise common.UsageError('--tpu-zone and --tpu-project need --tpu-name.')
 
 
 def _trainer_pod(args):
   """The validated TrainerPod of the TPUTrainer steps."""
-  from tfx_tpu_trainer.kubeflow import scheduling as kubeflow  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.kubeflow import scheduling  # pylint: disable=g-import-not-at-top
   tpu = _tpu_request(args)
   node_selector, tolerations, cpu, memory = _trainer_pod_options(args)
   try:
-    return kubeflow.TrainerPod(
+    return scheduling.TrainerPod(
         tpu=tpu, node_selector=node_selector, tolerations=tolerations,
         cpu_request=cpu, memory_request=memory)
-  except kubeflow.TPUSchedulingError as e:
+  except scheduling.TPUSchedulingError as e:
     raise common.UsageError(str(e)) from e
 
 
@@ -591,10 +591,10 @@ def _module_files(pipeline) -> List[str]:
 
 
 def _warn_tpu_node(pod) -> None:
-  from tfx_tpu_trainer.kubeflow import scheduling as kubeflow  # pylint: disable=g-import-not-at-top
-  if isinstance(pod.tpu, kubeflow.TPUNodeScheduling):
+  from tfx_tpu_trainer.kubeflow import scheduling  # pylint: disable=g-import-not-at-top
+  if isinstance(pod.tpu, scheduling.TPUNodeScheduling):
     print('tfx-tpu-trainer compile: warning: ' +
-          kubeflow.TPU_NODE_RETIRED_WARNING, file=sys.stderr)
+          scheduling.TPU_NODE_RETIRED_WARNING, file=sys.stderr)
 
 
 def _print_summary(result) -> None:

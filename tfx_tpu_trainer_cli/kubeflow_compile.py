@@ -24,15 +24,12 @@ from typing import Any, Dict, Optional, Tuple
 
 from tfx_tpu_trainer_cli import paths
 from tfx_tpu_trainer import config as config_lib
-from tfx_tpu_trainer.kubeflow import compiled_files
 from tfx_tpu_trainer.kubeflow import compiler
-from tfx_tpu_trainer.kubeflow import scheduling as kubeflow
+from tfx_tpu_trainer.kubeflow import scheduling
 
 # The bundled pipeline: package data, loaded by path.
 taxi_pipeline = paths.taxi_pipeline()
 
-RUNNERS = compiler.RUNNERS
-DEFAULT_IMAGE = compiler.DEFAULT_IMAGE
 # Where the Dockerfile puts this repository inside the image.
 IMAGE_REPO_ROOT = '/tfx-tpu-trainer'
 IMAGE_COMPONENTS_DIR = posixpath.join(IMAGE_REPO_ROOT, 'components')
@@ -44,48 +41,28 @@ IMAGE_TRAINER_MODULE_FILE = posixpath.join(IMAGE_COMPONENTS_DIR,
 # STEP_ENV's PYTHONPATH in every process of every step.
 PREPROCESSING_FN = 'taxi_preprocessing.preprocessing_fn'
 STEP_ENV = {'PYTHONPATH': IMAGE_COMPONENTS_DIR}
-# The library's, kept under their old names here.
-NO_PACKAGING_ENV = compiler.NO_PACKAGING_ENV
-CLUSTER_BEAM_PIPELINE_ARGS = compiler.CLUSTER_BEAM_PIPELINE_ARGS
-OUTPUT_EXTENSIONS = compiler.OUTPUT_EXTENSIONS
-DEFAULT_OUTPUT_SUFFIX = compiler.DEFAULT_OUTPUT_SUFFIX
-VERTEX_JOB_SUFFIX = compiler.VERTEX_JOB_SUFFIX
-V2_PIPELINE_NAME = compiler.V2_PIPELINE_NAME
-KUBERNETES_PLATFORM = compiler.KUBERNETES_PLATFORM
-CompileResult = compiler.CompileResult
-user_modules_not_packaged = compiler.user_modules_not_packaged
-beam_arg_name = compiler.beam_arg_name
-default_output_file = compiler.default_output_file
-vertex_job_path = compiler.vertex_job_path
-output_paths = compiler.output_paths
-read_argo_workflow = compiled_files.read_argo_workflow
-argo_step = compiled_files.argo_step
-trainer_executor_label = compiled_files.trainer_executor_label
-describe_v1_trainer = compiled_files.describe_v1_trainer
-describe_kfp_v2_trainer = compiled_files.describe_kfp_v2_trainer
-describe_vertex_trainer = compiled_files.describe_vertex_trainer
 
 
 @dataclasses.dataclass(frozen=True)
 class CompileOptions:
-  """What a compile varies; `tpu` is a validated `kubeflow.tpu_vm()` or
-  `kubeflow.tpu_node()` request, required when `use_tpu`."""
+  """What a compile varies; `tpu` is a validated `scheduling.tpu_vm()` or
+  `scheduling.tpu_node()` request, required when `use_tpu`."""
   pipeline_root: str
   data_root: str
   output_path: str
   runner: str = 'kubeflow'
-  image: str = DEFAULT_IMAGE
+  image: str = compiler.DEFAULT_IMAGE
   trainer_image: Optional[str] = None
   serving_model_dir: Optional[str] = None
   pipeline_name: Optional[str] = None  # default_pipeline_name(runner)
   use_tpu: bool = True
-  tpu: Optional[kubeflow.TPUScheduling] = None
+  tpu: Optional[scheduling.TPUScheduling] = None
   tpu_name: Optional[str] = None
   tpu_zone: Optional[str] = None
   tpu_project: Optional[str] = None
   vertex_accelerator_type: Optional[str] = None  # refused with a TPU
   trainer_node_selector: Tuple[Tuple[str, str], ...] = ()
-  trainer_tolerations: Tuple[kubeflow.Toleration, ...] = ()
+  trainer_tolerations: Tuple[scheduling.Toleration, ...] = ()
   trainer_cpu: Optional[str] = None
   trainer_memory: Optional[str] = None
   train_steps: int = 1000
@@ -95,7 +72,7 @@ class CompileOptions:
   use_gcp_sa: bool = False
   preprocessing_fn: str = PREPROCESSING_FN
   trainer_module_file: str = IMAGE_TRAINER_MODULE_FILE
-  beam_args: Tuple[str, ...] = ()  # added to CLUSTER_BEAM_PIPELINE_ARGS
+  beam_args: Tuple[str, ...] = ()  # added to compiler.CLUSTER_BEAM_PIPELINE_ARGS
   # Folders in the image added to every step's PYTHONPATH (after
   # IMAGE_COMPONENTS_DIR), e.g. that of another preprocessing module.
   python_path: Tuple[str, ...] = ()
@@ -107,8 +84,8 @@ class CompileOptions:
   vertex_job: bool = True
 
   @property
-  def trainer_pod(self) -> kubeflow.TrainerPod:
-    return kubeflow.TrainerPod(
+  def trainer_pod(self) -> scheduling.TrainerPod:
+    return scheduling.TrainerPod(
         tpu=self.tpu if self.use_tpu else None,
         node_selector=tuple(self.trainer_node_selector),
         tolerations=tuple(self.trainer_tolerations),
@@ -116,7 +93,7 @@ class CompileOptions:
 
 
 def default_pipeline_name(runner: str) -> str:
-  """`taxi_tpu`; `taxi-tpu` for v2, whose names match `V2_PIPELINE_NAME`."""
+  """`taxi_tpu`; `taxi-tpu` for v2, whose names match `compiler.V2_PIPELINE_NAME`."""
   if runner == 'kubeflow_v2':
     return taxi_pipeline.PIPELINE_NAME.replace('_', '-')
   return taxi_pipeline.PIPELINE_NAME
@@ -206,12 +183,12 @@ def kubeflow_options(options: CompileOptions) -> compiler.KubeflowOptions:
       vertex_job=options.vertex_job)
 
 
-def compile_pipeline(options: CompileOptions) -> CompileResult:
+def compile_pipeline(options: CompileOptions) -> compiler.CompileResult:
   """Builds the taxi pipeline and compiles it to `options.output_path`.
 
   The library's `compiler.compile_pipeline` does the compile (the same path
   as a user's pipeline); the module files are named by their path inside the
-  image (built inside `user_modules_not_packaged()`).
+  image (built inside `compiler.user_modules_not_packaged()`).
 
   Args:
     options: the compile options (checked by the caller).
@@ -228,7 +205,7 @@ def compile_pipeline(options: CompileOptions) -> CompileResult:
     raise ValueError('use_tpu needs a TPU request (options.tpu).')
   cluster = kubeflow_options(options)
   compiler.check_options(cluster, pipeline_name(options))
-  with user_modules_not_packaged():
+  with compiler.user_modules_not_packaged():
     pipeline = taxi_pipeline.create_pipeline(pipeline_options(options))
   return compiler.compile_pipeline(pipeline, options.output_path, cluster)
 

@@ -87,9 +87,9 @@ def _compile(tmp_path, *argv):
 
 
 def test_v1_beam_args_reach_exactly_the_beam_components(tmp_path):
-  from tfx_tpu_trainer_cli import kubeflow_compile  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.kubeflow import compiled_files  # pylint: disable=g-import-not-at-top
   (path,) = _compile(tmp_path).values()
-  workflow = kubeflow_compile.read_argo_workflow(path)
+  workflow = compiled_files.read_argo_workflow(path)
   with_args = set()
   for template in workflow['spec']['templates']:
     if 'container' not in template:

@@ -398,8 +398,9 @@ def test_no_use_tpu_puts_no_tpu_anywhere(tmp_path_factory):
 def test_compile_writes_nothing_under_pipeline_root_and_restores_env(
     tmp_path, monkeypatch):
   from tfx_tpu_trainer_cli import kubeflow_compile  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer.kubeflow import scheduling as kubeflow  # pylint: disable=g-import-not-at-top
-  monkeypatch.delenv(kubeflow_compile.NO_PACKAGING_ENV, raising=False)
+  from tfx_tpu_trainer.kubeflow import compiler  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.kubeflow import scheduling  # pylint: disable=g-import-not-at-top
+  monkeypatch.delenv(compiler.NO_PACKAGING_ENV, raising=False)
   root = tmp_path / 'root'
   # v2 on CPU: a Vertex AI job cannot carry a GKE TPU VM slice.
   for runner, name, use_tpu in (('kubeflow', 'p.yaml', True),
@@ -407,17 +408,17 @@ def test_compile_writes_nothing_under_pipeline_root_and_restores_env(
     result = kubeflow_compile.compile_pipeline(kubeflow_compile.CompileOptions(
         pipeline_root=str(root), data_root=str(tmp_path / 'data'),
         output_path=str(tmp_path / 'out' / name), runner=runner,
-        use_tpu=use_tpu, tpu=kubeflow.tpu_vm() if use_tpu else None))
+        use_tpu=use_tpu, tpu=scheduling.tpu_vm() if use_tpu else None))
     assert all(os.path.isfile(p) for p in result.paths)
-    assert kubeflow_compile.NO_PACKAGING_ENV not in os.environ
+    assert compiler.NO_PACKAGING_ENV not in os.environ
   assert not root.exists()  # No _wheels: nothing packaged, nothing written.
   assert sorted(os.listdir(tmp_path / 'out')) == [
       'p.yaml', 'p2.vertex-pipeline-job.json', 'p2.yaml']
 
-  monkeypatch.setenv(kubeflow_compile.NO_PACKAGING_ENV, 'previous')
-  with kubeflow_compile.user_modules_not_packaged():
-    assert os.environ[kubeflow_compile.NO_PACKAGING_ENV] == '1'
-  assert os.environ[kubeflow_compile.NO_PACKAGING_ENV] == 'previous'
+  monkeypatch.setenv(compiler.NO_PACKAGING_ENV, 'previous')
+  with compiler.user_modules_not_packaged():
+    assert os.environ[compiler.NO_PACKAGING_ENV] == '1'
+  assert os.environ[compiler.NO_PACKAGING_ENV] == 'previous'
 
 
 # --- TPU request validation (library) ---------------------------------------
@@ -425,29 +426,29 @@ def test_compile_writes_nothing_under_pipeline_root_and_restores_env(
 
 def test_tpu_vm_defaults_and_chip_rule():
   from tfx_tpu_trainer import errors  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer.kubeflow import scheduling as kubeflow  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.kubeflow import scheduling  # pylint: disable=g-import-not-at-top
   # The default: v4, the StreamExecutor runtime (tpu/runtimes.py says why).
-  assert kubeflow.tpu_vm() == kubeflow.TPUVMScheduling(
+  assert scheduling.tpu_vm() == scheduling.TPUVMScheduling(
       'tpu-v4-podslice', '2x2x1', 4)
-  assert kubeflow.tpu_vm('tpu-v5-lite-podslice') == kubeflow.TPUVMScheduling(
+  assert scheduling.tpu_vm('tpu-v5-lite-podslice') == scheduling.TPUVMScheduling(
       'tpu-v5-lite-podslice', '2x4', 8)
-  assert kubeflow.tpu_vm('tpu-v5-lite-device', '1x1').chips == 1
-  assert kubeflow.tpu_vm('tpu-v5p-slice', '2x2x1', 4).resource_limits == {
+  assert scheduling.tpu_vm('tpu-v5-lite-device', '1x1').chips == 1
+  assert scheduling.tpu_vm('tpu-v5p-slice', '2x2x1', 4).resource_limits == {
       'google.com/tpu': '4'}
-  assert issubclass(kubeflow.TPUSchedulingError, errors.TPUTrainerError)
-  with pytest.raises(kubeflow.TPUSchedulingError, match='chips 2 does not'):
-    kubeflow.tpu_vm('tpu-v6e-slice', '2x2', 2)
-  with pytest.raises(kubeflow.TPUSchedulingError,
+  assert issubclass(scheduling.TPUSchedulingError, errors.TPUTrainerError)
+  with pytest.raises(scheduling.TPUSchedulingError, match='chips 2 does not'):
+    scheduling.tpu_vm('tpu-v6e-slice', '2x2', 2)
+  with pytest.raises(scheduling.TPUSchedulingError,
                      match='chips must be a positive integer, got 0'):
-    kubeflow.tpu_vm(chips=0)
+    scheduling.tpu_vm(chips=0)
 
 
 def test_tpu_node_defaults():
-  from tfx_tpu_trainer.kubeflow import scheduling as kubeflow  # pylint: disable=g-import-not-at-top
-  request = kubeflow.tpu_node()
+  from tfx_tpu_trainer.kubeflow import scheduling  # pylint: disable=g-import-not-at-top
+  request = scheduling.tpu_node()
   assert (request.version, request.cores) == ('v3', 8)
-  assert request.tf_version == kubeflow.default_tf_version()
-  assert kubeflow.tpu_node('preemptible-v3', 2048).resource_limits == {
+  assert request.tf_version == scheduling.default_tf_version()
+  assert scheduling.tpu_node('preemptible-v3', 2048).resource_limits == {
       'cloud-tpus.google.com/preemptible-v3': '2048'}
 
 

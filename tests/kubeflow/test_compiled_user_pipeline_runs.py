@@ -45,8 +45,8 @@ def test_user_pipeline_outside_the_repo_runs_every_step_to_a_pushed_model(
       f'{user / "penguin_tpu" / "penguin_pipeline.py"}:create_pipeline',
       '--output-dir', str(out), '--image', 'gcr.io/test/tfx-tpu-trainer:1',
       '--no-use-tpu', '--beam-arg=--direct_num_workers=1']) == 0
-  from tfx_tpu_trainer_cli import kubeflow_compile  # pylint: disable=g-import-not-at-top
-  workflow = kubeflow_compile.read_argo_workflow(str(out /
+  from tfx_tpu_trainer.kubeflow import compiled_files  # pylint: disable=g-import-not-at-top
+  workflow = compiled_files.read_argo_workflow(str(out /
                                                      'penguin-tpu.tar.gz'))
   assert os.listdir(root / '_wheels')  # TFX's packaging, at compile time.
   run = compiled_runs.workflow_run(work, workflow, mlmd_server, 'user')

@@ -97,9 +97,9 @@ def _compile(tmp_path, capsys, *argv):
 
 
 def _v1_env(path, step):
-  from tfx_tpu_trainer_cli import kubeflow_compile  # pylint: disable=g-import-not-at-top
-  template = kubeflow_compile.argo_step(
-      kubeflow_compile.read_argo_workflow(path), step)
+  from tfx_tpu_trainer.kubeflow import compiled_files  # pylint: disable=g-import-not-at-top
+  template = compiled_files.argo_step(
+      compiled_files.read_argo_workflow(path), step)
   return template, {e['name']: e.get('value')
                     for e in template['container'].get('env', [])}
 
@@ -125,8 +125,8 @@ def test_v1_tpu_steps_carry_the_generations_runtime(tmp_path, capsys,
   _, csv_env = _v1_env(path, 'CsvExampleGen')
   assert not _runtime_env(csv_env)
   # The check runs first: every other step waits for it.
-  from tfx_tpu_trainer_cli import kubeflow_compile  # pylint: disable=g-import-not-at-top
-  workflow = kubeflow_compile.read_argo_workflow(path)
+  from tfx_tpu_trainer.kubeflow import compiled_files  # pylint: disable=g-import-not-at-top
+  workflow = compiled_files.read_argo_workflow(path)
   (dag,) = [t['dag'] for t in workflow['spec']['templates'] if 'dag' in t]
   for task in dag['tasks']:
     if task['name'] != 'tpucheck':
