@@ -40,8 +40,8 @@ class TaxiPipelineOptions:
   eval_steps: int = 100
   custom_config: Dict[str, Any] = dataclasses.field(default_factory=dict)
   min_accuracy: float = 0.5
-  # What the Evaluator reads (tfx_tpu_trainer_cli/evaluator_keys.py decides them for
-  # another trainer module): the label, the prediction (None: TFMA's own
+  # What the Evaluator reads (tfx_tpu_trainer_cli/evaluator_keys.py decides
+  # them for another trainer module): the label, the prediction (None: TFMA's own
   # search) and the model signatures that compute the label.
   eval_label_key: str = LABEL_KEY
   eval_prediction_key: Optional[str] = PREDICTION_KEY

@@ -43,7 +43,8 @@ class TPUTrainer(trainer_component.Trainer):
   `schema`, `base_model`, `hyperparameters`, `module_file`, `train_args`,
   `eval_args`, `custom_config`) and has its outputs (`model`, `model_run`),
   plus `metrics`: the final evaluation as a `system.Metrics` artifact, which
-  the KFP v2 and Vertex UIs show as the run's metrics (publishing/v2_metrics.py).
+  the KFP v2 and Vertex UIs show as the run's metrics
+  (publishing/v2_metrics.py).
   The module defines `model_fn(features, labels, mode, params)` returning a
   `TPUEstimatorSpec`; `custom_config` keys are documented in
   `tfx_tpu_trainer.config`. Its spec is `TPUTrainerSpec`: the Trainer's exec

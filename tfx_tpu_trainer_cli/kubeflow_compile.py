@@ -72,7 +72,8 @@ class CompileOptions:
   use_gcp_sa: bool = False
   preprocessing_fn: str = PREPROCESSING_FN
   trainer_module_file: str = IMAGE_TRAINER_MODULE_FILE
-  beam_args: Tuple[str, ...] = ()  # added to compiler.CLUSTER_BEAM_PIPELINE_ARGS
+  # Added to compiler.CLUSTER_BEAM_PIPELINE_ARGS.
+  beam_args: Tuple[str, ...] = ()
   # Folders in the image added to every step's PYTHONPATH (after
   # IMAGE_COMPONENTS_DIR), e.g. that of another preprocessing module.
   python_path: Tuple[str, ...] = ()
@@ -93,7 +94,7 @@ class CompileOptions:
 
 
 def default_pipeline_name(runner: str) -> str:
-  """`taxi_tpu`; `taxi-tpu` for v2, whose names match `compiler.V2_PIPELINE_NAME`."""
+  """`taxi_tpu`; `taxi-tpu` for v2 (names as compiler.V2_PIPELINE_NAME)."""
   if runner == 'kubeflow_v2':
     return taxi_pipeline.PIPELINE_NAME.replace('_', '-')
   return taxi_pipeline.PIPELINE_NAME

@@ -430,7 +430,8 @@ def test_tpu_vm_defaults_and_chip_rule():
   # The default: v4, the StreamExecutor runtime (tpu/runtimes.py says why).
   assert scheduling.tpu_vm() == scheduling.TPUVMScheduling(
       'tpu-v4-podslice', '2x2x1', 4)
-  assert scheduling.tpu_vm('tpu-v5-lite-podslice') == scheduling.TPUVMScheduling(
+  assert scheduling.tpu_vm(
+      'tpu-v5-lite-podslice') == scheduling.TPUVMScheduling(
       'tpu-v5-lite-podslice', '2x4', 8)
   assert scheduling.tpu_vm('tpu-v5-lite-device', '1x1').chips == 1
   assert scheduling.tpu_vm('tpu-v5p-slice', '2x2x1', 4).resource_limits == {

@@ -8,6 +8,7 @@ from tfx_tpu_trainer import estimator_adapter
 from tfx_tpu_trainer import executor
 from tfx_tpu_trainer import user_module
 from tfx_tpu_trainer.preflight import cpu_graphs as checks
+from tfx_tpu_trainer.preflight import report as preflight_report
 
 from tests.fixtures import pipeline_outputs
 from tests.conftest import TEST_MODULES_DIR
@@ -50,7 +51,7 @@ def test_metric_fn_that_fails_is_a_finding_before_training(taxi_artifacts,
                                                            tmp_path):
   path, run, error = _failed_run(taxi_artifacts, tmp_path,
                                  'failing_metric_fn_module.py',
-                                 checks.PreflightError)
+                                 preflight_report.PreflightError)
   assert str(error).startswith(
       f'{path}: 1 error(s) found before training, in the graphs TPUEstimator '
       'builds on CPU:\n  ERROR   [eval/eval-metric-fn] the metric_fn of the '

@@ -16,6 +16,7 @@ from tfx_tpu_trainer import user_module
 from tfx_tpu_trainer.model_fn import dispatch
 from tfx_tpu_trainer.model_fn import keras_adapter
 from tfx_tpu_trainer.preflight import checks as preflight
+from tfx_tpu_trainer.preflight import report as preflight_report
 from tfx_tpu_trainer.preflight import sample as preflight_sample
 from tfx_tpu_trainer_cli import main as cli
 
@@ -426,7 +427,7 @@ def test_check_before_training_raises_listing_the_errors():
     del params
     return tf.data.Dataset.from_tensors((sample.features, sample.labels))
 
-  with pytest.raises(preflight.PreflightError) as error:
+  with pytest.raises(preflight_report.PreflightError) as error:
     config = config_lib.TrainerConfig(use_tpu=True)
     preflight.check_before_training(
         prepare.prepare_run(config, module, None), config, input_fn)
@@ -482,7 +483,7 @@ def test_executor_runs_the_preflight_before_training_on_tpu(taxi_artifacts,
       custom_config={'use_tpu': True, 'num_shards': 8,
                      'train_batch_size': 16, 'eval_batch_size': 16},
       train_steps=10, eval_steps=2)
-  with pytest.raises(preflight.PreflightError) as error:
+  with pytest.raises(preflight_report.PreflightError) as error:
     executor.Executor().Do(run.input_dict, run.output_dict,
                            run.exec_properties)
   assert ('ERROR   [train/missing-cross-shard-optimizer] the train step has '
@@ -492,7 +493,7 @@ def test_executor_runs_the_preflight_before_training_on_tpu(taxi_artifacts,
 
 
 def test_a_finding_is_data_and_its_text_is_rendered_from_it():
-  finding = preflight.Finding(
+  finding = preflight_report.Finding(
       'float64', preflight.ERROR, 'computes float64 in the train step.',
       'train', fix='Use float32.', op='Cast', where="op 'Cast' (Cast)",
       knock_on=("float64 at 'mul'",), also_in=('eval', 'export'))
@@ -506,7 +507,7 @@ def test_a_finding_is_data_and_its_text_is_rendered_from_it():
       'cause': 'computes float64 in the train step.', 'fix': 'Use float32.',
       'knock_on': ["float64 at 'mul'"], 'also_in': ['eval', 'export']}
   # Positional as before: code, severity, what is wrong, phase.
-  assert preflight.Finding('x', preflight.INFO, 'all well.',
+  assert preflight_report.Finding('x', preflight.INFO, 'all well.',
                            'train').message == 'all well.'
 
 

@@ -61,7 +61,7 @@ be reachable then: a GCS write for a `gs://` root), unless the components
 were built inside `user_modules_not_packaged()`, which keeps the paths as
 given: then the files must be at those paths inside the image.
 
-A pipeline without a `TPUTrainer` is refused (`component_lib.NoTPUTrainerError`): nothing
+A pipeline without a `TPUTrainer` is refused (`NoTPUTrainerError`): nothing
 would carry the TPU scheduling, the trainer image or the KFP metrics, and
 TFX's own runners compile such a pipeline as well.
 """

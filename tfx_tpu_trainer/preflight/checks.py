@@ -49,9 +49,6 @@ from tfx_tpu_trainer.training import estimator_builder
 
 DEFAULT_NUM_SHARDS = 8
 
-Finding = preflight_report.Finding
-PreflightError = preflight_report.PreflightError
-PreflightReport = preflight_report.PreflightReport
 ERROR, WARNING, INFO = (preflight_report.ERROR, preflight_report.WARNING,
                         preflight_report.INFO)
 ModeKeys = tf_estimator.ModeKeys
@@ -76,12 +73,12 @@ def per_shard_batch_size(config: config_lib.TrainerConfig,
 
 
 def _config_findings(config: config_lib.TrainerConfig, num_shards: int,
-                     assumed: bool) -> List[Finding]:
+                     assumed: bool) -> List[preflight_report.Finding]:
   note = (f' (num_shards is not set: {num_shards}, one TPU host, was '
           'assumed; set custom_config num_shards to check exactly)'
           if assumed else '')
   return [
-      Finding(
+      preflight_report.Finding(
           'batch-size-not-divisible', WARNING if assumed else ERROR,
           f'does not divide by num_shards={num_shards}: TPU splits each '
           'global batch evenly across shards.', 'config',
@@ -108,7 +105,7 @@ def _named_specs(structure: Any, what: str) -> Dict[str, Any]:
 
 
 def _input_findings(sample: preflight_sample.SampleBatch,
-                    batch_size: int) -> List[Finding]:
+                    batch_size: int) -> List[preflight_report.Finding]:
   """The input's element_spec against what TPU infeed takes."""
   features_spec, labels_spec = sample.element_spec
   specs = _named_specs(features_spec, 'feature')
@@ -116,7 +113,7 @@ def _input_findings(sample: preflight_sample.SampleBatch,
   findings = []
   for name, spec in specs.items():
     if not isinstance(spec, tf.TensorSpec):
-      findings.append(Finding(
+      findings.append(preflight_report.Finding(
           'sparse-input', ERROR,
           f'is a {type(spec).__name__[:-4]}: TPUEstimator infeeds dense '
           'tensors only.', 'input',
@@ -124,7 +121,7 @@ def _input_findings(sample: preflight_sample.SampleBatch,
           'tf.sparse.to_dense, padded to a fixed length).', where=name))
       continue
     if spec.dtype in _INFEED_DTYPES_REJECTED:
-      findings.append(Finding(
+      findings.append(preflight_report.Finding(
           'input-dtype', ERROR,
           f'is {_INFEED_DTYPES_REJECTED[spec.dtype]} tensor: the TPU infeed '
           'cannot carry it, even when the model does not read it.', 'input',
@@ -134,20 +131,20 @@ def _input_findings(sample: preflight_sample.SampleBatch,
           where=name))
     shape = spec.shape
     if shape.rank == 0:
-      findings.append(Finding(
+      findings.append(preflight_report.Finding(
           'dynamic-input-shape', ERROR,
           f'has no batch axis (shape {shape}): TPUEstimator infeeds batches.',
           'input', fix="Batch the input by params['batch_size'] with "
           'drop_remainder=True.', where=name))
     elif not shape.is_fully_defined():
-      findings.append(Finding(
+      findings.append(preflight_report.Finding(
           'dynamic-input-shape', ERROR,
           f'has shape {shape} in the input: the TPU needs static shapes.',
           'input', fix='Batch with drop_remainder=True (the default input '
           'does) and pad variable-length features to a fixed length.',
           where=name))
     elif shape[0] != batch_size:
-      findings.append(Finding(
+      findings.append(preflight_report.Finding(
           'input-batch-size', WARNING,
           f'has {shape[0]} examples per batch, but each shard asks for '
           f"params['batch_size']={batch_size}: batch the input by "
@@ -169,10 +166,11 @@ def _infeedable(features: Any) -> Tuple[Any, Dict[str, str]]:
   return kept, withheld
 
 
-def _loss_findings(loss: tf.Tensor, phase: str) -> List[Finding]:
+def _loss_findings(loss: tf.Tensor,
+                   phase: str) -> List[preflight_report.Finding]:
   if loss.shape.rank == 0 and loss.dtype == tf.float32:
     return []
-  return [Finding(
+  return [preflight_report.Finding(
       'loss', ERROR,
       f'has shape {loss.shape} and dtype {loss.dtype.name}; TPUEstimator '
       'accumulates a float32 scalar loss on the TPU.', phase,
@@ -191,7 +189,7 @@ def _host_call_tensors(host_call: Any) -> List[tf.Tensor]:
 
 
 def _host_call_findings(host_call: Any, what: str,
-                        phase: str) -> List[Finding]:
+                        phase: str) -> List[preflight_report.Finding]:
   """Shape findings of the eval_metrics/host_call tensors (outfeed rules)."""
   if host_call is None:
     return []
@@ -204,14 +202,14 @@ def _host_call_findings(host_call: Any, what: str,
   for key, tensor in named.items():
     where = f'{what} tensor {key!r} ({tensor.name})'
     if tensor.shape.rank == 0:
-      findings.append(Finding(
+      findings.append(preflight_report.Finding(
           code, ERROR,
           'is a scalar: the TPU outfeed concatenates these tensors across '
           'shards on the first axis, so each needs a batch axis.', phase,
           fix='Pass per-example tensors, or tf.reshape(x, [1]).',
           op=tensor.op.name, where=where))
     elif not tensor.shape.is_fully_defined():
-      findings.append(Finding(
+      findings.append(preflight_report.Finding(
           code, ERROR,
           f'has shape {tensor.shape}: the TPU outfeed needs static shapes.',
           phase, op=tensor.op.name, where=where))
@@ -234,7 +232,7 @@ class _HostCalls:
 
   def __init__(self, phase: str):
     self.phase = phase
-    self.findings: List[Finding] = []
+    self.findings: List[preflight_report.Finding] = []
     self.metric_names: List[str] = []
 
   def call(self, host_call: Any, flat_tensors: List[tf.Tensor],
@@ -266,7 +264,7 @@ class _HostCalls:
       metrics = self.call(eval_metrics, outputs[1:], 'metric_fn')
       updates, values = [], []
       if not isinstance(metrics, Mapping):
-        self.findings.append(Finding(
+        self.findings.append(preflight_report.Finding(
             'eval-metric-fn', ERROR,
             f'metric_fn returned {type(metrics).__name__}; it must return a '
             'dict of metric name -> (value, update_op) from '
@@ -274,7 +272,7 @@ class _HostCalls:
         return updates, values
       for name, metric in sorted(metrics.items()):
         if not (isinstance(metric, (tuple, list)) and len(metric) == 2):
-          self.findings.append(Finding(
+          self.findings.append(preflight_report.Finding(
               'eval-metric-fn', ERROR,
               f'metric_fn returned {type(metric).__name__} for {name!r}; '
               'TPUEstimator takes (value, update_op) pairs, e.g. from '
@@ -291,10 +289,11 @@ class _HostCalls:
 class _Phases:
   """Runs the phases of one preflight and collects their findings."""
 
-  def __init__(self, report: PreflightReport):
+  def __init__(self, report: preflight_report.PreflightReport):
     self.report = report
 
-  def run(self, phase: str, fn: Callable[[], List[Finding]]) -> None:
+  def run(self, phase: str,
+          fn: Callable[[], List[preflight_report.Finding]]) -> None:
     start = time.time()
     try:
       findings = fn()
@@ -302,7 +301,7 @@ class _Phases:
       findings = [e.finding]
     except Exception as e:  # pylint: disable=broad-except
       logging.exception('Preflight phase %s failed.', phase)
-      findings = [Finding(
+      findings = [preflight_report.Finding(
           'phase-error', ERROR,
           f'the {phase} check failed: {type(e).__name__}: {e}', phase)]
     self.report.findings.extend(findings)
@@ -342,7 +341,7 @@ class _Preflight:
     except spec_checks.SpecProblem:
       raise
     except Exception as e:  # pylint: disable=broad-except
-      raise spec_checks.SpecProblem(Finding(
+      raise spec_checks.SpecProblem(preflight_report.Finding(
           'model-fn-error', ERROR,
           f'the model_fn failed in mode {mode!r} (built as on TPU: '
           f"params['use_tpu']=True): {type(e).__name__}: {e}", phase)) from e
@@ -355,7 +354,7 @@ class _Preflight:
       return None, preflight_graph.xla_error_findings(
           e, phase, preflight_graph.statically_rejected_ops(step))
 
-  def train(self) -> List[Finding]:
+  def train(self) -> List[preflight_report.Finding]:
     """One train step: checks, XLA compile and run, checkpoint."""
     phase = 'train'
 
@@ -379,13 +378,13 @@ class _Preflight:
         step, findings + host.findings + run_findings)
     if run is not None:
       self.checkpoint = run.checkpoint
-      findings.append(Finding(
+      findings.append(preflight_report.Finding(
           'train-step', INFO,
           f'one train step compiled with XLA and ran on the sample: '
           f'loss={float(run.outputs[0]):.4g}.', phase))
     return findings
 
-  def evaluate(self) -> List[Finding]:
+  def evaluate(self) -> List[preflight_report.Finding]:
     """One eval step: checks, XLA compile and run, metric_fn on the host."""
     phase = 'eval'
 
@@ -407,24 +406,24 @@ class _Preflight:
     if run is not None:
       computed = ', '.join(f'{name}={float(value):.4g}' for name, value in
                            zip(host.metric_names, run.host_values or []))
-      findings.append(Finding(
+      findings.append(preflight_report.Finding(
           'eval-step', INFO,
           'one eval step compiled with XLA and ran on the sample; metric_fn '
           f'ran on the host: loss={float(run.outputs[0]):.4g}'
           + (f', {computed}' if computed else '') + '.', phase))
     return findings
 
-  def export(self) -> List[Finding]:
+  def export(self) -> List[preflight_report.Finding]:
     """The PREDICT computation of the TPU export, then the real export."""
     phase = 'export'
 
     def outputs(spec):
       if not isinstance(spec, (_TPU_SPEC, tf_estimator.EstimatorSpec)):
-        raise spec_checks.SpecProblem(Finding(
+        raise spec_checks.SpecProblem(preflight_report.Finding(
             'spec', ERROR, f'the model_fn returned {type(spec).__name__} in '
             "mode 'infer'; it must return a TPUEstimatorSpec.", phase))
       if spec.predictions is None:
-        raise spec_checks.SpecProblem(Finding(
+        raise spec_checks.SpecProblem(preflight_report.Finding(
             'spec', ERROR, "the TPUEstimatorSpec of mode 'infer' has no "
             'predictions.', phase))
       return [t for t in tf.nest.flatten(spec.predictions)]
@@ -435,21 +434,21 @@ class _Preflight:
     run, run_findings = self._run(step, phase)
     findings = preflight_graph.fold_knock_on(step, findings + run_findings)
     if run is not None:
-      findings.append(Finding(
+      findings.append(preflight_report.Finding(
           'predict-step', INFO,
           'the PREDICT computation of the {serve, tpu} export compiled with '
           'XLA and ran on the sample.', phase))
     findings.extend(self._export_findings(phase))
     return findings
 
-  def _export_findings(self, phase: str) -> List[Finding]:
+  def _export_findings(self, phase: str) -> List[preflight_report.Finding]:
     """Exports the saved step as the executor would; checks both tag sets."""
     if self.serving_input_receiver_fn is None or self.checkpoint is None:
       reason = ('no serving input was given (a transform graph, a schema or '
                 "the module's serving_input_receiver_fn)"
                 if self.serving_input_receiver_fn is None else
                 'the train step did not run')
-      return [Finding('export-skipped', INFO,
+      return [preflight_report.Finding('export-skipped', INFO,
                       f'the dual-tag export was not tried: {reason}.', phase)]
     export_config = dataclasses.replace(self.config, use_tpu=False, tpu=None,
                                         export_to_tpu=True)
@@ -461,27 +460,27 @@ class _Preflight:
           self.serving_input_receiver_fn,
           checkpoint_path=self.checkpoint)
     except Exception as e:  # pylint: disable=broad-except
-      return [Finding(
+      return [preflight_report.Finding(
           'export', ERROR,
           f'exporting the {{serve}} and {{serve, tpu}} SavedModel failed: '
           f'{type(e).__name__}: {e}', phase)]
     path = path.decode() if isinstance(path, bytes) else path
     tag_sets = export.saved_model_tag_sets(path)
     if tag_sets != [export.SERVE_TAGS, tuple(sorted(export.SERVE_TPU_TAGS))]:
-      return [Finding(
+      return [preflight_report.Finding(
           'export', ERROR,
           f'the export holds tag sets {tag_sets}, not [serve] and '
           '[serve, tpu].', phase)]
-    return [Finding('export', INFO,
+    return [preflight_report.Finding('export', INFO,
                     'the {serve} and {serve, tpu} SavedModel exported.',
                     phase)]
 
 
 def _summary_findings(graph: tf.Graph, before, where: str,
-                      phase: str) -> List[Finding]:
+                      phase: str) -> List[preflight_report.Finding]:
   """v1 summaries a host function made (TPU host calls reject them)."""
   return [
-      Finding(
+      preflight_report.Finding(
           'host-call-v1-summary', ERROR,
           f'creates the v1 summary {op.name!r} ({op.type}); TPUEstimator '
           'rejects tf.compat.v1.summary ops in host calls.', phase,
@@ -492,7 +491,8 @@ def _summary_findings(graph: tf.Graph, before, where: str,
   ]
 
 
-def _merge_repeated_op_findings(findings: List[Finding]) -> List[Finding]:
+def _merge_repeated_op_findings(
+    findings: List[preflight_report.Finding]) -> List[preflight_report.Finding]:
   """One finding per op and code: later steps are named in the first one.
 
   Findings that name an op (`op` and `where` set; a finding about the
@@ -523,7 +523,7 @@ def run_preflight(
     subject: str,
     num_shards: Optional[int] = None,
     serving_input_receiver_fn: Optional[Callable[[], Any]] = None,
-) -> PreflightReport:
+) -> preflight_report.PreflightReport:
   """Checks on CPU that `model_fn` trains, evaluates and exports on TPU.
 
   Args:
@@ -541,7 +541,7 @@ def run_preflight(
     The report; `report.ok` when no error was found.
   """
   shards, assumed = resolve_num_shards(config, num_shards)
-  report = PreflightReport(source=subject, num_shards=shards,
+  report = preflight_report.PreflightReport(source=subject, num_shards=shards,
                            sample_origin=sample.origin)
   phases = _Phases(report)
   phases.run('config', lambda: _config_findings(config, shards, assumed))
@@ -549,7 +549,7 @@ def run_preflight(
       sample, per_shard_batch_size(config, shards)))
   if not all(isinstance(spec, tf.TensorSpec)
              for spec in tf.nest.flatten(sample.element_spec)):
-    report.findings.append(Finding(
+    report.findings.append(preflight_report.Finding(
         'skipped', INFO, 'the model checks need a dense sample; fix the '
         'input findings first.', 'input'))
     return report
@@ -567,7 +567,7 @@ def check_before_training(
     run: prepare.PreparedRun,
     config: config_lib.TrainerConfig,
     train_input_fn: Callable[[Dict[str, Any]], tf.data.Dataset],
-) -> PreflightReport:
+) -> preflight_report.PreflightReport:
   """The executor's preflight: on the first training batch; raises on errors.
 
   Args:
@@ -579,7 +579,8 @@ def check_before_training(
     The report (logged).
 
   Raises:
-    PreflightError: listing the errors, when the model is not TPU-ready.
+    preflight_report.PreflightError: listing the errors, when the model is
+      not TPU-ready.
   """
   shards, _ = resolve_num_shards(config)
   sample = preflight_sample.from_input_fn(

@@ -24,16 +24,13 @@ from tfx_tpu_trainer.preflight import report as preflight_report
 from tfx_tpu_trainer.preflight import spec_checks
 from tfx_tpu_trainer.training import estimator_builder
 
-Finding = preflight_report.Finding
-PreflightError = preflight_report.PreflightError
-PreflightReport = preflight_report.PreflightReport
 ERROR = preflight_report.ERROR
 ModeKeys = tf_estimator.ModeKeys
 
 
 def _cpu_step_findings(model_fn, mode: str, features: Any, labels: Any,
                        params: Dict[str, Any], run_config: Any,
-                       phase: str) -> List[Finding]:
+                       phase: str) -> List[preflight_report.Finding]:
   """Builds one step as TPUEstimator does on CPU; its errors as findings.
 
   `mode` is EVAL or PREDICT (training builds its own graph first thing).
@@ -43,12 +40,12 @@ def _cpu_step_findings(model_fn, mode: str, features: Any, labels: Any,
   training.
   """
   try:
-    spec = estimator_spec_adapter.call_model_fn(model_fn, features, labels, mode,
-                                           params, run_config)
+    spec = estimator_spec_adapter.call_model_fn(
+        model_fn, features, labels, mode, params, run_config)
   except errors.TPUTrainerError:
     raise  # The module's own error (it names the module): as it is.
   except Exception as e:  # pylint: disable=broad-except
-    return [Finding('model-fn-error', ERROR,
+    return [preflight_report.Finding('model-fn-error', ERROR,
                     f'the model_fn failed in mode {mode!r}: '
                     f'{type(e).__name__}: {e}', phase)]
   fields = {ModeKeys.EVAL: ('loss',), ModeKeys.PREDICT: ('predictions',)}[mode]
@@ -61,7 +58,7 @@ def _cpu_step_findings(model_fn, mode: str, features: Any, labels: Any,
   except Exception as e:  # pylint: disable=broad-except
     what = ('metric_fn' if mode == ModeKeys.EVAL else
             'host_call (or eval_metrics)')
-    return [Finding(
+    return [preflight_report.Finding(
         'eval-metric-fn' if mode == ModeKeys.EVAL else 'host-call', ERROR,
         f'the {what} of the {mode!r} TPUEstimatorSpec failed: '
         f'{type(e).__name__}: {e}', phase)]
@@ -72,7 +69,7 @@ def check_graphs_before_training(
     run: prepare.PreparedRun,
     config: config_lib.TrainerConfig,
     eval_input_fn: Callable[[Dict[str, Any]], tf.data.Dataset],
-) -> PreflightReport:
+) -> preflight_report.PreflightReport:
   """The executor's check on CPU (`use_tpu` false), before the first step.
 
   Builds, without running them, the graphs TPUEstimator builds on CPU only
@@ -82,7 +79,7 @@ def check_graphs_before_training(
   an error in it fails there, naming the model_fn. No XLA compile and no
   TPU checks. An error of the module's own (a TPUTrainerError naming it)
   is raised as it is; other failures are findings, raised together as a
-  PreflightError.
+  preflight_report.PreflightError.
 
   Args:
     run: the prepared run.
@@ -94,11 +91,11 @@ def check_graphs_before_training(
 
   Raises:
     TPUTrainerError: the module's error, e.g. a UserModuleError.
-    PreflightError: listing the other errors.
+    preflight_report.PreflightError: listing the other errors.
   """
-  report = PreflightReport(source=run.module.module_file, num_shards=1,
-                           sample_origin='the graph of the eval input (not '
-                           'read)')
+  report = preflight_report.PreflightReport(
+      source=run.module.module_file, num_shards=1,
+      sample_origin='the graph of the eval input (not read)')
   cpu_config = dataclasses.replace(config, use_tpu=False, tpu=None)
 
   def step(mode, input_fn, batch_size, phase):

@@ -34,7 +34,6 @@ from tfx_tpu_trainer.model_fn import sparse_columns
 from tfx_tpu_trainer.preflight import report as preflight_report
 from tfx_tpu_trainer.preflight import xla_errors
 
-Finding = preflight_report.Finding
 ERROR = preflight_report.ERROR
 
 _XLA_COMPILE_ATTR = '_xla_compile_id'
@@ -190,23 +189,24 @@ def _op_label(op: tf.Operation, kind: Optional[str] = None) -> str:
   return f'op {op.name!r} ({kind or op.type})'
 
 
-def _capped(findings: List[Finding], code: str, count: int,
-            phase: str) -> List[Finding]:
+def _capped(findings: List[preflight_report.Finding], code: str, count: int,
+            phase: str) -> List[preflight_report.Finding]:
   if count > _MAX_PER_CODE:
     findings = findings[:_MAX_PER_CODE]
-    findings.append(Finding(
+    findings.append(preflight_report.Finding(
         code, ERROR, f'... and {count - _MAX_PER_CODE} more op(s) like these.',
         phase))
   return findings
 
 
-def _dtype_findings(ops: Sequence[tf.Operation], phase: str) -> List[Finding]:
+def _dtype_findings(ops: Sequence[tf.Operation],
+                    phase: str) -> List[preflight_report.Finding]:
   """float64/complex128 and string tensors computed inside the step."""
   forward = set(forward_ops(ops))
   # Name the model's own ops first; their gradients follow from them.
   ordered = [op for op in ops if op in forward] + [
       op for op in ops if op not in forward]
-  by_code: Dict[str, List[Finding]] = {}
+  by_code: Dict[str, List[preflight_report.Finding]] = {}
   counts: Dict[str, int] = {}
   for op in ordered:
     dtypes = {output.dtype.base_dtype for output in op.outputs}
@@ -214,7 +214,7 @@ def _dtype_findings(ops: Sequence[tf.Operation], phase: str) -> List[Finding]:
       if dtype in dtypes:
         code = 'float64' if dtype == tf.float64 else 'unsupported-dtype'
         counts[code] = counts.get(code, 0) + 1
-        by_code.setdefault(code, []).append(Finding(
+        by_code.setdefault(code, []).append(preflight_report.Finding(
             code, ERROR,
             f'computes {dtype_name} in the {phase} step; TPUs have no '
             f'{dtype_name} (XLA on CPU accepts it).', phase,
@@ -223,7 +223,7 @@ def _dtype_findings(ops: Sequence[tf.Operation], phase: str) -> List[Finding]:
             op=op.name, where=_op_label(op)))
     if tf.string in dtypes and op.type != 'Placeholder':
       counts['string-op'] = counts.get('string-op', 0) + 1
-      by_code.setdefault('string-op', []).append(Finding(
+      by_code.setdefault('string-op', []).append(preflight_report.Finding(
           'string-op', ERROR,
           f'computes strings in the {phase} step; a TPU program cannot hold '
           'strings.', phase,
@@ -241,7 +241,7 @@ def _is_dynamic(tensor: tf.Tensor) -> bool:
 
 
 def _dynamic_shape_findings(ops: Sequence[tf.Operation],
-                            phase: str) -> List[Finding]:
+                            phase: str) -> List[preflight_report.Finding]:
   """Ops of the model that make data-dependent shapes from static inputs."""
   findings = []
   for op in forward_ops(ops):
@@ -252,12 +252,12 @@ def _dynamic_shape_findings(ops: Sequence[tf.Operation],
       continue
     column = sparse_columns.column_of_op(op.name)
     if column is not None:
-      findings.append(Finding(
+      findings.append(preflight_report.Finding(
           'dynamic-shape', ERROR, sparse_columns.sparse_op_cause(*column),
           phase, fix=sparse_columns.SPARSE_OP_FIX, op=op.name,
           where=_op_label(op)))
     else:
-      findings.append(Finding(
+      findings.append(preflight_report.Finding(
           'dynamic-shape', ERROR,
           f'makes tensor {dynamic[0].name!r} of shape {dynamic[0].shape} from '
           'inputs of static shape: its size depends on the data. TPU programs '
@@ -270,24 +270,24 @@ def _dynamic_shape_findings(ops: Sequence[tf.Operation],
 
 
 def _rejected_op_findings(ops: Sequence[tf.Operation],
-                          phase: str) -> List[Finding]:
+                          phase: str) -> List[preflight_report.Finding]:
   findings = []
   for op in ops:
     if op.type in tpu_facts.V1_SUMMARY_OPS:
-      findings.append(Finding(
+      findings.append(preflight_report.Finding(
           'v1-summary', ERROR,
           f'is a v1 summary inside the {phase} step; TPU computations reject '
           'v1 summaries.', phase,
           fix='Remove it, or write summaries from a TPUEstimatorSpec '
           'host_call with tf.summary (v2).', op=op.name, where=_op_label(op)))
     elif op.type == 'Print':
-      findings.append(Finding(
+      findings.append(preflight_report.Finding(
           'print-op', ERROR,
           f'is inside the {phase} step; TPU computations reject it.', phase,
           fix='Remove it, or log from a host_call.', op=op.name,
           where=_op_label(op, 'tf.compat.v1.Print')))
     elif op.type == 'Placeholder':
-      findings.append(Finding(
+      findings.append(preflight_report.Finding(
           'placeholder-in-model', ERROR,
           f'is a placeholder inside the {phase} step; a TPU computation takes '
           'its inputs from the infeed only.', phase,
@@ -317,7 +317,7 @@ def reachable_ops(step: StepGraph) -> List[tf.Operation]:
   return [op for op in step.ops if op in seen]
 
 
-def check_ops(step: StepGraph, phase: str) -> List[Finding]:
+def check_ops(step: StepGraph, phase: str) -> List[preflight_report.Finding]:
   """Static TPU checks of the ops of a step.
 
   Summaries, Print and placeholders are checked among all ops of the
@@ -331,18 +331,18 @@ def check_ops(step: StepGraph, phase: str) -> List[Finding]:
 
 
 def check_cross_shard(step: StepGraph, num_shards: int,
-                      phase: str) -> List[Finding]:
+                      phase: str) -> List[preflight_report.Finding]:
   """A multi-shard train step must sum gradients across shards."""
   if num_shards <= 1 or any(
       op.type == tpu_facts.CROSS_REPLICA_SUM_OP for op in step.ops):
     return []
-  return [Finding(
+  return [preflight_report.Finding(
       'missing-cross-shard-optimizer', ERROR,
       f'the train step has no cross-shard gradient sum for {num_shards} '
       'shards: each TPU core would train its own copy of the model.', phase,
       fix='Wrap the optimizer: `if params["use_tpu"]: optimizer = '
       'tf.compat.v1.tpu.CrossShardOptimizer(optimizer)` (an Estimator '
-      'model_fn adapted by estimator_spec_adapter.to_tpu_model_fn gets this for '
+      'model_fn adapted by estimator_adapter.to_tpu_model_fn gets this for '
       'tf.compat.v1.train optimizers).')]
 
 
@@ -387,8 +387,9 @@ def _error_lines(message: str) -> str:
   return text[:600]
 
 
-def xla_error_findings(error: Exception, phase: str,
-                       reported_ops: Sequence[str]) -> List[Finding]:
+def xla_error_findings(
+    error: Exception, phase: str,
+    reported_ops: Sequence[str]) -> List[preflight_report.Finding]:
   """Findings naming the ops in an XLA compile or run error."""
   message = str(getattr(error, 'message', None) or error)
   unsupported = _UNSUPPORTED_OP.findall(message)
@@ -398,7 +399,7 @@ def xla_error_findings(error: Exception, phase: str,
     if node in seen or node in reported_ops:
       continue
     seen.add(node)
-    findings.append(Finding(
+    findings.append(preflight_report.Finding(
         'xla-unsupported-op', ERROR,
         f'in the {phase} step cannot be compiled by XLA ({device} has no '
         'kernel for it), so the TPU cannot run it.', phase,
@@ -411,7 +412,7 @@ def xla_error_findings(error: Exception, phase: str,
   frame = xla_errors.user_frame(message)
   made_by = (f', made by {frame.describe()}' if frame else
              ' (an op the model_fn made; the op name says where)')
-  return [Finding(
+  return [preflight_report.Finding(
       'xla-compile', ERROR,
       f'the {phase} step failed to compile or run with XLA{at_op}{made_by}. '
       f'XLA said: {type(error).__name__}: {_error_lines(message)}', phase,
@@ -480,7 +481,8 @@ _ROOT_CODES = ('xla-unsupported-op', 'string-op', 'float64',
                'unsupported-dtype', 'dynamic-shape')
 
 
-def _subject_op(step: StepGraph, finding: Finding) -> Optional[tf.Operation]:
+def _subject_op(step: StepGraph,
+                finding: preflight_report.Finding) -> Optional[tf.Operation]:
   """The op of the step a finding is about (`finding.op`), if any."""
   if finding.op is None:
     return None
@@ -507,8 +509,9 @@ def _upstream(ops: Sequence[tf.Operation], control_inputs: bool = False) -> set:
   return seen
 
 
-def fold_knock_on(step: Optional[StepGraph],
-                  findings: List[Finding]) -> List[Finding]:
+def fold_knock_on(
+    step: Optional[StepGraph],
+    findings: List[preflight_report.Finding]) -> List[preflight_report.Finding]:
   """One finding per root cause: knock-on findings folded under their cause.
 
   A finding about an op (or tensor) downstream of an op that another finding

@@ -161,9 +161,9 @@ def accepted_labels(run: prepare.PreparedRun,
                 isinstance(element[1], tf.Tensor)):
           return None
         features, labels = element
-        estimator_spec_adapter.call_model_fn(run.model_fn, features, labels,
-                                        tf_estimator.ModeKeys.EVAL, params,
-                                        run_config)
+        estimator_spec_adapter.call_model_fn(
+            run.model_fn, features, labels, tf_estimator.ModeKeys.EVAL,
+            params, run_config)
         return accepted_labels_of_graph(labels)
   except Exception as e:  # pylint: disable=broad-except
     logging.info('The labels the model accepts are not known (%s: %s); '

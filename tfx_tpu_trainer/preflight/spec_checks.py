@@ -12,14 +12,13 @@ from tensorflow import estimator as tf_estimator
 
 from tfx_tpu_trainer.preflight import report as preflight_report
 
-Finding = preflight_report.Finding
 _TPU_SPEC = tf.compat.v1.estimator.tpu.TPUEstimatorSpec
 
 
 class SpecProblem(Exception):
   """What the model_fn returned cannot run on TPU (carries the finding)."""
 
-  def __init__(self, finding: Finding):
+  def __init__(self, finding: preflight_report.Finding):
     super().__init__(finding.message)
     self.finding = finding
 
@@ -37,12 +36,12 @@ def require(spec: Any, mode: str, fields: Tuple[str, ...], phase: str) -> None:
     hint = (' Adapt an Estimator model_fn with '
             'tfx_tpu_trainer.estimator_adapter.to_tpu_model_fn.'
             if isinstance(spec, tf_estimator.EstimatorSpec) else '')
-    raise SpecProblem(Finding(
+    raise SpecProblem(preflight_report.Finding(
         'spec', preflight_report.ERROR,
         f'the model_fn returned {type(spec).__name__} in mode {mode!r}; TPU '
         'needs a TPUEstimatorSpec.', phase, fix=hint.strip()))
   for field in fields:
     if getattr(spec, field) is None:
-      raise SpecProblem(Finding(
+      raise SpecProblem(preflight_report.Finding(
           'spec', preflight_report.ERROR,
           f'the TPUEstimatorSpec of mode {mode!r} has no {field}.', phase))
