@@ -28,9 +28,7 @@ import types
 from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple
 
 from absl import logging
-from tfx.components.util import udf_utils
-from tfx.types import standard_component_specs
-from tfx.utils import io_utils
+
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import stock_contract
 
@@ -145,6 +143,7 @@ def module_name(exec_properties: Mapping[str, Any]) -> str:
   Returns:
     The path the user wrote, else module_file or module_path.
   """
+  from tfx.types import standard_component_specs  # pylint: disable=g-import-not-at-top
   return (exec_properties.get(USER_MODULE_FILE_KEY) or
           exec_properties.get(standard_component_specs.MODULE_FILE_KEY) or
           exec_properties.get(standard_component_specs.MODULE_PATH_KEY) or
@@ -168,13 +167,14 @@ def load_user_module(exec_properties: Dict[str, Any],
     UserModuleError: when the module cannot be found or imported, or a
       function breaks the contract (what is wrong, where, what to do).
   """
+  from tfx.types import standard_component_specs  # pylint: disable=g-import-not-at-top
   module_file = exec_properties.get(standard_component_specs.MODULE_FILE_KEY)
   module_path = exec_properties.get(standard_component_specs.MODULE_PATH_KEY)
   source = module_file_name or module_name(exec_properties)
   if module_path:
     module = _import_module_path(module_path, source)
   elif module_file:
-    module = _import_module_file(module_file)
+    module = import_module_file(module_file)
   else:
     raise UserModuleError(
         'TPUTrainer needs a module_file that defines model_fn (or '
@@ -310,45 +310,66 @@ def _check_signature(fn: Any, name: str, source: str) -> None:
         'these arguments by name.')
 
 
-def _import_module_file(module_file: str) -> types.ModuleType:
-  """Imports a module from a .py file path (local or remote)."""
+@contextlib.contextmanager
+def first_on_path(directory: str) -> Iterator[None]:
+  """`directory` first on sys.path (a loaded file may import its siblings)."""
+  sys.path.insert(0, directory)
+  try:
+    yield
+  finally:
+    with contextlib.suppress(ValueError):
+      sys.path.remove(directory)
+
+
+def load_file(path: str, name: str,
+              label: Optional[str] = None) -> types.ModuleType:
+  """Imports the .py file at `path` as module `name`: the one way by path.
+
+  As for a script, the file's folder is importable while it runs. The module
+  is in sys.modules under `name` once it imported.
+
+  Args:
+    path: a local .py file.
+    name: the module's name.
+    label: how errors name the file (default `module_file '<path>'`).
+
+  Raises:
+    UserModuleError: the file is not Python or fails to import; also for
+      SystemExit and KeyboardInterrupt (sys.exit(0) at import must fail the
+      execution, not end the pipeline run with status 0).
+  """
+  label = label or f'module_file {path!r}'
+  spec = importlib.util.spec_from_file_location(name, path)
+  if spec is None or spec.loader is None:
+    raise UserModuleError(f'{label} is not an importable Python file.')
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[name] = module
+  with first_on_path(os.path.dirname(os.path.abspath(path))):
+    try:
+      spec.loader.exec_module(module)
+    except BaseException as e:  # pylint: disable=broad-except
+      del sys.modules[name]
+      raise UserModuleError(
+          f'{label} failed to import: {_describe_import_error(e)}') from e
+  return module
+
+
+def import_module_file(module_file: str) -> types.ModuleType:
+  """Imports a module file (local or remote) as the loader does.
+
+  Raises:
+    UserModuleError: the file does not exist or fails to import.
+  """
+  from tfx.utils import io_utils  # pylint: disable=g-import-not-at-top
   if not io_utils.fileio.exists(module_file):
     raise UserModuleError(
         f'module_file {module_file!r} does not exist. Pass the path of a '
         'Python file that defines model_fn.')
   local_path = io_utils.ensure_local(module_file)
   module_name = os.path.splitext(os.path.basename(local_path))[0]
-  spec = importlib.util.spec_from_file_location(module_name, local_path)
-  if spec is None or spec.loader is None:
-    raise UserModuleError(
-        f'module_file {module_file!r} is not an importable Python file.')
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[module_name] = module
-  # As for a script, the module's own directory is importable (siblings).
-  module_dir = os.path.dirname(os.path.abspath(local_path))
-  sys.path.insert(0, module_dir)
-  try:
-    spec.loader.exec_module(module)
-  except BaseException as e:  # pylint: disable=broad-except
-    # Also SystemExit and KeyboardInterrupt: sys.exit(0) at import must fail
-    # the execution, not end the pipeline run with status 0.
-    del sys.modules[module_name]
-    raise UserModuleError(
-        f'module_file {module_file!r} failed to import: '
-        f'{_describe_import_error(e)}') from e
-  finally:
-    sys.path.remove(module_dir)
+  module = load_file(local_path, module_name, f'module_file {module_file!r}')
   logging.info('Loaded user module %s from %s.', module_name, module_file)
   return module
-
-
-def import_module_file(module_file: str) -> types.ModuleType:
-  """Imports a module file as the loader does (errors name the file).
-
-  Raises:
-    UserModuleError: the file does not exist or fails to import.
-  """
-  return _import_module_file(module_file)
 
 
 def _describe_import_error(error: BaseException) -> str:
@@ -364,6 +385,8 @@ def _describe_import_error(error: BaseException) -> str:
 
 def _import_module_path(module_path: str, source: str) -> types.ModuleType:
   """Imports `name` or `name@wheel` (TFX's packaged user module)."""
+  from tfx.components.util import udf_utils  # pylint: disable=g-import-not-at-top
+  from tfx.utils import io_utils  # pylint: disable=g-import-not-at-top
   module_name, wheels = udf_utils.decode_user_module_key(module_path)
   wheels = [io_utils.ensure_local(wheel) for wheel in wheels]
   try:
@@ -372,7 +395,7 @@ def _import_module_path(module_path: str, source: str) -> types.ModuleType:
         del sys.modules[module_name]
       module = importlib.import_module(module_name)
   except BaseException as e:  # pylint: disable=broad-except
-    # Also SystemExit and KeyboardInterrupt (see _import_module_file).
+    # Also SystemExit and KeyboardInterrupt (see load_file).
     raise UserModuleError(
         f'module_file {source!r} failed to import: '
         f'{_describe_import_error(e)}') from e

@@ -11,11 +11,11 @@ scan its bytes, before any component runs.
 
 import codecs
 import csv
-import importlib.util
 import os
 from typing import List, Optional, Sequence, Tuple
 
 from tfx_tpu_trainer import errors
+from tfx_tpu_trainer import user_module
 from tfx_tpu_trainer_cli import paths
 
 FEATURES_MODULE_FILE = os.path.join(paths.COMPONENTS_DIR, 'taxi_features.py')
@@ -32,10 +32,8 @@ def required_columns(preprocessing_module_file: str) -> List[str]:
   another preprocessing module is only known to need the label, which the
   Evaluator reads from the raw examples.
   """
-  spec = importlib.util.spec_from_file_location('_taxi_features_columns',
-                                                FEATURES_MODULE_FILE)
-  features = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(features)
+  features = user_module.load_file(FEATURES_MODULE_FILE,
+                                   '_taxi_features_columns')
   if (os.path.abspath(preprocessing_module_file) !=
       os.path.abspath(paths.PREPROCESSING_MODULE_FILE)):
     return [features.LABEL_KEY]

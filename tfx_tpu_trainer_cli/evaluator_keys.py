@@ -24,17 +24,15 @@ reads follow the module, decided before any component runs:
   `predictions`) is left to TFMA's own search.
 """
 
-import contextlib
 import csv
 import dataclasses
 import glob
-import importlib.util
 import os
-import sys
 import tempfile
-from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from tfx_tpu_trainer import errors
+from tfx_tpu_trainer import user_module
 
 TRANSFORM_FEATURES_SIGNATURE = 'transform_features'
 SERVING_SIGNATURE = 'serving_default'
@@ -58,25 +56,6 @@ class EvaluatorKeys:
   preprocessing_function_names: Tuple[str, ...] = ()
   # The serving_default outputs found, () when not traced.
   serving_outputs: Tuple[str, ...] = ()
-
-
-@contextlib.contextmanager
-def _beside(path: str) -> Iterator[None]:
-  """The module's folder first on sys.path (it may import its siblings)."""
-  directory = os.path.dirname(os.path.abspath(path))
-  sys.path.insert(0, directory)
-  try:
-    yield
-  finally:
-    with contextlib.suppress(ValueError):
-      sys.path.remove(directory)
-
-
-def _load(path: str, name: str):
-  spec = importlib.util.spec_from_file_location(name, path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
 
 
 def raw_feature_spec(data_root: str) -> Dict[str, Any]:
@@ -111,8 +90,10 @@ def transformed_features(preprocessing_module_file: str,
   """Name -> traced output tensor of the module's preprocessing_fn."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from tensorflow_transform import impl_helper  # pylint: disable=g-import-not-at-top
-  with _beside(preprocessing_module_file), tf.Graph().as_default():
-    module = _load(preprocessing_module_file, '_evaluator_keys_preprocessing')
+  directory = os.path.dirname(os.path.abspath(preprocessing_module_file))
+  with user_module.first_on_path(directory), tf.Graph().as_default():
+    module = user_module.load_file(preprocessing_module_file,
+                                   '_evaluator_keys_preprocessing')
     try:
       _, _, outputs = impl_helper.trace_preprocessing_function(
           module.preprocessing_fn, raw_feature_spec(data_root),
@@ -215,7 +196,6 @@ def evaluator_keys(trainer_module_file: str, preprocessing_module_file: str,
   """
   from tfx_tpu_trainer import config as config_lib  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer import prepare  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer import user_module  # pylint: disable=g-import-not-at-top
   module = user_module.load_user_module({'module_file': trainer_module_file})
   features = transformed_features(preprocessing_module_file, data_root)
   label = (label_override or custom_config.get('label_key') or

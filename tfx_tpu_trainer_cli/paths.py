@@ -5,6 +5,8 @@ import importlib.util
 import os
 import types
 
+from tfx_tpu_trainer import user_module
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # A wheel carries pipelines/ and components/ as data in bundled/ (setup.py);
 # a checkout has them at the top of the repository.
@@ -22,8 +24,8 @@ TRAINER_MODULE_FILE = os.path.join(COMPONENTS_DIR, 'taxi_tpu_module.py')
 @functools.lru_cache(maxsize=None)
 def taxi_pipeline() -> types.ModuleType:
   """pipelines/taxi_pipeline.py, loaded by path (once), as `--pipeline` is."""
-  from tfx_tpu_trainer import user_module  # pylint: disable=g-import-not-at-top
-  return user_module.import_module_file(TAXI_PIPELINE_FILE)
+  return user_module.load_file(TAXI_PIPELINE_FILE,
+                               '_tfx_tpu_trainer_taxi_pipeline')
 
 
 def embedded_data_root() -> str:

@@ -14,13 +14,11 @@ stock `tfx.components.Trainer` left in place). TFX's own runners run and
 compile such a pipeline as well.
 """
 
-import contextlib
-import importlib.util
 import inspect
 import os
-import sys
-from typing import Callable, Iterator, Tuple
+from typing import Callable, Tuple
 
+from tfx_tpu_trainer import user_module
 from tfx_tpu_trainer_cli import common
 
 FLAG = '--pipeline'
@@ -43,16 +41,6 @@ def parse_spec(spec: str) -> Tuple[str, str]:
   return path, function
 
 
-@contextlib.contextmanager
-def _first_on_path(directory: str) -> Iterator[None]:
-  sys.path.insert(0, directory)
-  try:
-    yield
-  finally:
-    with contextlib.suppress(ValueError):
-      sys.path.remove(directory)
-
-
 def load_function(path: str, function: str) -> Callable[[], object]:
   """Imports `path` and returns its `function`, checked to take no arguments.
 
@@ -61,16 +49,10 @@ def load_function(path: str, function: str) -> Callable[[], object]:
       not callable, or takes required arguments.
   """
   name = os.path.basename(path)
-  spec = importlib.util.spec_from_file_location(_MODULE_NAME, path)
-  if spec is None or spec.loader is None:
-    raise common.UsageError(f'{FLAG}: {path} is not a Python file.')
-  module = importlib.util.module_from_spec(spec)
-  with _first_on_path(os.path.dirname(path)):
-    try:
-      spec.loader.exec_module(module)
-    except (Exception, SystemExit) as e:  # pylint: disable=broad-except
-      raise common.UsageError(
-          f'{FLAG}: {path} failed to import: {type(e).__name__}: {e}') from e
+  try:
+    module = user_module.load_file(path, _MODULE_NAME, f'{FLAG}: {path}')
+  except user_module.UserModuleError as e:
+    raise common.UsageError(str(e)) from e
   factory = getattr(module, function, None)
   if factory is None:
     defined = sorted(n for n, v in vars(module).items()
@@ -116,7 +98,7 @@ def load_pipeline(spec: str):
   from tfx import v1 as tfx  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer import component  # pylint: disable=g-import-not-at-top
   name = os.path.basename(path)
-  with _first_on_path(os.path.dirname(path)):
+  with user_module.first_on_path(os.path.dirname(path)):
     try:
       pipeline = factory()
     except (Exception, SystemExit) as e:  # pylint: disable=broad-except
