@@ -232,6 +232,59 @@ def test_every_import_names_a_file_of_the_checkout():
       f'\n' + '\n'.join(missing))
 
 
+def modules_imported_from_outside() -> List[str]:
+  """The modules of the two packages that a file of another folder imports."""
+  found = set()
+  for path in _repository_files():
+    folder = os.path.dirname(path)
+    for module in _imported_modules(path):
+      names = module.split('.')
+      if names[0] not in (LIBRARY, 'tfx_tpu_trainer_cli'):
+        continue
+      target = _module_file(names) or _module_file(names[:-1])
+      if (target and os.path.basename(target) != '__init__.py' and
+          os.path.dirname(target) != folder):
+        found.add(target)
+  return sorted(found)
+
+
+def _all_names(path: str):
+  """The module's `__all__` (None without one) and its top-level names."""
+  with open(path) as f:
+    tree = ast.parse(f.read(), path)
+  declared, defined = None, set()
+  for node in tree.body:
+    if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+      defined.add(node.name)
+    elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+      targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+      for target in targets:
+        for name in ast.walk(target):
+          if isinstance(name, ast.Name):
+            defined.add(name.id)
+            if name.id == '__all__':
+              declared = ast.literal_eval(node.value)
+    elif isinstance(node, ast.ImportFrom):
+      defined.update(a.asname or a.name for a in node.names)
+  return declared, defined
+
+
+def test_every_module_imported_from_another_folder_has_all():
+  problems = []
+  for path in modules_imported_from_outside():
+    relative = os.path.relpath(path, REPO_ROOT)
+    declared, defined = _all_names(path)
+    if declared is None:
+      problems.append(f'{relative}: no __all__')
+    elif set(declared) - defined:
+      undefined = sorted(set(declared) - defined)
+      problems.append(f'{relative}: __all__ names {undefined}, which it does '
+                      'not define')
+  assert not problems, (
+      'A module that another folder imports declares its public names in '
+      '__all__:\n' + '\n'.join(problems))
+
+
 def test_at_most_ten_flat_library_modules():
   flat = sorted(name for name in os.listdir(os.path.join(REPO_ROOT, LIBRARY))
                 if name.endswith('.py') and name != '__init__.py')

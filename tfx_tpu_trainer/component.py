@@ -14,6 +14,8 @@ from tfx_tpu_trainer import executor
 from tfx_tpu_trainer import user_module
 from tfx_tpu_trainer.publishing import v2_metrics
 
+__all__ = ['TPUTrainerSpec', 'TPUTrainer', 'NoTPUTrainerError', 'tpu_trainers']
+
 
 class TPUTrainerSpec(standard_component_specs.TrainerSpec):
   """The Trainer's spec plus the user's module file and a metrics output.

@@ -19,6 +19,14 @@ from typing import (Any, Callable, Dict, List, Mapping, Optional, Tuple,
                     Union)
 from tfx_tpu_trainer import errors
 
+__all__ = ['TPU_NAME_ENV', 'GKE_TPU_ENDPOINTS_ENV', 'PER_HOST_INPUT_MODES',
+           'EVAL_STRATEGIES', 'INPUT_CACHE_MODES', 'EXPORT_API_VERSIONS',
+           'RESERVED_PARAMS_KEYS', 'TPU_SPEC_KEYS', 'MAX_INT64',
+           'BATCH_SIZE_KEYS', 'AUTO', 'AUTO_HOST_LOOP_MAX',
+           'HOST_LOOP_END_KEYS', 'tpu_entry', 'ConfigError', 'TPUSpec',
+           'is_uri', 'CHECK', 'HELP', 'SHOWN_DEFAULT', 'TrainerConfig',
+           'keys_table']
+
 TPU_NAME_ENV = 'TPU_NAME'
 # Set by GKE in pods that requested a (non-VM) Cloud TPU node.
 GKE_TPU_ENDPOINTS_ENV = 'KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS'

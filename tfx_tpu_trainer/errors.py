@@ -4,6 +4,8 @@ import functools
 import re
 from typing import Any, Callable, Dict
 
+__all__ = ['TPUTrainerError', 'first_line', 'ModuleExitError', 'fail_on_exit']
+
 # The `{{function_node ...}}` prefix of errors raised inside a tf.function,
 # and the ` [Op:...]` suffix of eager op errors.
 _FUNCTION_NODE = re.compile(r'\{\{[^}]*\}\}\s*')

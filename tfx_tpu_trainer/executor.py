@@ -39,6 +39,8 @@ from tfx_tpu_trainer.training import estimator_builder
 from tfx_tpu_trainer.training import finite_variables
 from tfx_tpu_trainer.training import schedule
 
+__all__ = ['is_chief', 'Executor']
+
 
 def is_chief() -> bool:
   """True unless TF_CONFIG names this task a non-chief (cluster.py)."""

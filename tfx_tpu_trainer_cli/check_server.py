@@ -28,6 +28,8 @@ import threading
 import traceback
 from typing import Any, Dict, Optional
 
+__all__ = ['check_trainer_module', 'start_server', 'serve']
+
 _SERVE = 'from tfx_tpu_trainer_cli import check_server; check_server.serve()'
 _LAST_LINES = 3
 

@@ -29,6 +29,11 @@ from tfx_tpu_trainer.training import checkpoints
 from tfx_tpu_trainer_cli import paths
 from tfx_tpu_trainer_cli import run_temp_dir
 
+__all__ = ['BEAM_PIPELINE_ARGS', 'OutputLayout', 'RunSummary',
+           'ComponentProgress', 'run', 'run_pipeline',
+           'mark_running_executions_failed', 'checkpoint_pipeline_dir',
+           'local_options', 'run_outputs']
+
 # The bundled pipeline: package data, loaded by path.
 taxi_pipeline = paths.taxi_pipeline()
 

@@ -7,6 +7,10 @@ import types
 
 from tfx_tpu_trainer import user_module
 
+__all__ = ['BUNDLE_ROOT', 'PIPELINES_DIR', 'COMPONENTS_DIR',
+           'TAXI_PIPELINE_FILE', 'PREPROCESSING_MODULE_FILE',
+           'TRAINER_MODULE_FILE', 'taxi_pipeline', 'embedded_data_root']
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # A wheel carries pipelines/ and components/ as data in bundled/ (setup.py);
 # a checkout has them at the top of the repository.

@@ -23,6 +23,8 @@ from tfx_tpu_trainer_cli import check_server
 from tfx_tpu_trainer_cli import common
 from tfx_tpu_trainer_cli import module_checks
 
+__all__ = ['DEFAULT_EVALUATIONS', 'add_parser']
+
 # Without --eval-every-steps, training evaluates this many times (and the
 # training report's evaluation curves have this many points).
 DEFAULT_EVALUATIONS = 5

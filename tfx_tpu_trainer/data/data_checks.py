@@ -21,6 +21,9 @@ from tfx.types import artifact_utils
 
 from tfx_tpu_trainer import errors
 
+__all__ = ['DataError', 'check_splits', 'split_files', 'check_first_batch',
+           'explain_data_errors', 'find_bad_record']
+
 
 class DataError(errors.TPUTrainerError, ValueError):
   """The examples are missing, too few, corrupt, or do not match the schema."""

@@ -45,6 +45,12 @@ from tfx_tpu_trainer import user_module as user_module_lib
 from tfx_tpu_trainer.data import data_checks
 from tfx_tpu_trainer.data import schemas as schemas_lib
 
+__all__ = ['InputFn', 'CACHE_MODES', 'CACHE_MAX_COMPRESSED_BYTES',
+           'PARSED_CACHE_MAX_BYTES', 'SHUFFLE_BUFFER_SIZE', 'PARSE_CHUNK_SIZE',
+           'ROWS_PER_GATHER', 'SIZE_SAMPLE_BYTES', 'InputCacheError',
+           'estimated_record_count', 'check_cache_mode', 'choose_cache',
+           'default_dataset', 'make_input_fn']
+
 InputFn = Callable[[Dict[str, Any]], tf.data.Dataset]
 
 CACHE_MODES = config_lib.INPUT_CACHE_MODES

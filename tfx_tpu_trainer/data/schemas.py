@@ -9,6 +9,9 @@ from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx.utils import io_utils
 from tfx_tpu_trainer import errors
 
+__all__ = ['SchemaError', 'ExampleSchemas', 'transform_raw_features',
+           'feature_spec', 'load_schemas', 'check_label_key']
+
 
 class SchemaError(errors.TPUTrainerError, ValueError):
   """The schema inputs are missing or do not describe the label."""

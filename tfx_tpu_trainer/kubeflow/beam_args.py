@@ -23,6 +23,11 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Set
 
 from tfx_tpu_trainer import errors
 
+__all__ = ['CLUSTER_DEFAULTS', 'DIRECT_RUNNER', 'DATAFLOW_RUNNER',
+           'DATAFLOW_REQUIRED', 'HELP', 'BeamArgError', 'name',
+           'runner_class_name', 'runner', 'is_direct', 'pipeline_args',
+           'validate', 'beam_component_ids', 'strip_from_other_executors']
+
 # Beam's DirectRunner over the pod's cores; dropped when another runner is
 # named, and each one replaced by a --beam-arg of the same name.
 CLUSTER_DEFAULTS = ('--direct_running_mode=multi_processing',

@@ -97,6 +97,17 @@ from tfx_tpu_trainer.kubeflow import vertex_tpu
 from tfx_tpu_trainer.publishing import v2_metrics
 from tfx_tpu_trainer.tpu import runtimes
 
+__all__ = ['KUBEFLOW', 'KUBEFLOW_V2', 'RUNNERS', 'DEFAULT_IMAGE',
+           'NO_PACKAGING_ENV', 'CLUSTER_BEAM_PIPELINE_ARGS',
+           'OUTPUT_EXTENSIONS', 'DEFAULT_OUTPUT_SUFFIX', 'VERTEX_JOB_SUFFIX',
+           'V2_PIPELINE_NAME', 'KUBERNETES_PLATFORM', 'USE_TPU_KEY', 'TPU_KEY',
+           'CUSTOM_CONFIG_KEY', 'CompileError', 'KubeflowOptions',
+           'CompileResult', 'user_modules_not_packaged', 'beam_arg_name',
+           'beam_pipeline_args', 'default_output_file', 'vertex_job_path',
+           'output_paths', 'vertex_accelerator_type', 'tpu_runtime',
+           'trainer_image', 'check_cluster_options', 'check_options',
+           'tpu_custom_config', 'compile_pipeline', 'TPUSteps']
+
 KUBEFLOW = 'kubeflow'
 KUBEFLOW_V2 = 'kubeflow_v2'
 RUNNERS = kubeflow_options.RUNNERS

@@ -3,6 +3,8 @@
 Imports nothing heavy: the command line reads these at start-up.
 """
 
+__all__ = ['RUNNERS', 'TPU_STYLES', 'DEFAULT_IMAGE']
+
 RUNNERS = ('kubeflow', 'kubeflow_v2')
 TPU_STYLES = ('tpu-vm', 'tpu-node')
 # A placeholder: build the Dockerfile's image, push it, and pass its name.

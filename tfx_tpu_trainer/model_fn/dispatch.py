@@ -4,6 +4,8 @@ from tfx_tpu_trainer import user_module as user_module_lib
 from tfx_tpu_trainer.model_fn import checked
 from tfx_tpu_trainer.model_fn import keras_adapter
 
+__all__ = ['ModelFn', 'model_fn_for_module']
+
 ModelFn = checked.ModelFn
 
 

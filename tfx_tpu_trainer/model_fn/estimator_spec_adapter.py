@@ -66,6 +66,9 @@ from tfx_tpu_trainer.tpu import facts as tpu_facts
 from tfx_tpu_trainer import user_module as user_module_lib
 from tfx_tpu_trainer.model_fn import patches
 
+__all__ = ['AdapterError', 'argument_names', 'function_name', 'call_model_fn',
+           'to_tpu_model_fn']
+
 _V1_METRICS = tf.compat.v1.metrics
 _V1_SUMMARY = tf.compat.v1.summary
 _V1_SUMMARY_FUNCTIONS = ('scalar', 'histogram', 'image', 'audio', 'text',

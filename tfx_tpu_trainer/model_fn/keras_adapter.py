@@ -43,6 +43,10 @@ from tfx_tpu_trainer.model_fn import checked
 from tfx_tpu_trainer.model_fn import keras_compile
 from tfx_tpu_trainer.model_fn import sparse_columns
 
+__all__ = ['KerasModelError', 'ModelFn', 'SERVING_SIGNATURE', 'KerasTemplate',
+           'build_template', 'conform', 'conform_features',
+           'make_keras_model_fn']
+
 KerasModelError = keras_compile.KerasModelError
 ModelFn = checked.ModelFn
 SERVING_SIGNATURE = 'serving_default'

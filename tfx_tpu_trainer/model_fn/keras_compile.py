@@ -31,6 +31,11 @@ import tensorflow as tf
 
 from tfx_tpu_trainer import user_module as user_module_lib
 
+__all__ = ['MetricOps', 'KerasModelError', 'ElementwiseAdamOptimizer',
+           'SUPPORTED_OPTIMIZERS', 'OptimizerSpec', 'read_optimizer',
+           'LossSpec', 'read_loss', 'SUPPORTED_METRICS', 'MetricSpec',
+           'read_metrics', 'CompileSpec', 'read_compile_spec']
+
 MetricOps = Tuple[tf.Tensor, tf.Operation]
 
 # Keras optimizer settings that have no tf.compat.v1.train counterpart, with

@@ -20,6 +20,8 @@ import functools
 import threading
 from typing import Any, Callable, Dict, List, Tuple
 
+__all__ = ['is_patched', 'patched', 'all_patched']
+
 _LOCK = threading.Lock()
 _LOCAL = threading.local()
 

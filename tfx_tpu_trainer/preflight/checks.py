@@ -47,6 +47,10 @@ from tfx_tpu_trainer.preflight import spec_checks
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.training import estimator_builder
 
+__all__ = ['DEFAULT_NUM_SHARDS', 'ERROR', 'WARNING', 'INFO', 'ModeKeys',
+           'resolve_num_shards', 'per_shard_batch_size', 'run_preflight',
+           'check_before_training']
+
 DEFAULT_NUM_SHARDS = 8
 
 ERROR, WARNING, INFO = (preflight_report.ERROR, preflight_report.WARNING,

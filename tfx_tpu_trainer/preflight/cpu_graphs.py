@@ -24,6 +24,8 @@ from tfx_tpu_trainer.preflight import report as preflight_report
 from tfx_tpu_trainer.preflight import spec_checks
 from tfx_tpu_trainer.training import estimator_builder
 
+__all__ = ['ERROR', 'ModeKeys', 'check_graphs_before_training']
+
 ERROR = preflight_report.ERROR
 ModeKeys = tf_estimator.ModeKeys
 

@@ -12,6 +12,10 @@ from tfx.dsl.io import fileio
 from tfx_tpu_trainer.training import disk_full
 from tfx_tpu_trainer.publishing import serving
 
+__all__ = ['SERVE_TAGS', 'SERVE_TPU_TAGS', 'STAGING_PREFIX',
+           'export_serving_model', 'remove_recorded_staging_dirs',
+           'saved_model_tag_sets', 'saved_model_op_types']
+
 SERVE_TAGS = (tf.saved_model.SERVING,)
 SERVE_TPU_TAGS = (tf.saved_model.SERVING, tf.saved_model.TPU)
 # The hidden directory beside Format-Serving that an export is staged in.

@@ -9,6 +9,9 @@ import numpy as np
 from tfx import types
 from tfx.dsl.io import fileio
 
+__all__ = ['METRICS_FILE_NAME', 'CUSTOM_PROPERTY_PREFIX', 'to_python',
+           'write_metrics_json', 'record_on_artifact']
+
 METRICS_FILE_NAME = 'eval_metrics.json'
 CUSTOM_PROPERTY_PREFIX = 'eval_'
 

@@ -23,6 +23,8 @@ from tfx.utils import proto_utils
 
 from tfx_tpu_trainer.publishing import versions
 
+__all__ = ['Executor']
+
 
 class Executor(pusher_executor.Executor):
   """TFX's Pusher, but each filesystem push claims its own version."""

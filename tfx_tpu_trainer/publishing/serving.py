@@ -24,6 +24,12 @@ from tfx_tpu_trainer import user_module as user_module_lib
 from tfx_tpu_trainer.data import schemas as schemas_lib
 from tfx_tpu_trainer.publishing import serving_inputs
 
+__all__ = ['EXAMPLES_INPUT_KEY', 'TRANSFORM_FEATURES_SIGNATURE',
+           'TF_TRANSFORM_OUTPUT_ARG', 'ServingInputReceiverFn', 'ServingError',
+           'default_serving_input_receiver_fn',
+           'make_serving_input_receiver_fn', 'add_transform_features',
+           'add_transform_features_signature']
+
 # The input name TF Serving's Classify/Regress APIs and TFMA feed.
 EXAMPLES_INPUT_KEY = 'examples'
 # The signature TFX's penguin Evaluator config names as preprocessing function.

@@ -33,6 +33,10 @@ from tfx.dsl.io import fileio
 
 from tfx_tpu_trainer.publishing import training_events
 
+__all__ = ['REPORT_FILE_NAME', 'PLOTS_DIR_NAME', 'EVAL_NAME', 'LOSS_TAG',
+           'STEP_RATE_TAG', 'EXAMPLE_RATE_TAG', 'Plot', 'report_path',
+           'write_report_safely', 'write_report', 'plot_png', 'render_html']
+
 REPORT_FILE_NAME = 'training_report.html'
 PLOTS_DIR_NAME = 'training_report'
 EVAL_NAME = 'eval'  # evaluation.EVAL_NAME: evaluations write eval_<name>/.

@@ -31,6 +31,10 @@ from typing import Any, Mapping, Optional, Sequence
 
 from tfx.types import artifact
 
+__all__ = ['OUTPUT_KEY', 'SYSTEM_MODULE', 'KFP_V2_ENTRYPOINT',
+           'TRAINER_STEP_ENTRYPOINT', 'Metrics', 'install_system_module',
+           'record_metrics', 'trainer_step_command', 'main']
+
 OUTPUT_KEY = 'metrics'
 SYSTEM_MODULE = 'system'
 KFP_V2_ENTRYPOINT = 'tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor'

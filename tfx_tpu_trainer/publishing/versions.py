@@ -19,6 +19,8 @@ from tfx.utils import io_utils
 
 from tfx_tpu_trainer import config as config_lib
 
+__all__ = ['STAGING_PREFIX', 'push_new_version']
+
 STAGING_PREFIX = '.push-'
 _SAVED_MODEL_PB = 'saved_model.pb'
 

@@ -40,6 +40,17 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer.tpu import runtimes
 
+__all__ = ['TPU_STEP', 'LIBTPU_STEP', 'RUNTIME_STEP', 'SYSTEM_STEP',
+           'ROUND_TRIP_STEP', 'STEPS', 'CHILD_STEPS', 'PROBE_MODULE',
+           'TPU_NAME_ENVS', 'LIBTPU_ENVS', 'LIBTPU_DISTRIBUTIONS',
+           'DEFAULT_TIMEOUT_SECS', 'ROUND_TRIP_TRAIN_STEPS',
+           'ROUND_TRIP_EVAL_STEPS', 'ROUND_TRIP_BATCH_SIZE', 'IN_THE_TPU_IMAGE',
+           'TPUCheckError', 'CheckResult', 'tpu_devices', 'check_tpu_present',
+           'find_libtpu', 'libtpu_version', 'check_libtpu',
+           'accelerator_generation', 'check_runtime', 'initialize_tpu_system',
+           'round_trip', 'run_steps_in_process', 'run_child_steps',
+           'run_checks', 'check_or_raise']
+
 TPU_STEP, LIBTPU_STEP, RUNTIME_STEP, SYSTEM_STEP, ROUND_TRIP_STEP = (
     'tpu', 'libtpu', 'runtime', 'tpu system', 'round trip')
 STEPS = (TPU_STEP, LIBTPU_STEP, RUNTIME_STEP, SYSTEM_STEP, ROUND_TRIP_STEP)

@@ -7,6 +7,9 @@ infeed's dtype rules.
 
 import tensorflow as tf
 
+__all__ = ['V1_SUMMARY_OPS', 'TPU_REJECTED_OPS', 'CROSS_REPLICA_SUM_OP',
+           'TPU_UNSUPPORTED_DTYPES', 'INFEED_REJECTED_DTYPES']
+
 # v1 summary ops (`tf.compat.v1.summary.*`): rejected inside a TPU computation.
 V1_SUMMARY_OPS = frozenset([
     'AudioSummary', 'AudioSummaryV2', 'HistogramSummary', 'ImageSummary',

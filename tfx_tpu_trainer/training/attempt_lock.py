@@ -31,6 +31,8 @@ from absl import logging
 
 from tfx_tpu_trainer import config as config_lib
 
+__all__ = ['LOCK_FILE', 'is_lockable', 'AttemptLock']
+
 # Bookkeeping name (checkpoints._BOOKKEEPING_PREFIX): never copied into
 # model_run.
 LOCK_FILE = '.tpu_trainer-attempt-lock'

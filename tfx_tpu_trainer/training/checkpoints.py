@@ -51,6 +51,13 @@ from tfx.utils import io_utils
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer.training import attempt_lock
 
+__all__ = ['DEFAULT_DIR_NAME', 'EXPORTED_MARKER', 'STAGING_RECORD',
+           'DAMAGED_PREFIX', 'CheckpointDirError', 'safe_name',
+           'resumable_model_dir', 'hold', 'resumable_dir_path', 'prepare_dir',
+           'mark_exported', 'remove_finished_runs', 'copy_into_model_run',
+           'remove', 'latest_step', 'DamagedCheckpointError',
+           'skip_damaged_checkpoints', 'remove_unheld_runs']
+
 DEFAULT_DIR_NAME = '_checkpoints'
 # Bookkeeping files TPUTrainer keeps beside the checkpoints; never copied
 # into model_run.

@@ -27,6 +27,10 @@ import tensorflow as tf
 
 from tfx_tpu_trainer import errors
 
+__all__ = ['DISK_FULL_ERRNOS', 'DISK_FULL_MESSAGES', 'DiskFullError',
+           'is_disk_full', 'failed_path', 'free_space', 'bytes_under',
+           'remove_partial_writes', 'describe', 'translate_disk_full']
+
 # errno values of a write that found no room.
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 # How TensorFlow's messages spell them (strerror of each errno), and what

@@ -10,6 +10,8 @@ from tfx_tpu_trainer import errors
 from tfx_tpu_trainer.training import cluster
 from tfx_tpu_trainer.training import host_loop
 
+__all__ = ['ResolverFactory', 'build_run_config', 'build_estimator']
+
 _INPUT_PIPELINE_CONFIGS = {
     'PER_SHARD_V1': tf.compat.v1.estimator.tpu.InputPipelineConfig.PER_SHARD_V1,
     'PER_HOST_V1': tf.compat.v1.estimator.tpu.InputPipelineConfig.PER_HOST_V1,

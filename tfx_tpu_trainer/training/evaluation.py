@@ -19,6 +19,9 @@ from tfx_tpu_trainer import errors
 from tfx_tpu_trainer.training import checkpoints
 from tfx_tpu_trainer.training import cluster
 
+__all__ = ['EVAL_NAME', 'NonFiniteMetricsError', 'final_metrics',
+           'check_finite']
+
 EVAL_NAME = 'eval'
 
 

@@ -49,6 +49,10 @@ from tensorflow import estimator as tf_estimator
 
 from tfx_tpu_trainer import errors
 
+__all__ = ['CONFIG_KEY', 'ITERATIONS_COLLECTION', 'FINAL_STEP_COLLECTION',
+           'GLOBAL_STEP_READ_KEY', 'ModelFn', 'HostLoopError', 'wrap_model_fn',
+           'HostLoopStopHook', 'enable']
+
 CONFIG_KEY = 'host_iterations_per_loop'
 # Graph collections the stop hook reads (one entry each per training graph).
 ITERATIONS_COLLECTION = 'tfx_tpu_trainer_host_loop_iterations'

@@ -17,6 +17,9 @@ from typing import List
 
 from absl import logging
 
+__all__ = ['GRACE_SECS', 'non_daemon_threads', 'end_process_if_threads_left',
+           'run_then_end']
+
 # How long finished work waits for other threads to end on their own.
 GRACE_SECS = 5.0
 

@@ -41,6 +41,10 @@ import tqdm
 
 from tfx_tpu_trainer.training import host_loop
 
+__all__ = ['TERMINAL_INTERVAL_SECS', 'LINE_INTERVAL_SECS', 'EXPORTER_NAME',
+           'console', 'format_metrics', 'ProgressReporter', 'ProgressHook',
+           'EvaluationReporter']
+
 # How often a terminal bar is redrawn, and how often a plain line is written.
 TERMINAL_INTERVAL_SECS = 0.5
 LINE_INTERVAL_SECS = 15.0

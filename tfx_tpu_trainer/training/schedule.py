@@ -12,6 +12,8 @@ from tfx_tpu_trainer.training import cluster
 from tfx_tpu_trainer.training import evaluation
 from tfx_tpu_trainer.training import progress
 
+__all__ = ['EVAL_NAME', 'train_and_evaluate']
+
 EVAL_NAME = evaluation.EVAL_NAME
 
 
