@@ -16,6 +16,7 @@ from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
 
 from tests.fixtures import pipeline_outputs
+from tests.fixtures import saved_models
 from tests.conftest import TEST_MODULES_DIR
 from tests.fixtures.run_settings import SMALL_BATCHES
 
@@ -38,10 +39,9 @@ def _assert_dual_tag_model(model_uri):
   path = path_utils.serving_model_path(model_uri)
   assert path == path_utils.serving_model_dir(model_uri)
   assert export.saved_model_tag_sets(path) == [('serve',), ('serve', 'tpu')]
-  tpu_ops = export.saved_model_op_types(path, ['serve', 'tpu'])
+  tpu_ops = saved_models.op_types(path, ['serve', 'tpu'])
   assert 'TPUPartitionedCall' in tpu_ops
-  assert 'TPUPartitionedCall' not in export.saved_model_op_types(path,
-                                                                 ['serve'])
+  assert 'TPUPartitionedCall' not in saved_models.op_types(path, ['serve'])
   return path
 
 

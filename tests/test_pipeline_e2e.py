@@ -13,6 +13,7 @@ from tfx_tpu_trainer_cli import main as cli
 
 from tests import conftest
 from tests.fixtures import pipeline_outputs
+from tests.fixtures import saved_models
 
 pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
@@ -75,7 +76,7 @@ def test_taxi_pipeline_twice_with_other_data_and_module(tmp_path, capfd):
   assert len(versions) == 1
   pushed = os.path.join(layout.serving_model_dir, versions[0])
   assert export.saved_model_tag_sets(pushed) == [('serve',), ('serve', 'tpu')]
-  assert 'TPUPartitionedCall' in export.saved_model_op_types(
+  assert 'TPUPartitionedCall' in saved_models.op_types(
       pushed, ['serve', 'tpu'])
   raw_examples = pipeline_outputs.read_serialized_examples(
       _first_examples_artifact(layout), 'eval', 6)

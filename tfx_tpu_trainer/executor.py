@@ -63,7 +63,7 @@ class Executor(trainer_executor.GenericExecutor):
     Args:
       input_dict: examples, and optionally transform_graph, schema,
         base_model, hyperparameters.
-      output_dict: model and model_run.
+      output_dict: model, model_run and (when declared) metrics.
       exec_properties: the Trainer's: module_file or module_path,
         train_args, eval_args, custom_config (see config.py); and
         user_module_file, how errors name the module

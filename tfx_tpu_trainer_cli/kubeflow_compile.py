@@ -28,7 +28,7 @@ from tfx_tpu_trainer.kubeflow import compiler
 from tfx_tpu_trainer.kubeflow import scheduling
 
 __all__ = ['IMAGE_REPO_ROOT', 'IMAGE_COMPONENTS_DIR',
-           'IMAGE_PREPROCESSING_MODULE_FILE', 'IMAGE_TRAINER_MODULE_FILE',
+           'IMAGE_TRAINER_MODULE_FILE',
            'PREPROCESSING_FN', 'STEP_ENV', 'CompileOptions',
            'default_pipeline_name', 'pipeline_name', 'tpu_name',
            'trainer_custom_config', 'pipeline_options', 'beam_pipeline_args',
@@ -41,8 +41,6 @@ taxi_pipeline = paths.taxi_pipeline()
 # Where the Dockerfile puts this repository inside the image.
 IMAGE_REPO_ROOT = '/tfx-tpu-trainer'
 IMAGE_COMPONENTS_DIR = posixpath.join(IMAGE_REPO_ROOT, 'components')
-IMAGE_PREPROCESSING_MODULE_FILE = posixpath.join(IMAGE_COMPONENTS_DIR,
-                                                 'taxi_preprocessing.py')
 IMAGE_TRAINER_MODULE_FILE = posixpath.join(IMAGE_COMPONENTS_DIR,
                                            'taxi_tpu_module.py')
 # Transform's preprocessing_fn by import path, importable through

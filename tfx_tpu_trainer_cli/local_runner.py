@@ -31,8 +31,7 @@ from tfx_tpu_trainer_cli import run_temp_dir
 
 __all__ = ['BEAM_PIPELINE_ARGS', 'OutputLayout', 'RunSummary',
            'ComponentProgress', 'run', 'run_pipeline',
-           'mark_running_executions_failed', 'checkpoint_pipeline_dir',
-           'local_options', 'run_outputs']
+           'mark_running_executions_failed', 'local_options', 'run_outputs']
 
 # The bundled pipeline: package data, loaded by path.
 taxi_pipeline = paths.taxi_pipeline()
@@ -241,13 +240,6 @@ def mark_running_executions_failed(connection_config, run_id: str) -> int:
     if running:
       store.store.put_executions(running)
     return len(running)
-
-
-def checkpoint_pipeline_dir(options: taxi_pipeline.TaxiPipelineOptions
-                           ) -> str:
-  """Where TPUTrainer keeps this pipeline's checkpoints (checkpoints.py)."""
-  return _checkpoint_dir(options.pipeline_root, options.pipeline_name,
-                         options.custom_config)
 
 
 def _checkpoint_dir(pipeline_root: str, pipeline_name: str,

@@ -1,4 +1,4 @@
-"""The `tfx-tpu-trainer` command: run, compile and preflight.
+"""The `tfx-tpu-trainer` command: run, compile, preflight and tpu-check.
 
 Subcommands:
   run        the taxi pipeline (or yours, --pipeline FILE:FUNCTION) on the

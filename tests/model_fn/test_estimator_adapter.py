@@ -11,7 +11,6 @@ from tfx.utils import path_utils
 
 from tfx_tpu_trainer import estimator_adapter
 from tfx_tpu_trainer import executor
-from tfx_tpu_trainer.model_fn import patches
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
 
@@ -236,7 +235,7 @@ def test_patches_are_gone_after_the_call_and_left_as_found():
   _call(adapted, ModeKeys.EVAL)
   for (owner, name), original in found.items():
     assert vars(owner)[name] is original, name
-    assert not patches.is_patched(owner, name), name
+    assert not model_fn_graphs.is_patched(owner, name), name
 
 
 def test_a_second_thread_building_graphs_is_not_affected():
@@ -260,8 +259,8 @@ def test_a_second_thread_building_graphs_is_not_affected():
   try:
     entered.wait()
     # The first adapter's patches are installed now, for its thread only.
-    assert patches.is_patched(tf.compat.v1.metrics, 'mean')
-    assert patches.is_patched(tf.compat.v1.train.Optimizer, 'apply_gradients')
+    assert model_fn_graphs.is_patched(tf.compat.v1.metrics, 'mean')
+    assert model_fn_graphs.is_patched(tf.compat.v1.train.Optimizer, 'apply_gradients')
     plain_graph, plain_spec = _call(_model_fn(), ModeKeys.TRAIN)
     second = estimator_adapter.to_tpu_model_fn(_model_fn(), name='second')
     second_graph, second_spec = _call(second, ModeKeys.EVAL)
@@ -284,7 +283,7 @@ def test_a_second_thread_building_graphs_is_not_affected():
   first_graph, _ = building['first']
   assert sum(op.type == 'CrossReplicaSum'
              for op in first_graph.get_operations()) == 2
-  assert not patches.is_patched(tf.compat.v1.metrics, 'mean')
+  assert not model_fn_graphs.is_patched(tf.compat.v1.metrics, 'mean')
 
 
 def test_model_fn_without_params_is_called_with_what_it_takes():

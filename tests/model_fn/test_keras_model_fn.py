@@ -24,6 +24,7 @@ from tfx_tpu_trainer.training import schedule
 from tests import conftest
 from tests.fixtures import model_fn_graphs
 from tests.fixtures import pipeline_outputs
+from tests.fixtures import saved_models
 
 SOURCE = 'test_module.py'
 
@@ -506,7 +507,7 @@ def test_taxi_keras_module_trains_and_exports_both_tag_sets(taxi_artifacts,
       serving_dir)
   assert export.saved_model_tag_sets(serving_dir) == [('serve',),
                                                       ('serve', 'tpu')]
-  assert 'TPUPartitionedCall' in export.saved_model_op_types(
+  assert 'TPUPartitionedCall' in saved_models.op_types(
       serving_dir, ['serve', 'tpu'])
   loaded = tf.saved_model.load(serving_dir, tags=['serve'])
   raw = pipeline_outputs.read_serialized_examples(

@@ -7,6 +7,8 @@ import pytest
 
 from tfx_tpu_trainer.model_fn import patches
 
+from tests.fixtures.model_fn_graphs import is_patched
+
 
 def _owner():
   module = types.ModuleType('owner')
@@ -23,9 +25,9 @@ def test_replacement_holds_in_the_block_and_the_original_is_back_after():
   original = owner.greet
   with patches.patched(owner, 'greet', _shout):
     assert owner.greet('you') == 'HELLO YOU'
-    assert patches.is_patched(owner, 'greet')
+    assert is_patched(owner, 'greet')
   assert owner.greet is original
-  assert not patches.is_patched(owner, 'greet')
+  assert not is_patched(owner, 'greet')
 
 
 def test_original_is_back_when_the_block_raises():
@@ -83,7 +85,7 @@ def test_other_threads_see_the_original_and_leaving_in_any_order_restores():
     with patches.patched(owner, 'greet', _shout):
       seen['main, both inside'] = owner.greet('x')
     # ... and this thread leaving first does not restore under its feet.
-    assert patches.is_patched(owner, 'greet')
+    assert is_patched(owner, 'greet')
   finally:
     leave.set()
     thread.join()

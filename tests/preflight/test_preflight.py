@@ -279,7 +279,7 @@ def test_unused_string_feature_is_reported_once_and_model_still_checked():
       "feature 'company' is a string tensor: the TPU infeed cannot carry it, "
       'even when the model does not read it. Turn strings into ids in the '
       'preprocessing_fn, or drop the feature in an input_fn.')
-  assert {'train-step', 'eval-step', 'predict-step'} <= set(report.codes())
+  assert {'train-step', 'eval-step', 'predict-step'} <= {f.code for f in report.findings}
 
 
 def test_model_reading_a_string_feature_is_told_why():
@@ -305,7 +305,7 @@ def test_sparse_feature_skips_the_model_checks():
   report = preflight.run_preflight(
       _model_fn('preflight_ready_module.py'), config_lib.TrainerConfig(), {},
       _synthetic_sample({'tags': tf.io.VarLenFeature(tf.int64)}), 'sparse')
-  assert report.codes() == ['sparse-input', 'skipped']
+  assert [f.code for f in report.findings] == ['sparse-input', 'skipped']
   assert report.errors[0].message.startswith(
       "feature 'tags' is a SparseTensor: TPUEstimator infeeds dense tensors "
       'only.')

@@ -24,6 +24,7 @@ from tfx_tpu_trainer.publishing import serving_inputs
 
 from tests.conftest import TEST_MODULES_DIR
 from tests.fixtures import pipeline_outputs
+from tests.fixtures import saved_models
 from tests.fixtures import serving_data
 from tests.fixtures.run_settings import SMALL_BATCHES
 
@@ -157,7 +158,7 @@ def _train(artifacts, tmp_path, module_name, custom_config=None):
   executor.Executor().Do(run.input_dict, run.output_dict, run.exec_properties)
   path = path_utils.serving_model_path(run.model.uri)
   assert export.saved_model_tag_sets(path) == [('serve',), ('serve', 'tpu')]
-  assert 'TPUPartitionedCall' in export.saved_model_op_types(
+  assert 'TPUPartitionedCall' in saved_models.op_types(
       path, ['serve', 'tpu'])
   return run, path
 

@@ -68,8 +68,16 @@ def test_recorded_metrics_reach_the_kfp_v2_executor_output():
   assert runtime.name == 'projects/p/artifacts/1'
 
 
-def test_no_metrics_output_records_nothing():
-  v2_metrics.record_metrics({'accuracy': 0.5}, None)
+def test_nothing_numeric_records_nothing_and_no_output_is_no_error():
+  output = v2_metrics.Metrics()
+  v2_metrics.record_metrics(
+      {'auc': float('nan'), 'loss': float('-inf'), 'flag': False,
+       'note': 'text'}, output)
+  assert not output.mlmd_artifact.custom_properties
+  # A trainer without the metrics output (a spec compiled before it): the
+  # executor hands None, and nothing is recorded anywhere.
+  assert v2_metrics.record_metrics({'accuracy': 0.5}, None) is None
+  assert not output.mlmd_artifact.custom_properties
 
 
 def test_trainer_step_command():

@@ -361,10 +361,14 @@ def test_checkpoints_of_killed_local_runs_are_removed_unless_held(tmp_path):
 
 def test_the_local_runner_cleans_the_checkpoint_dir_trainer_uses(tmp_path):
   from tfx_tpu_trainer_cli import local_runner  # pylint: disable=g-import-not-at-top
+  def checkpoint_dir(options):
+    return local_runner._checkpoint_dir(  # pylint: disable=protected-access
+        options.pipeline_root, options.pipeline_name, options.custom_config)
+
   options = local_runner.local_options(str(tmp_path), data_root='/data')
-  assert local_runner.checkpoint_pipeline_dir(options) == str(
+  assert checkpoint_dir(options) == str(
       tmp_path / 'pipelines' / 'taxi_tpu' / '_checkpoints' / 'taxi_tpu')
   options = local_runner.local_options(
       str(tmp_path), data_root='/data', pipeline_name='my pipe',
       custom_config={'checkpoint_dir': '/ckpt'})
-  assert local_runner.checkpoint_pipeline_dir(options) == '/ckpt/my_pipe'
+  assert checkpoint_dir(options) == '/ckpt/my_pipe'

@@ -48,10 +48,9 @@ from tfx.orchestration.kubeflow import kubeflow_dag_runner
 
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer.tpu import runtimes
-from tfx_tpu_trainer.kubeflow import options
 from tfx_tpu_trainer.publishing import step_outputs
 
-__all__ = ['OpFunc', 'TPU_STYLES', 'TPU_VM_RESOURCE', 'ACCELERATOR_LABEL',
+__all__ = ['OpFunc', 'TPU_VM_RESOURCE', 'ACCELERATOR_LABEL',
            'TOPOLOGY_LABEL', 'TPU_VM_TPU_NAME', 'GKETPUAccelerator',
            'GKE_TPU_ACCELERATORS', 'DEFAULT_ACCELERATOR',
            'TPU_NODE_RESOURCE_PREFIX', 'TPU_NODE_ANNOTATION', 'TPU_NODE_CORES',
@@ -66,7 +65,6 @@ __all__ = ['OpFunc', 'TPU_STYLES', 'TPU_VM_RESOURCE', 'ACCELERATOR_LABEL',
 
 OpFunc = Callable[[dsl.ContainerOp], Optional[dsl.ContainerOp]]
 
-TPU_STYLES = options.TPU_STYLES
 
 # TPU VM style.
 TPU_VM_RESOURCE = 'google.com/tpu'

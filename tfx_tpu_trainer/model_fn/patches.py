@@ -20,7 +20,7 @@ import functools
 import threading
 from typing import Any, Callable, Dict, List, Tuple
 
-__all__ = ['is_patched', 'patched', 'all_patched']
+__all__ = ['patched', 'all_patched']
 
 _LOCK = threading.Lock()
 _LOCAL = threading.local()
@@ -75,12 +75,6 @@ def _uninstall(owner: Any, name: str, key: Tuple[int, str]) -> None:
     if not installed.users:
       setattr(owner, name, installed.original)
       del _INSTALLED[key]
-
-
-def is_patched(owner: Any, name: str) -> bool:
-  """True while some scope (in any thread) has `owner.name` patched."""
-  with _LOCK:
-    return (id(owner), name) in _INSTALLED
 
 
 @contextlib.contextmanager

@@ -95,9 +95,6 @@ class PreflightReport:
     """True when no check found an error: the model is TPU-ready."""
     return not self.errors
 
-  def codes(self) -> List[str]:
-    return [f.code for f in self.findings]
-
   def format(self) -> str:
     """A human-readable report, errors first."""
     verdict = ('TPU-ready' if self.ok else

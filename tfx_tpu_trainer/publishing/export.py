@@ -1,7 +1,7 @@
 """Exports the dual-tag SavedModel where TFX's Evaluator and Pusher find it."""
 
 import os
-from typing import Iterable, List, Optional, Set, Tuple
+from typing import List, Optional, Tuple
 import uuid
 
 from absl import logging
@@ -14,7 +14,7 @@ from tfx_tpu_trainer.publishing import serving
 
 __all__ = ['SERVE_TAGS', 'SERVE_TPU_TAGS', 'STAGING_PREFIX',
            'export_serving_model', 'remove_recorded_staging_dirs',
-           'saved_model_tag_sets', 'saved_model_op_types']
+           'saved_model_tag_sets']
 
 SERVE_TAGS = (tf.saved_model.SERVING,)
 SERVE_TPU_TAGS = (tf.saved_model.SERVING, tf.saved_model.TPU)
@@ -112,14 +112,3 @@ def saved_model_tag_sets(saved_model_dir: str) -> List[Tuple[str, ...]]:
   return sorted(
       tuple(sorted(meta_graph.meta_info_def.tags))
       for meta_graph in saved_model.meta_graphs)
-
-
-def saved_model_op_types(saved_model_dir: str,
-                         tags: Iterable[str]) -> Set[str]:
-  """The op types of one meta graph, its function library included."""
-  meta_graph = saved_model_utils.get_meta_graph_def(saved_model_dir,
-                                                    ','.join(tags))
-  op_types = {node.op for node in meta_graph.graph_def.node}
-  for function in meta_graph.graph_def.library.function:
-    op_types.update(node.op for node in function.node_def)
-  return op_types

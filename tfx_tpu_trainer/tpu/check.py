@@ -41,19 +41,18 @@ from tfx_tpu_trainer import errors
 from tfx_tpu_trainer.tpu import runtimes
 
 __all__ = ['TPU_STEP', 'LIBTPU_STEP', 'RUNTIME_STEP', 'SYSTEM_STEP',
-           'ROUND_TRIP_STEP', 'STEPS', 'CHILD_STEPS', 'PROBE_MODULE',
+           'ROUND_TRIP_STEP', 'CHILD_STEPS', 'PROBE_MODULE',
            'TPU_NAME_ENVS', 'LIBTPU_ENVS', 'LIBTPU_DISTRIBUTIONS',
            'DEFAULT_TIMEOUT_SECS', 'ROUND_TRIP_TRAIN_STEPS',
            'ROUND_TRIP_EVAL_STEPS', 'ROUND_TRIP_BATCH_SIZE', 'IN_THE_TPU_IMAGE',
            'TPUCheckError', 'CheckResult', 'tpu_devices', 'check_tpu_present',
            'find_libtpu', 'libtpu_version', 'check_libtpu',
-           'accelerator_generation', 'check_runtime', 'initialize_tpu_system',
+           'check_runtime', 'initialize_tpu_system',
            'round_trip', 'run_steps_in_process', 'run_child_steps',
            'run_checks', 'check_or_raise']
 
 TPU_STEP, LIBTPU_STEP, RUNTIME_STEP, SYSTEM_STEP, ROUND_TRIP_STEP = (
     'tpu', 'libtpu', 'runtime', 'tpu system', 'round trip')
-STEPS = (TPU_STEP, LIBTPU_STEP, RUNTIME_STEP, SYSTEM_STEP, ROUND_TRIP_STEP)
 CHILD_STEPS = (SYSTEM_STEP, ROUND_TRIP_STEP)
 PROBE_MODULE = 'tfx_tpu_trainer.tpu.check_module'
 TPU_NAME_ENVS = ('TPU_NAME', 'KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS')
@@ -152,17 +151,6 @@ def check_libtpu(environ: Mapping[str, str]) -> CheckResult:
         advice=('this is not the TPU image: ' + IN_THE_TPU_IMAGE))
   return CheckResult(LIBTPU_STEP, True,
                      f'{path}, version {libtpu_version(environ)}')
-
-
-def accelerator_generation(environ: Mapping[str, str]) -> Optional[str]:
-  """The TPU generation the compiled step declared, if any."""
-  accelerator = environ.get(runtimes.ACCELERATOR_ENV)
-  if not accelerator:
-    return None
-  try:
-    return runtimes.generation(accelerator).name
-  except runtimes.TPURuntimeError:
-    return None
 
 
 def check_runtime(environ: Mapping[str, str]) -> CheckResult:
