@@ -1,4 +1,1 @@
-"""Benchmark harness: TPUTrainer vs the stock TFX Trainer vs raw input.
-
-Entry point: `python -m benchmarks.run_benchmark` (`make bench`).
-"""
+"""Benchmark harness: TPUTrainer vs the stock TFX Trainer vs raw input."""

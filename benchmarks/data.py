@@ -1,14 +1,4 @@
-"""Prepares the benchmark's transformed taxi examples, once per run.
-
-Runs CsvExampleGen, StatisticsGen, SchemaGen(infer_feature_shape=False) and
-Transform (with the stock `preprocessing_fn` of the tfx wheel's
-`taxi_utils.py`) on the embedded taxi CSV with LocalDagRunner, then writes
-the artifacts every measurement reads (`examples`, `schema`,
-`transform_graph`) as TFX artifact JSON to `<work_dir>/data.json`.
-
-Usage (the harness runs this in its own subprocess):
-  python -m benchmarks.data --work_dir DIR [--rows N]
-"""
+"""Prepares the benchmark's transformed taxi examples, once per run."""
 
 import csv
 import json

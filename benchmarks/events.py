@@ -1,20 +1,4 @@
-"""Reads the step rates that estimators write to their TensorBoard events.
-
-`tf.estimator` (StepCounterHook) writes a `global_step/sec` scalar every
-`log_step_count_steps` (100) steps to the event files of its model directory.
-TPUEstimator (ExamplesPerSecondHook) writes the same tag every
-`ceil(log_step_count_steps / iterations_per_loop)` session runs: on TPU one
-run is `iterations_per_loop` steps, but on CPU one run is one step, so with
-`iterations_per_loop=100` it writes a sample after every step (TPUTrainer
-passes 1 off TPU since commit 18686fe, which makes that every 100 steps).
-
-So that both are measured the same way, the samples are first merged into
-windows of at least `WINDOW_STEPS` steps (each sample's time is its steps
-divided by its rate, so a window's rate is its steps over the summed time).
-One run's figure is then the median window rate after dropping the first
-window (warm-up: graph optimisation, first reads, shuffle buffer fill), times
-the batch size for examples/s.
-"""
+"""Reads the step rates that estimators write to their TensorBoard events."""
 
 import dataclasses
 import os

@@ -1,20 +1,4 @@
-"""The native-Keras TFX Trainer of the benchmark (a `run_fn` module file).
-
-What a TFX user runs today with the stock `Trainer` and its
-`GenericExecutor`, written as TFX's own examples write it
-(`tfx/examples/chicago_taxi_pipeline/taxi_utils_native_keras.py`): batches
-from `data_accessor.tf_dataset_factory` over the transformed examples,
-`model.fit(steps_per_epoch=train_steps, validation_data=...,
-validation_steps=eval_steps)` with a TensorBoard callback, then
-`model.save` with a serving signature that parses raw `tf.Example`s and
-applies the transform graph. The model is the Keras taxi model that
-TPUTrainer trains (`components/taxi_keras_module.build_keras_model`), the
-same layers, loss, Adam and metrics, compiled with
-`custom_config['steps_per_execution']` (default 1).
-
-custom_config: `batch_size` (train and eval), `label_key`,
-`steps_per_execution`.
-"""
+"""The native-Keras TFX Trainer of the benchmark (a `run_fn` module file)."""
 
 import os
 import sys

@@ -1,41 +1,4 @@
-"""One benchmark measurement, run in its own process.
-
-Kinds:
-  tpu_trainer: `tfx_tpu_trainer.executor.Executor().Do()` with
-    components/taxi_tpu_module.py (`--module=tpu`, a model_fn with FTRL +
-    Adagrad) or components/taxi_keras_module.py (`--module=keras`, the Keras
-    model with Adam), use_tpu=False (CPU).
-  stock_trainer: `tfx.components.trainer.executor.Executor().Do()` with the
-    tfx wheel's taxi_utils.trainer_fn (a DNNLinearCombinedClassifier; its
-    batch size, 40, is fixed there: other batch sizes run a copy of the file
-    with only those two numbers changed).
-  keras_trainer: the native-Keras TFX Trainer, TFX's `GenericExecutor().Do()`
-    with benchmarks/keras_run_fn_module.py (`model.fit` on
-    `data_accessor.tf_dataset_factory`, the Keras taxi model, compiled with
-    `--steps_per_execution`).
-  compute_limit: a module's model alone: `--module=keras` (the default),
-    the Keras taxi model's train step (forward, loss, gradients, the same
-    Adam) in a `tf.function` loop over one constant batch of the transformed
-    data; `--module=tpu`, the model_fn module's TRAIN train op (FTRL +
-    Adagrad) in an in-graph `tf.while_loop` over one constant batch, run by
-    a plain session. No input, no hooks, no estimator.
-  input: the raw input pipeline over the same train split, drained for a
-    number of batches with no model: read + parse + batch, i.e. TPUTrainer's
-    default chain with input_cache="serialized" (parallel gzip reads, cached
-    serialized records, shuffle, batch, one parse_example per batch,
-    prefetch). The ceiling a training loop that parses its input has.
-  trainer_input: the same drain of the chain as the trainer runs it
-    (input_cache="auto": here the parsed table, so no parsing per batch).
-
-Usage (the harness runs this in a fresh subprocess per measurement):
-  python -m benchmarks.measure --kind KIND --data_spec DATA.json \
-      --batch_size B --train_steps N --eval_steps E --output_dir DIR \
-      --result RESULT.json
-
-The result JSON holds the step-rate samples, examples/s (median after the
-first sample times the batch size), the executor's wall time and its parts.
-Peak memory is taken by the parent from the process's rusage.
-"""
+"""One benchmark measurement, run in its own process."""
 
 import json
 import os

@@ -1,36 +1,4 @@
-r"""Where a training step's time goes: the same model, step by step removed.
-
-For one module's model at one batch size, each in this process, on one batch
-of the benchmark's transformed taxi data (or its input chain):
-
-  limit        the Keras taxi model's step in a `tf.function` loop over one
-               constant batch, with the compiled (Keras) Adam
-               (= benchmarks.measure --kind compute_limit)
-  limit_v1opt  the same loop with tf.compat.v1.train.AdamOptimizer (its
-               fused ResourceApplyAdam kernel)
-  limit_lib    the same loop with the optimizer TPUTrainer builds from the
-               compile settings (off GPU: keras_compile's
-               ElementwiseAdamOptimizer)
-  graph_run    the TPU model_fn's train op (TPUTrainer's graph) on a
-               constant batch, one `session.run` per step
-  graph_loop   the same train op, N steps per `session.run` in a while loop
-               (what `host_iterations_per_loop` builds) on a constant batch
-  repeat_loop  the while loop taking the constant batch from a dataset
-               (`from_tensors(batch).repeat()`): the cost of taking a batch
-               from an iterator, without making one
-  input_loop   the while loop taking each batch from TPUTrainer's default
-               input chain (`input_cache="auto"`), as the trainer does
-               (without the estimator's hooks)
-
-Usage:
-  python -m benchmarks.profile_step --data_spec WORK/data.json \
-      --module keras --batch_size 512 [--steps 2000]
-  (make bench --work_dir=WORK leaves WORK/data.json behind)
-
-Each variant prints microseconds per step: the median of 5 timed runs of
-`--steps` steps after a warm-up, the variants taking turns (so a busy spell
-of a shared machine hits them all).
-"""
+"""Where a training step's time goes: the same model, step by step removed."""
 
 import os
 import statistics

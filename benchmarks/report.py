@@ -1,10 +1,4 @@
-"""Turns the runs of each measurement into medians, ratios and a verdict.
-
-A run is the result dict of one `benchmarks.measure` subprocess plus the
-parent's figures for it (`max_rss_kb`, `process_seconds`). Every figure of a
-measurement is the median over its runs; the ratios are ratios of those
-medians (the per-repeat ratios of runs taken side by side are kept too).
-"""
+"""Turns the runs of each measurement into medians, ratios and a verdict."""
 
 import dataclasses
 from typing import Any, Dict, List, Mapping, Optional, Sequence

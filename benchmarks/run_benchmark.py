@@ -1,41 +1,4 @@
-r"""Benchmark: TPUTrainer (CPU) against the trainers TFX users run today.
-
-One run prepares the transformed taxi examples once (benchmarks.data), then
-measures, at batch 40 and at the large batch B (default 512), each in a
-fresh subprocess and `--repeats` times in turn:
-
-  stock_trainer@b   the stock TFX estimator Trainer, taxi_utils.py
-  keras_fit@b       the native-Keras TFX Trainer (GenericExecutor, run_fn
-                    with model.fit; the Keras taxi model)
-  keras_fit_spe@b   the same with steps_per_execution (default 100)
-  tpu_trainer@b     TPUTrainer with components/taxi_tpu_module.py
-  tpu_keras@b       TPUTrainer with components/taxi_keras_module.py
-  compute_limit@b   the Keras taxi model's train step in a tf.function loop
-                    over one constant batch (no input, no hooks)
-  compute_limit_model_fn@b  the model_fn module's train op in an in-graph
-                    while loop over one constant batch (its own limit)
-  input@b           read + parse + batch with no model (the raw input rate)
-  trainer_input@B   TPUTrainer's input chain as it trains (input_cache=auto)
-
-Then the scale run (benchmarks.scale): TPUTrainer (model_fn module, default
-config) at batch B on the training split replicated `--scale_factors` times
-(written once under the work dir), with the parsed-table cache and
-streaming: rate and peak RSS per size, in one table.
-
-Every trainer runs twice per repeat, at `--short_steps` and `--steps`: its
-rate is the extra examples over the extra wall time of `Do()` (so no
-trainer's own logs are trusted), and its overhead is `Do()` outside the
-training steps; the estimators' own `global_step/sec` rate is printed beside
-it. The table, the ratios and PASS/FAIL against the targets of issue 16 are
-printed; the results go to <output_dir>/<timestamp>.json.
-
-Usage:
-  python -m benchmarks.run_benchmark [--repeats=2] [--quick]
-  make bench BENCH_ARGS="--quick"
-  # A/B of a TPUTrainer setting against the same references:
-  python -m benchmarks.run_benchmark \
-      --tpu_trainer_config='{"host_iterations_per_loop": 1}'
-"""
+"""Benchmark: TPUTrainer (CPU) against the trainers TFX users run today."""
 
 import json
 import os

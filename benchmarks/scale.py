@@ -1,18 +1,4 @@
-"""The scale run: TPUTrainer's rate and peak memory as the data grows.
-
-The transformed taxi examples (benchmarks.data) are replicated to `factor`
-times their training split: `<work_dir>/scale/x<factor>/` holds the split's
-files copied `factor` times (the eval split and the rest of the artifacts
-are the original's) and `data.json`, the data spec pointing there. A
-replica is written once and reused by later runs with the same work dir.
-
-At each factor, TPUTrainer (the model_fn module, default config) trains at
-two step counts in fresh processes with the parsed-table cache
-(`input_cache='parsed'`) and streaming (`input_cache='none'`, what a split
-over both caps gets); the rate is the extra examples over the extra wall
-time of `Do()`, as in the main run, and the peak RSS the larger of the two
-processes'. `rows` is the training split's row count.
-"""
+"""The scale run: TPUTrainer's rate and peak memory as the data grows."""
 
 import json
 import os

@@ -1,8 +1,4 @@
-"""Features of the Chicago taxi data set (big_tipper_label variant).
-
-Shared by the preprocessing and model modules; mirrors the stock TFX example
-(tfx/examples/chicago_taxi_pipeline/taxi_utils.py) so results compare.
-"""
+"""Features of the Chicago taxi data set (big_tipper_label variant)."""
 
 LABEL_KEY = 'big_tipper'
 

@@ -1,13 +1,4 @@
-"""Wide-and-deep Keras model for the transformed taxi features (module file).
-
-The Keras twin of taxi_tpu_module.py: the same features (taxi_features.py),
-a linear ("wide") part over the categorical ids and a DNN ("deep") part over
-the z-scored floats. It defines `build_keras_model(params)` and no
-`model_fn`: TPUTrainer turns the compiled model into a TPU model_fn
-(tfx_tpu_trainer/keras_model_fn.py). Each `tf.keras.Input` is named after the
-transformed feature it reads; the output is named `probabilities`, the key
-the pipeline's Evaluator reads from the `serving_default` signature.
-"""
+"""Wide-and-deep Keras model for the transformed taxi features (module file)."""
 
 import tensorflow as tf
 

@@ -1,10 +1,4 @@
-"""Wide-and-deep TPU model_fn for the transformed taxi features (module file).
-
-The shape of the stock TFX example's DNNLinearCombinedClassifier: a linear
-("wide") part over the categorical ids and a DNN ("deep") part over the
-z-scored floats, written with dense ops only (gathers and matmuls), so the
-same graph compiles for TPU and runs on CPU.
-"""
+"""Module file: a wide-and-deep TPU model_fn over the transformed taxi data."""
 
 import tensorflow as tf
 

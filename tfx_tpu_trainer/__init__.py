@@ -1,8 +1,4 @@
-"""tfx-tpu-trainer: a TFX Trainer that trains and exports a TPUEstimator.
-
-`from tfx_tpu_trainer import TPUTrainer` imports TFX on first use only, so
-light modules (config, the CLI's argument checks) stay quick to import.
-"""
+"""tfx-tpu-trainer: a TFX Trainer that trains and exports a TPUEstimator."""
 
 __all__ = ['TPUTrainer']
 

@@ -1,14 +1,4 @@
-"""The `custom_config` schema of TPUTrainer: one typed object and its checks.
-
-Nothing else in the library reads the raw `custom_config` dict: the executor
-calls `TrainerConfig.from_custom_config` once, before any training, and every
-later step reads the typed fields.
-
-Each key is one field of `TrainerConfig`, declared once with its default,
-its check and its help text; the parser (`from_custom_config`) and the
-README's table of keys (`keys_table`) are derived from those fields. All keys
-are optional.
-"""
+"""The `custom_config` schema of TPUTrainer: one typed object and its checks."""
 
 import dataclasses
 import json

@@ -1,9 +1,4 @@
-"""The documented import path of `to_tpu_model_fn` (README, docs/).
-
-  from tfx_tpu_trainer.estimator_adapter import to_tpu_model_fn
-
-The adapter lives in `tfx_tpu_trainer.model_fn.estimator_adapter`.
-"""
+"""The documented import path of `to_tpu_model_fn` (README, docs/)."""
 
 from tfx_tpu_trainer.model_fn.estimator_spec_adapter import AdapterError
 from tfx_tpu_trainer.model_fn.estimator_spec_adapter import to_tpu_model_fn

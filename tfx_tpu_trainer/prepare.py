@@ -1,10 +1,4 @@
-"""The set-up of a training run, shared by the executor and the preflight CLI.
-
-From the validated config, the loaded user module and the example schemas,
-`prepare_run` decides once what every later step uses: the label key, the
-`params` the module's functions get, the TPU model_fn, the serving input of
-the export, and (through `PreparedRun.input_fn`) the input functions.
-"""
+"""A training run's set-up, shared by the executor and the preflight CLI."""
 
 import dataclasses
 from typing import Any, Dict, List, Mapping, Optional

@@ -1,15 +1,4 @@
-"""What a module written for the stock TFX Trainer names: read, never run.
-
-The stock Trainer's module contracts (`trainer_fn` for an Estimator,
-`run_fn` for Keras or an Estimator trained by hand) say nothing of
-TPUTrainer's `LABEL_KEY`; these helpers read what such a module does name,
-for the loader's messages and the label key: the label its input function
-reads (`label_key=` of `tfxio.TensorFlowDatasetOptions`), its label
-constants, the functions its `run_fn` calls and the names their code uses.
-They run no function of the module but its small name helpers
-(`_transformed_name(key)`) and import nothing heavy, so they sit below
-`user_module`.
-"""
+"""What a module written for the stock TFX Trainer names: read, never run."""
 
 import ast
 import dataclasses

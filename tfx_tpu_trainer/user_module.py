@@ -1,21 +1,4 @@
-"""Loads a TPUTrainer user module and checks it against the module contract.
-
-The contract (README, "The module file"; docs/bring_your_model.md):
-  model_fn(features, labels, mode, params[, config]) -> TPUEstimatorSpec,
-    required unless build_keras_model is given.
-  build_keras_model(params) -> compiled tf.keras model (instead of model_fn).
-  input_fn(file_pattern, data_accessor, schema, params) -> tf.data.Dataset
-    of (features, label); optional.
-  serving_input_receiver_fn(params) -> ServingInputReceiver; optional.
-  LABEL_KEY: optional module attribute naming the label feature.
-  trainer_fn(fn_args, schema): the stock TFX Trainer's estimator contract,
-    accepted instead of model_fn (see model_fn/stock_trainer.py).
-A module with only the stock Trainer's `run_fn(fn_args)` that trains the
-Estimator of a `(fn_args, schema)` function it calls (TFX's Estimator
-template) is accepted as that function's trainer_fn; another run_fn is
-refused with what to change (`build_keras_model(params)` for Keras, a
-`trainer_fn = ...` line for an Estimator).
-"""
+"""Loads a TPUTrainer user module and checks it against the module contract."""
 
 import contextlib
 import dataclasses

@@ -1,21 +1,4 @@
-"""Checks a trainer module in a child process, before a pipeline runs.
-
-Importing a user's module runs its code: `os._exit(0)` at import would end
-the checking process itself (the CLI `run` exiting 0 before any component),
-and a crash in import-time code would take the caller with it.
-`check_trainer_module` imports and checks the module
-(`user_module.load_user_module`) in a child process and reads the verdict it
-writes to a file, so an exit of the module is a clear error naming it.
-
-The children fork from a check server: a Python process of its own that
-imported TensorFlow and TFX (with `user_module`) once and has run no
-TensorFlow op, so forking it is safe. A check then costs the module's own
-import, not a fresh interpreter loading TensorFlow and TFX (about 7 s each
-time). The server lasts as long as this process. `start_server` starts it
-early, so that it imports while this process does other work; this module
-itself imports neither TensorFlow nor TFX. (multiprocessing's fork server
-would re-run an unguarded `__main__` script in every child.)
-"""
+"""Checks a trainer module in a child process, before a pipeline runs."""
 
 import atexit
 import json

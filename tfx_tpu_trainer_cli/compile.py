@@ -1,15 +1,4 @@
-"""`tfx-tpu-trainer compile`: a pipeline for Kubeflow Pipelines.
-
-The bundled taxi pipeline, or the user's (`--pipeline FILE:FUNCTION`),
-compiled by the library's `tfx_tpu_trainer.kubeflow.compiler` with
-`KubeflowDagRunner` (Argo workflow, the default) or `KubeflowV2DagRunner` (a
-KFP v2 pipeline spec and a Vertex AI PipelineJob). TPU scheduling goes on
-the TPUTrainer steps only. The taxi compile is offline (no cluster, no
-network, nothing written under the pipeline root); a user's pipeline has its
-module files packaged as wheels under `<pipeline_root>/_wheels` by TFX, unless
-`--module-files-in-image`. Every option is checked before anything is
-written, and the summary printed is read back from the files.
-"""
+"""`tfx-tpu-trainer compile`: a pipeline for Kubeflow Pipelines."""
 
 import contextlib
 import os

@@ -1,13 +1,4 @@
-"""Checks of the CSV data root that `tfx-tpu-trainer run` reads (no TFX).
-
-CsvExampleGen reads every file in the data root. An empty file, a header
-without a column the preprocessing reads, no data row, a byte that is not
-UTF-8 anywhere in a file, or too few rows for one train and one eval batch
-would otherwise pass the argument checks and fail minutes later inside
-Transform (`KeyError: 'trip_miles'`), Beam (`UnicodeDecodeError`, no file
-named) or the Trainer; these checks parse each file's first two rows and
-scan its bytes, before any component runs.
-"""
+"""Checks of the CSV data root that `tfx-tpu-trainer run` reads (no TFX)."""
 
 import codecs
 import csv

@@ -1,28 +1,4 @@
-"""What the taxi pipeline's Evaluator reads, decided from the trainer module.
-
-`tfx-tpu-trainer run --module-file M` scores the `{serve}` model's
-`serving_default` signature with TFMA. Which label and which prediction it
-reads follow the module, decided before any component runs:
-
-* Label: `--eval-label-key`, else the trainer's label key
-  (`custom_config['label_key']`, where `--label-key` puts it, else the
-  module's `LABEL_KEY`, else the stock module's `_transformed_name(_LABEL_KEY)`
-  the transform produces). It is a transformed feature, so TFMA computes it
-  with the model's `transform_features` signature
-  (`preprocessing_function_names=['transform_features']`), which TPUTrainer
-  exports with every transform graph. The bundled module keeps the raw
-  `big_tipper` label and TFMA reads it from the raw examples, as before.
-* Prediction: `--eval-prediction-key`, else the first output of the
-  `serving_default` signature that TFMA reads by itself (its search order:
-  `scores`, `outputs`, `predictions`, `logistic`, `probabilities`, `logits`,
-  tensorflow_model_analysis/metrics/metric_util.py). The signature's outputs
-  are found by tracing: the preprocessing_fn on the CSV's columns (no
-  analysis: analyzers stay placeholders of the right dtype and shape), then
-  the module's model_fn (or Keras model) in PREDICT mode on those features.
-  No readable output is one error naming the outputs the module has. A
-  stock `trainer_fn` module (a canned Estimator: `scores`/`classes`,
-  `predictions`) is left to TFMA's own search.
-"""
+"""What the taxi pipeline's Evaluator reads, decided from the trainer module."""
 
 import csv
 import dataclasses

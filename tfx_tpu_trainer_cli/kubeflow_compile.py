@@ -1,22 +1,4 @@
-"""Compiles the taxi pipeline for Kubeflow Pipelines, offline.
-
-The compile itself is the library's (`tfx_tpu_trainer.kubeflow.compiler`,
-the same path as a user's pipeline); this module builds the taxi pipeline
-for the cluster and says where its module files are in the image.
-
-Module files. Compiling touches neither the network nor the pipeline root:
-TFX would package each `module_file` as a wheel under
-`<pipeline_root>/_wheels` (a GCS write for a `gs://` root); the components
-are built inside `compiler.user_modules_not_packaged()`, which keeps the
-path as given, so module files are named by their path inside the image
-(`/tfx-tpu-trainer/components`, see the Dockerfile). Transform's
-`preprocessing_fn` is named by import path
-(`taxi_preprocessing.preprocessing_fn`) rather than by file, and every step
-gets `PYTHONPATH=/tfx-tpu-trainer/components`: Beam's worker processes
-(`--direct_running_mode=multi_processing`, or Dataflow workers running the
-image) import it by that name, where a file TFX loaded by path would be
-`user_module_0`, which no other process can import.
-"""
+"""Compiles the taxi pipeline for Kubeflow Pipelines, offline."""
 
 import dataclasses
 import posixpath

@@ -1,9 +1,4 @@
-"""Runs a pipeline locally: LocalDagRunner, Beam DirectRunner, SQLite.
-
-`run` runs the taxi pipeline; `run_pipeline` any pipeline with a TPUTrainer
-(a user's, from `tfx-tpu-trainer run --pipeline FILE:FUNCTION`), with the
-same progress lines and summary.
-"""
+"""Runs a pipeline locally: LocalDagRunner, Beam DirectRunner, SQLite."""
 
 import dataclasses
 import datetime

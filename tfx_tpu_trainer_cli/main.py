@@ -1,13 +1,4 @@
-"""The `tfx-tpu-trainer` command: run, compile, preflight and tpu-check.
-
-Subcommands:
-  run        the taxi pipeline (or yours, --pipeline FILE:FUNCTION) on the
-             local runner (the README's main job).
-  compile    the taxi pipeline (or yours) for Kubeflow Pipelines (v1, v2,
-             Vertex AI).
-  preflight  checks on CPU that a trainer module is TPU-ready.
-  tpu-check  checks that this machine's TPU runs the trainer.
-"""
+"""The `tfx-tpu-trainer` command: run, compile, preflight and tpu-check."""
 
 import argparse
 import os

@@ -1,12 +1,4 @@
-"""`run`'s checks of the two module files, before any component runs.
-
-A preprocessing module without `preprocessing_fn` would fail at Transform
-(step 5) with TFX's `AttributeError: module 'trainer_module' has no
-attribute 'preprocessing_fn'`, naming neither the file nor the flag; a
-trainer module whose label the run cannot feed would fail at TPUTrainer
-(step 6), after Transform. Both are checked here from the modules' code,
-and every error names the flag to change.
-"""
+"""`run`'s checks of the two module files, before any component runs."""
 
 import inspect
 import types

@@ -1,22 +1,4 @@
-"""`tfx-tpu-trainer preflight`: checks on CPU that a module is TPU-ready.
-
-  tfx-tpu-trainer preflight --module-file M [--examples DIR]
-      [--transform-graph DIR | --schema FILE] [--custom-config JSON]
-      [--num-shards N] [--json]
-
-The sample batch (one shard's worth) comes from, in this order:
-  --examples DIR   the first batch the module's input_fn (or the default one)
-                   reads from DIR/Split-<split>, parsed with the transformed
-                   schema of --transform-graph, else --schema, else the
-                   feature types and lengths of the first example;
-  --transform-graph / --schema without --examples: zeros shaped by the
-                   transformed (or raw) feature spec;
-  neither:         the module's input_fn called without files (for inputs
-                   that make their own data), else zeros shaped by the
-                   inputs and outputs of the module's Keras model.
-Exit status: 0 when the module is TPU-ready, 1 when it is not (or does not
-load), 2 for bad arguments.
-"""
+"""`tfx-tpu-trainer preflight`: checks on CPU that a module is TPU-ready."""
 
 import dataclasses
 import glob

@@ -1,8 +1,4 @@
-"""`tfx-tpu-trainer run`: the taxi pipeline on the local runner (the main job).
-
-`--pipeline FILE:FUNCTION` runs the user's pipeline instead, with the same
-progress lines and summary; the taxi pipeline's options do not apply then.
-"""
+"""`tfx-tpu-trainer run`: a pipeline on the local runner (the main job)."""
 
 import contextlib
 import glob

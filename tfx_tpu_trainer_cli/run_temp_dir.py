@@ -1,10 +1,4 @@
-"""A local run's private temporary folder, and those killed runs left.
-
-TFX builds module wheels and pip-installs them into temporary folders it
-never removes. A local run points them at its own folder under the pipeline
-root and removes it at the end; a killed run's folder is removed by a later
-run once nobody holds its lock. Imports no TFX or TensorFlow.
-"""
+"""A local run's private temporary folder, and those killed runs left."""
 
 import contextlib
 import os

@@ -1,10 +1,4 @@
-"""`tfx-tpu-trainer tpu-check`: does this machine's TPU run the trainer?
-
-Run on a TPU VM, in the TPU image, or as the first step of a compiled
-pipeline (`compile --tpu-check`). Prints one line per check with its time;
-exits 0 only when every check passed, 1 at the first that failed (named, with
-what to do). Without a TPU it fails at once, before TensorFlow is imported.
-"""
+"""`tfx-tpu-trainer tpu-check`: does this machine's TPU run the trainer?"""
 
 import sys
 

@@ -1,18 +1,4 @@
-"""`--pipeline FILE:FUNCTION`: a user's pipeline factory, loaded and checked.
-
-FUNCTION takes no required arguments and returns a `tfx.dsl.Pipeline` with
-at least one `TPUTrainer`. The file is imported by path (its directory first
-on `sys.path` while it is imported and FUNCTION runs, so it may import its
-siblings). Every way this can fail is a `common.UsageError` naming the file
-and the function.
-
-A pipeline without a TPUTrainer is refused, by `compile` and `run` alike:
-nothing of this command would act on it (no step to carry the TPU
-scheduling, the trainer image or the KFP metrics; no trainer metrics for the
-run summary), and a TPU request landing on no step is surely a mistake (a
-stock `tfx.components.Trainer` left in place). TFX's own runners run and
-compile such a pipeline as well.
-"""
+"""`--pipeline FILE:FUNCTION`: a user's pipeline factory, loaded and checked."""
 
 import inspect
 import os

@@ -1,15 +1,4 @@
-"""Checks of the examples a TPUTrainer reads, and diagnoses of read failures.
-
-Before training: every split named by train_args/eval_args exists, has
-files, and holds at least one full batch (batches drop their remainder, so a
-split smaller than its batch yields nothing). Only the first batch's worth
-of records is read, so the check costs little on large data.
-
-When training fails inside TensorFlow with a data error (a corrupt or
-truncated file, an example that does not parse with the schema, a label with
-no value), `explain_data_errors` scans the split's records to name the file
-and record, and raises a TPUTrainerError that says so.
-"""
+"""Checks of the examples a TPUTrainer reads, and diagnoses of read failures."""
 
 import contextlib
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence

@@ -1,33 +1,4 @@
-"""Input functions for TPUEstimator over a split's TFRecord examples.
-
-TPUEstimator calls `input_fn(params)` with the per-host (or per-shard) batch
-size in `params['batch_size']`, and on TPU a `params['context']` that says
-which of the input invocations this is. The default chain, in the shape of
-the tensorflow/tpu reference input pipelines:
-
-  list files -> shard by input invocation (per host on TPU) -> parallel
-  interleaved gzip reads -> then, by the cache mode (`input_cache`):
-
-  "parsed": parse the split once, in chunks, into one in-memory table of
-    dense tensors; every epoch is a fresh permutation of row indices, cut
-    into batches across epoch boundaries; the columns of one dtype are
-    joined into one block, so a batch is one gather per dtype. No parsing
-    after the first pass.
-  "serialized" (or "none": no cache): cache the serialized records, shuffle
-    + repeat (training), batch with drop_remainder (static shapes), one
-    vectorised `parse_example` per batch.
-
-  -> split off the label -> prefetch.
-
-"auto" (the default) picks "parsed" for training input when every feature
-is a fixed-length number and the peak memory of building the table (the
-record count estimated from the start of a file) fits
-`PARSED_CACHE_MAX_BYTES` per input invocation; else "serialized" when the
-gzip files add up to at most `CACHE_MAX_COMPRESSED_BYTES`; else "none".
-The table is built whole each time an input_fn is called, so evaluation
-input, read for a few steps, is not tabled by "auto". No per-example Python
-runs. A module's own `input_fn` replaces the chain.
-"""
+"""Input functions for TPUEstimator over a split's TFRecord examples."""
 
 import struct
 import zlib

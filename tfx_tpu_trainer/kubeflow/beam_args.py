@@ -1,21 +1,4 @@
-"""The `--beam-arg` values of a compile: checked as Beam itself reads them.
-
-Each value is one Beam pipeline option, `--name=value` or `--flag`, that a
-Beam `PipelineOptions` class defines (the same argparse checks Beam runs).
-The runner is resolved by Beam's own rule (`apache_beam.runners.runner.
-create_runner`: case-insensitive, `Runner` suffix optional, or a dotted class
-path), so `dataflow`, `Dataflow` and `dataflowrunner` are the
-`DataflowRunner` (and get its required options checked), `directrunner` is
-the `DirectRunner` (and keeps the multi-processing defaults), and a runner
-Beam does not know is refused.
-
-Who gets them: TFX hands pipeline-level Beam args to the components whose
-executor runs Beam (`BeamExecutorSpec`): ExampleGen, StatisticsGen,
-Transform and Evaluator; SchemaGen, ExampleValidator, the trainer and Pusher
-run no Beam. `KubeflowDagRunner` (v1) does exactly that; `KubeflowV2DagRunner`
-appends them to every executor, so `strip_from_other_executors` takes them
-off the others.
-"""
+"""The `--beam-arg` values of a compile: checked as Beam itself reads them."""
 
 import argparse
 import re

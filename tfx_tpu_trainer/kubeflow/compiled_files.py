@@ -1,12 +1,4 @@
-"""What a compiled pipeline says: read back from the files a compile wrote.
-
-The compile command reports these, never its own options, so its summary is
-what a cluster will get: the trainer step's image, TPU limits, requests,
-node selectors, tolerations, annotations and TPU runtime environment
-(`runtimes.STEP_ENV_NAMES`), from the KFP v1 Argo workflow,
-the KFP v2 pipeline spec (with its `platforms.kubernetes` document) or the
-Vertex AI PipelineJob.
-"""
+"""What a compiled pipeline says: read back from the files a compile wrote."""
 
 import json
 import os

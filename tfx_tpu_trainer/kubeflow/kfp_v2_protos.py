@@ -1,16 +1,4 @@
-"""KFP v2's current protobufs, loaded beside the pinned kfp's older ones.
-
-The pinned kfp 1.8.22 brings kfp-pipeline-spec 0.1.16, whose
-`pipeline_spec.proto` has no `PlatformSpec` (the second YAML document of a
-KFP v2 pipeline, where node selectors and tolerations go) and no CPU/memory
-requests; kfp-kubernetes (`kfp_kubernetes.KubernetesExecutorConfig`, what a
-KFP v2 backend reads from `platforms.kubernetes`) needs kfp 2. So the
-published `.proto` files (kubeflow/pipelines sdk-2.16.1, copied to `proto/`)
-are compiled into a descriptor set (`_kfp_v2_descriptors`) and loaded here
-into a private descriptor pool: the message classes are the real ones, and
-they cannot clash with kfp-pipeline-spec 0.1.16 in the default pool (both
-define `ml_pipelines.PipelineSpec`).
-"""
+"""KFP v2's current protobufs, loaded beside the pinned kfp's older ones."""
 
 import base64
 import functools

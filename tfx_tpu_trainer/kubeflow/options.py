@@ -1,7 +1,4 @@
-"""The Kubeflow compile choices, defined once for the library and the CLI.
-
-Imports nothing heavy: the command line reads these at start-up.
-"""
+"""The Kubeflow compile choices, defined once for the library and the CLI."""
 
 __all__ = ['RUNNERS', 'TPU_STYLES', 'DEFAULT_IMAGE']
 

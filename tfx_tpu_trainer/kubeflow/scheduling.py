@@ -1,38 +1,4 @@
-"""TPU scheduling for the trainer step of a Kubeflow pipeline.
-
-Two styles of TPU on GKE:
-
-* TPU VM (the default): the pod requests `google.com/tpu: <chips>`, selects
-  nodes by `cloud.google.com/gke-tpu-accelerator` and
-  `cloud.google.com/gke-tpu-topology`, and tolerates the `google.com/tpu`
-  taint that GKE puts on TPU nodes. The TPU is attached to the node, so the
-  executor resolves it as `TPUClusterResolver(tpu='local')`.
-* TPU node (older): the pod carries the `tf-version.cloud-tpus.google.com`
-  annotation and requests `cloud-tpus.google.com/<v2|v3>: <cores>`; GKE
-  creates a Cloud TPU node for it (`kfp.gcp.use_tpu` does exactly this).
-
-Topology rule (TPU VM). A topology is `AxB` (v5e, v6e) or `AxBxC` (v4, v5p)
-and describes the whole slice, whose chip count is the product of its
-dimensions. A Kubeflow v1 step is one pod, and one pod runs on one host, so
-only single-host topologies are accepted (the `SINGLE_HOST_TOPOLOGIES` of
-each accelerator below; GKE's tables list the same), and the chip count the
-pod requests must be the product of the dimensions, i.e. every chip of the
-host: `tpu-v5-lite-podslice` with `2x4` requests `google.com/tpu: 8`. A
-larger (multi-host) topology needs one pod per host (a JobSet), which a KFP
-v1 step cannot express; it is rejected.
-
-TPU node style is retired: GKE ended Cloud TPU nodes on 2025-04-25. It is
-kept for KFP v1 only, behind an explicit `--tpu-style tpu-node` that warns.
-
-Beyond the TPU, the trainer pod takes extra node selectors and tolerations
-(Spot VMs, reservations) and CPU/memory requests (`TrainerPod`).
-
-`pipeline_operator_funcs` keeps TFX's defaults (`metadata-grpc-configmap`,
-optionally the `user-gcp-sa` secret) for every step and adds the trainer's
-functions, which act only on the step whose `op.human_name` is the trainer's
-component id (`KubeflowDagRunner` names each `ContainerOp` after
-`component.id`; `op.name` is a sanitized, possibly suffixed copy of it).
-"""
+"""TPU scheduling for the trainer step of a Kubeflow pipeline."""
 
 import dataclasses
 import importlib.metadata

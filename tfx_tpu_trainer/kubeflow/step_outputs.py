@@ -1,7 +1,5 @@
-"""`python -m tfx_tpu_trainer.kubeflow.step_outputs`: the KFP v1 trainer step.
-
-Compiled pipelines run this path; the code is in publishing/step_outputs.py.
-"""
+"""`python -m tfx_tpu_trainer.kubeflow.step_outputs`, run by compiled specs:
+the KFP v1 trainer step, whose code is publishing/step_outputs.py."""
 
 from tfx_tpu_trainer.publishing import step_outputs
 from tfx_tpu_trainer.training import leftover_threads

@@ -1,12 +1,4 @@
-"""`tpu-check` as the first step of a compiled pipeline (`compile --tpu-check`).
-
-`TPUCheck` is a TFX component without inputs or outputs whose executor runs
-`tpu_check.check_or_raise()`. The compiler puts it upstream of every other
-component, and schedules it like the trainer (same image, TPU, node
-selectors, tolerations, requests and runtime environment), so a TPU that
-cannot run the trainer fails the run in minutes, before ExampleGen,
-StatisticsGen, SchemaGen and Transform have run.
-"""
+"""`tpu-check` as the first step of a compiled pipeline (--tpu-check)."""
 
 from typing import Any, Dict, List
 

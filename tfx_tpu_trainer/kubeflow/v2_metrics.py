@@ -1,7 +1,5 @@
-"""`python -m tfx_tpu_trainer.kubeflow.v2_metrics`: the KFP v2 trainer step.
-
-Compiled pipelines run this path; the code is in publishing/v2_metrics.py.
-"""
+"""`python -m tfx_tpu_trainer.kubeflow.v2_metrics`, run by compiled specs:
+the KFP v2 trainer step, whose code is publishing/v2_metrics.py."""
 
 from tfx_tpu_trainer.publishing import v2_metrics
 

@@ -1,22 +1,4 @@
-"""What a Vertex AI PipelineJob can say about the trainer's TPU: here, nothing.
-
-A Vertex AI Pipelines step asks for its machine through the pipeline spec's
-container `resources` (kfp-pipeline-spec's `ResourceSpec`): CPU and memory
-limits and an accelerator type and count, no machine type and no TPU
-topology (tfx_tpu_trainer/kubeflow/proto/pipeline_spec.proto). Google's page
-"Specify the machine configuration for a pipeline step"
-(https://cloud.google.com/vertex-ai/docs/pipelines/machine-types) lists the
-TPU_V2/TPU_V3 accelerators for it. TPU v4 and v5e on Vertex AI are whole
-machines named by a machine type with a `tpuTopology`
-(`MachineSpec`, https://cloud.google.com/vertex-ai/docs/reference/rest/v1/
-MachineSpec), which only a CustomJob's worker pool carries.
-
-The GKE TPU VM accelerators this compiler schedules (v4, v5e, v5p) therefore
-have no form a Vertex pipeline step accepts, and TPU v2/v3 have no GKE TPU VM
-accelerator here: a Vertex job with a TPU trainer would either be rejected or
-disagree with the KFP v2 spec written beside it. `refusal` says why and what
-to do; the compile refuses instead of writing such a job.
-"""
+"""What a Vertex AI PipelineJob can say about the trainer's TPU: nothing."""
 
 from typing import Optional
 

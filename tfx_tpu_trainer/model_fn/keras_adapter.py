@@ -1,35 +1,4 @@
-"""A TPU model_fn built from a module's compiled Keras model.
-
-A module that defines `build_keras_model(params)` (returning a compiled
-functional or Sequential `tf.keras` model) and no `model_fn` trains under
-TPUTrainer through the model_fn built here. For each estimator graph (train,
-eval, export) it:
-
-  1. calls `build_keras_model(params)` eagerly on a helper thread (Keras can
-     read its compile settings only in eager mode) after
-     `tf.keras.backend.reset_uids()`, so layer names (and so variable and
-     checkpoint names) are the same in every graph; once per distinct
-     params, the graphs of a run share that template;
-  2. rebuilds the model inside the estimator's graph with
-     `tf.keras.models.clone_model`, outside any TPU context (Keras puts
-     placeholders for its `Input`s there, which a TPU computation rejects),
-     and calls it on the features inside: the weights are graph variables
-     that the estimator checkpoints, restores and warm-starts;
-  3. feeds each `tf.keras.Input` the feature of the same name (a
-     `[batch]` feature feeds a `(None, 1)` input and vice versa; numeric
-     dtypes are cast to the input's);
-  4. PREDICT: predictions keyed by the model's output names, exported as the
-     `serving_default` PredictOutput; EVAL/TRAIN: the compiled loss (per
-     output, weighted) plus the model's regularization losses, the compiled
-     metrics as `tf.compat.v1.metrics` in a host `metric_fn`, and the Keras
-     optimizer as its `tf.compat.v1.train` counterpart, wrapped in
-     `CrossShardOptimizer` when `params['use_tpu']`; batch-norm updates run
-     with the train op.
-
-See keras_compile.py for what maps and what is an error. Weights that
-`build_keras_model` loads or sets are not carried over (the graph model is
-re-initialized); use the Trainer's `base_model` to warm-start.
-"""
+"""A TPU model_fn built from a module's compiled Keras model."""
 
 import concurrent.futures
 import dataclasses

@@ -1,27 +1,4 @@
-"""What a compiled Keras model's `compile()` means for a TPU model_fn.
-
-Keras 2.15 optimizers (`tf.keras.optimizers.*`, and the `legacy` ones) cannot
-be wrapped in `tf.compat.v1.tpu.CrossShardOptimizer` nor minimize a loss with
-a v1 `global_step`; Keras metric objects keep their state in variables that
-cannot live in a TPU computation. This module reads the compile settings of a
-model built eagerly and maps them to graph-mode equivalents:
-
-  optimizer: the `tf.compat.v1.train` optimizer of the same algorithm and
-    hyperparameters (SGD, Adam, Adagrad, RMSprop, Adadelta, Ftrl); learning
-    rate schedules are evaluated at the global step. Settings with no v1
-    counterpart (gradient clipping, weight decay, EMA, AMSGrad, legacy
-    `decay`) are errors naming the setting. Adam, where no GPU is visible,
-    is `ElementwiseAdamOptimizer`: v1 Adam without its slow CPU kernel.
-  loss: the compiled loss functions or `Loss` objects, per output, weighted by
-    `loss_weights`; the model's regularization losses are added by the caller.
-  metrics: `tf.compat.v1.metrics` equivalents built on the host from labels and
-    predictions (accuracy variants, AUC, precision, recall, MSE, MAE, RMSE,
-    cross-entropies); anything else is an error naming the metric.
-
-`read_compile_spec` runs eagerly (Keras can only serialize its settings
-there); the specs it returns build graph ops later, inside the estimator's
-graph.
-"""
+"""What a compiled Keras model's `compile()` means for a TPU model_fn."""
 
 import dataclasses
 import numbers

@@ -1,18 +1,4 @@
-"""Patches of other libraries' functions, scoped to one call in one thread.
-
-`patched(owner, name, make_replacement)` is a context manager: while its
-block runs, calls of `owner.name` made *in the thread that entered it* go to
-`make_replacement(original)`; calls from every other thread go to the
-original, and on exit the thread's replacement is gone.
-
-How: the first scope to patch `owner.name` installs a dispatcher in its
-place, under a lock and with a reference count; the dispatcher looks up the
-calling thread's innermost replacement (a thread-local stack) and calls it,
-or the original when the thread has none. The last scope to leave puts the
-original back, exactly as it was found (`owner.__dict__[name]`), so two
-threads building graphs at once, or nested scopes, neither see each other's
-replacement nor leave a patch behind.
-"""
+"""Patches of other libraries' functions, scoped to one call in one thread."""
 
 import contextlib
 import dataclasses

@@ -1,12 +1,4 @@
-"""Feature columns a TPU cannot run: categorical (sparse) columns.
-
-A categorical feature column turns ids into a `tf.SparseTensor`, whose
-data-dependent shapes a TPU computation cannot hold. Inside a model they
-show up as dozens of op-level dynamic-shape findings (`Where`, `Unique`,
-`SparseReshape`, ...); their root cause is the column, named here: in a
-canned Estimator's model_fn (stock_trainer) or in a Keras model's
-`tf.keras.layers.DenseFeatures` layers (keras_adapter).
-"""
+"""Feature columns a TPU cannot run: categorical (sparse) columns."""
 
 import re
 from typing import Any, List, Optional, Sequence, Tuple

@@ -1,27 +1,4 @@
-"""Modules written for the stock TFX Trainer (`trainer_fn`) under TPUTrainer.
-
-The stock estimator Trainer calls `trainer_fn(fn_args, schema)` and trains
-the `estimator` of the dict it returns. TPUTrainer calls it the same way, to
-obtain the estimator only (it never trains it, nor uses its RunConfig,
-model_dir or input functions), and takes the estimator's `model_fn` and
-`params`:
-
-- an Estimator built from a `model_fn` (`tf.estimator.Estimator(model_fn=...,
-  params=...)`, canned Estimators included) is adapted with
-  `estimator_spec_adapter.to_tpu_model_fn`: v1 metrics and the Keras metrics of
-  canned heads move to a host `metric_fn`, gradients of v1 and legacy Keras
-  optimizers are summed across TPU shards, and on TPU the v1 summaries of
-  the model_fn are dropped with a warning (a TPU computation rejects them);
-- an Estimator from `tf.keras.estimator.model_to_estimator` is trained as
-  its compiled Keras model (`keras_adapter`, as `build_keras_model`): the
-  model_to_estimator calls of trainer_fn are recorded while it runs (a
-  `patches.patched` scope), so the model is known from the call.
-
-Categorical (sparse) feature columns cannot run inside a TPU computation:
-with `use_tpu`, a canned Estimator that has them is one error naming them.
-The input is TPUTrainer's (the default input, over the label found by
-`stock_contract.label_key_candidates`); the serving input is TPUTrainer's too.
-"""
+"""Modules written for the stock TFX Trainer (`trainer_fn`) under TPUTrainer."""
 
 import contextlib
 import dataclasses

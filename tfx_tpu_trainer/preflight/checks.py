@@ -1,31 +1,4 @@
-"""TPU preflight: on CPU, finds what would fail once a TPU is provisioned.
-
-`run_preflight` checks a TPU model_fn in five timed phases and returns a
-PreflightReport of findings (code, severity, message naming the op, feature
-or tensor, phase); `check_before_training` is the executor's call: it takes
-the sample from the training input and raises PreflightError on errors.
-
-  config  every global batch size divides by the shard count.
-  input   the input's element_spec, which TPUEstimator infeeds: static
-          shapes, a batch axis of params['batch_size'], dense tensors, no
-          string/float64 features.
-  train   one train step built as on TPU (params['use_tpu']=True, per-shard
-          batch, a TPU shard context) inside an XLA computation: its ops are
-          checked (float64, strings, data-dependent shapes, v1 summaries,
-          Print, placeholders, a cross-shard gradient sum when shards > 1),
-          the loss must be a float32 scalar, host_call tensors need a batch
-          axis; then XLA compiles and runs it once on the sample, and the
-          variables are saved for the export phase.
-  eval    one eval step likewise; the eval_metrics tensors need a static
-          shape with a batch axis (the outfeed concatenates shards on it);
-          metric_fn runs on the host on the step's outputs.
-  export  the PREDICT computation (as exported to the {serve, tpu} graph:
-          use_tpu=True, no batch_size) XLA-compiled and run; then, given a
-          serving input, the real dual-tag export of the saved step.
-
-The shard count is `num_shards` (argument, else custom_config), else 8 (one
-TPU v2-8/v3-8 host) with divisibility findings lowered to warnings.
-"""
+"""TPU preflight: on CPU, finds what would fail once a TPU is provisioned."""
 
 import dataclasses
 import os

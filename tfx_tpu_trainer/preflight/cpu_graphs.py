@@ -1,11 +1,4 @@
-"""The executor's check on CPU: the graphs TPUEstimator builds after training.
-
-With `use_tpu` false, TPUEstimator builds the eval step (and its metric_fn)
-and the export's PREDICT step only once training is over; an error in
-either would surface after all the training time. `check_graphs_before_training`
-builds them first, without running them: no XLA compile and no TPU checks
-(those are the TPU preflight's, checks.py).
-"""
+"""On CPU, before training: the graphs TPUEstimator builds after training."""
 
 import dataclasses
 import tempfile

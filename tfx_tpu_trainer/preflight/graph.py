@@ -1,22 +1,4 @@
-"""One TPU step of a model_fn: built as the TPU builds it, checked, run on CPU.
-
-`build_step` calls the model_fn the way TPUEstimator does on a TPU
-(`params['use_tpu']=True`, the per-shard `batch_size`, inside a TPU shard
-context of `num_shards` so `CrossShardOptimizer` sums across shards) but
-inside `tf.compat.v1.xla.experimental.compile` instead of a TPU rewrite: the
-XLA context applies the same graph checks as the TPU one, and XLA on CPU
-compiles, closely, what the TPU compiles. (Unlike a TPU rewrite, the XLA
-context turns v1 summaries into empty constants; they are built for real
-here, so the checks see what a TPU would reject.)
-
-`check_ops` reads the ops of the computation for what XLA on CPU accepts but
-a TPU does not (float64, complex128), data-dependent shapes (XLA bounds them,
-TPUs need static shapes), v1 summaries and `Print`, placeholders; `run_step`
-compiles and runs the step once on the sample. XLA on CPU has no
-`CrossReplicaSum` kernel: the step runs with each one replaced by an
-identity (one replica sums to itself); reported summaries and Print are set
-aside so the rest of the step still compiles.
-"""
+"""One TPU step of a model_fn: built as on a TPU, checked, run on CPU."""
 
 import contextlib
 import dataclasses

@@ -1,26 +1,4 @@
-"""The label values of the first batches against what the model's loss takes.
-
-A label outside the model's classes (2 or -1 for a binary model) trains
-silently: sigmoid cross-entropy takes any number, and only the Evaluator
-fails later, with a raw TFMA error. Before training, the executor builds the
-model_fn's EVAL graph on the eval input (not run) and follows the label
-tensor through the ops that only reshape or cast it to the loss that
-consumes it:
-
-- `SparseSoftmaxCrossEntropyWithLogits` (Keras sparse_categorical_crossentropy,
-  a multi-class head, tf.compat.v1.losses.sparse_softmax_cross_entropy) over
-  N logits: integers in [0, N);
-- the `logits * labels` of `tf.nn.sigmoid_cross_entropy_with_logits` (Keras
-  binary_crossentropy, a binary head, tf.compat.v1.losses.sigmoid_cross_entropy):
-  values in [0, 1].
-
-Where no such loss consumes the label (a regression, a label vocabulary, a
-loss of the module's own, labels as a dict), nothing is checked and nothing
-said. Then the first `CHECKED_BATCHES` batches of each split are read: with
-the default input only the label feature is parsed, file by file, so the
-error names the file and record; with a module input_fn its batches are read
-and the error names the split.
-"""
+"""The label values of the first batches against what the model's loss takes."""
 
 import dataclasses
 import tempfile

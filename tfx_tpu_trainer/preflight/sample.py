@@ -1,19 +1,4 @@
-"""The sample batch a preflight compiles the model on, and where it comes from.
-
-Three sources, best first:
-  1. the first batch of the input the TPU would read: the module's
-     `input_fn`, or the default one, over a split of examples
-     (`from_input_fn`); the dataset's `element_spec` is what TPUEstimator
-     would infeed, so its static shapes and dtypes are checked too;
-  2. zeros shaped by a feature spec (the transformed schema of a transform
-     graph, or a raw schema) when no examples are at hand
-     (`from_feature_spec`);
-  3. zeros shaped by a Keras model's inputs and outputs, for a module with
-     `build_keras_model` and nothing else (`from_keras_model`).
-
-A batch has the per-shard size: TPUEstimator hands each shard
-`global_batch_size / num_shards` examples.
-"""
+"""The sample batch a preflight compiles the model on, and its origin."""
 
 import dataclasses
 from typing import Any, Callable, Dict, Mapping, Optional

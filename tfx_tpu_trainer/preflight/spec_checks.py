@@ -1,9 +1,4 @@
-"""What a model_fn returned, checked against what TPUEstimator takes.
-
-Shared by the TPU preflight (checks.py) and the CPU graph check
-(cpu_graphs.py): a spec that cannot run is a `SpecProblem` carrying its
-finding.
-"""
+"""What a model_fn returned, checked against what TPUEstimator takes."""
 
 from typing import Any, Tuple
 

@@ -1,12 +1,4 @@
-"""What in the user's code an XLA compile or run error comes from.
-
-XLA errors name HLO instructions (`%reduce.128`) and graph nodes, and end
-with TensorFlow's "Stack trace for op definition" (`File "...", line N, in
-fn` lines). `user_frame` finds the deepest frame of that trace outside the
-installed libraries, so the finding's first line says which line of the
-user's module made the op; `explanation` says in words what some XLA
-messages mean.
-"""
+"""What in the user's code an XLA compile or run error comes from."""
 
 import dataclasses
 import linecache

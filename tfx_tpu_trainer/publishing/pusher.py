@@ -1,13 +1,4 @@
-"""A Pusher executor whose every push gets its own model version.
-
-TFX's Pusher names a filesystem push by `int(time.time())`: two runs that
-push in the same second get the same version; the second one finds the
-directory, skips the copy and still reports the first run's directory as
-its push, so its own model is never served (and two copies racing into one
-directory could mix files). This executor, used by the bundled pipelines,
-pushes with `versions.push_new_version`, which claims a version of its own
-for each push.
-"""
+"""A Pusher executor whose every push gets its own model version."""
 
 import os
 from typing import Any, Dict, List

@@ -1,13 +1,4 @@
-"""The serving input of the exported model: serialized raw `tf.Example`s.
-
-The default input parses only the raw features the served outputs need
-(never the raw label, see serving_inputs.py) and applies the transform graph.
-With a transform graph, every serving input (default or the module's) also
-builds a `transform_features` branch (serialized raw examples in, all
-transformed features out) that `add_transform_features_signature` turns into
-a signature of the exported `{serve}` graph, for TFMA's
-`preprocessing_function_names=['transform_features']`.
-"""
+"""The serving input of the exported model: serialized raw `tf.Example`s."""
 
 import os
 from typing import Any, Callable, Dict, Optional

@@ -1,14 +1,4 @@
-"""Which raw features the served model needs, and which are the raw label.
-
-TFX's convention renames the label in Transform (`tips` -> `tips_xf`,
-`species` -> `species_xf`), so leaving only the transformed label out of the
-serving parse spec still makes every request carry the raw label. Here the
-transform graph says which raw features each transformed feature is computed
-from; the serving input parses only the raw features that the served
-(non-label) transformed features need. The raw label is what the transformed
-label needs and no served feature does (`custom_config['raw_label_key']`
-names it instead).
-"""
+"""Which raw features the served model needs, and which are the raw label."""
 
 import dataclasses
 import os

@@ -1,46 +1,4 @@
-"""The trainer's outputs in the Kubeflow Pipelines (v1) UI.
-
-KFP v1 shows a step's run metrics from the output artifact
-`mlpipeline-metrics` (`/mlpipeline-metrics.json`) and its visualizations from
-`mlpipeline-ui-metadata` (`/mlpipeline-ui-metadata.json`).
-
-How TFX 1.15 handles the second file (tfx/orchestration/kubeflow/
-container_entrypoint.py, `_dump_ui_metadata`): after the launcher (and so
-the executor) has run, it renders a markdown summary of the step, adds a
-`tensorboard` view of every `ModelRun` output, appends the `outputs` entries
-of any valid file already at that path, and rewrites the file. So what the
-executor writes there is kept, not overwritten; and it must merge into, not
-replace, a file it finds. TFX declares only `mlpipeline-ui-metadata` on its
-steps (base_component.py), so the metrics artifact is declared on the
-trainer step by `trainer_step_outputs`.
-
-A declared Argo output artifact must exist when the step ends, but the
-executor does not run on a TFX cache hit; and TFX's own tensorboard entry
-repeats ours. So the trainer step runs this module as its entrypoint
-(`python -m tfx_tpu_trainer.kubeflow.step_outputs <TFX's arguments>`): it runs TFX's
-container entrypoint unchanged, then `finalize_step_outputs` writes an empty
-metrics list if none was written and drops duplicate UI entries.
-
-A retried step whose execution already succeeded (the pod died after TFX
-published it, or Argo retried the step) does not run the executor: TFX's
-launcher finds the successful execution and returns it without outputs, and
-TFX 1.15's `_dump_ui_metadata` then raises `KeyError: 'model_run'`. The
-wrapper replaces that function for the step: when the executor was skipped
-it restores the outputs of the execution that succeeded (its `model_run`
-from MLMD, the metrics from its `eval_metrics.json`) instead, so the retry
-exits 0 and shows the same metrics.
-
-A cache hit (TFX caching on) does not run the executor either, but TFX's
-portable launcher returns the execution with the fresh output artifacts it
-had prepared, never written, while MLMD records the cached execution's
-outputs for it (state CACHED). TFX's UI dump would then link TensorBoard to
-a `model_run` that does not exist, and the metrics would be empty; for a
-CACHED execution the wrapper shows the cached outputs' metrics and
-TensorBoard instead (`dump_step_ui_metadata`).
-
-"Inside a Kubeflow v1 step" means: the process's `__main__` is TFX's v1
-container entrypoint or this module (both run the executor in-process).
-"""
+"""The trainer's outputs in the Kubeflow Pipelines (v1) UI."""
 
 import argparse
 import dataclasses

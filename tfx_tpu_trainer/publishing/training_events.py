@@ -1,13 +1,4 @@
-"""Scalar series read from a training's TensorBoard event files.
-
-Training writes its events in the model directory (`loss`, `global_step/sec`,
-and on TPU `examples/sec`); each evaluation writes its metrics in
-`eval_<name>/`. A series keeps one value per step (the last written: a
-resumed run or a repeated final evaluation writes a step twice).
-
-Nothing here raises for bad files: what cannot be read, and values that are
-not finite, are described in `problems`, so a report can say what is missing.
-"""
+"""Scalar series read from a training's TensorBoard event files."""
 
 import dataclasses
 import math

@@ -1,21 +1,4 @@
-"""The training report: one self-contained HTML page and its plots as PNG.
-
-Written into `model_run` after training:
-
-  training_report.html    the page; its images are embedded (base64), so it
-                          opens anywhere, alone (a KFP viewer, a browser);
-  training_report/*.png   the same plots as files.
-
-It shows the training loss and steps/s over steps, every evaluation metric
-over steps, the final metrics, the run's config and its timings, drawn from
-the event files (training_events.py) with matplotlib's Agg canvas (no
-display, no pyplot state). What is missing (no event files, unreadable
-files, no evaluation, non-finite values) is listed at the top of the page.
-
-`write_report` raises only for failures of its own writes; the executor
-calls it through `write_report_safely`, which logs any failure instead: a
-report never fails a training.
-"""
+"""The training report: one self-contained HTML page and its plots as PNG."""
 
 import base64
 import dataclasses

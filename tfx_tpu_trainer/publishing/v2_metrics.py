@@ -1,29 +1,4 @@
-"""The trainer's final metrics as a `system.Metrics` artifact (KFP v2, Vertex).
-
-The KFP v2 UI shows scalar metrics (run details, run comparison) only for
-artifacts whose MLMD type is `system.Metrics`, reading each number from the
-artifact's custom properties; TFX's outputs (`tfx.Model`, `tfx.ModelRun`)
-show nothing there. How a TFX 1.15 output becomes one:
-
-  * compile: TFX's v2 compiler (tfx/orchestration/kubeflow/v2/
-    compiler_utils.get_artifact_schema) writes a custom artifact type as the
-    generic schema with `title: <TYPE_NAME>`; `system.Metrics` passes its
-    name check, so the output's `instanceSchema` is `title: system.Metrics`;
-  * run: the KFP v2 launcher names the MLMD artifact type after that title
-    (backend/src/v2/metadata/client.go, SchemaToArtifactType), and records
-    the RuntimeArtifact's `metadata`, which TFX's v2 entrypoint fills from
-    the artifact's custom properties, as its custom properties;
-  * but TFX's v2 entrypoint reads a custom type back by importing the title
-    as `<module>.<class>` (kubeflow_v2_entrypoint_utils._retrieve_class_path):
-    `system.Metrics`. So the trainer step runs through `main` here, which
-    provides a module `system` (in this process only) before TFX's
-    entrypoint starts.
-
-`system.ClassificationMetrics` (confusion matrix, ROC) needs the confusion
-matrix or thresholded rates as structs, which the Estimator's metrics do not
-hold; `system.HTML` needs the artifact URI to be the HTML file itself, while
-TFX gives every output a directory. Neither is written (docs/kubeflow.md).
-"""
+"""The final metrics as a `system.Metrics` artifact (KFP v2, Vertex AI)."""
 
 import sys
 import types as python_types

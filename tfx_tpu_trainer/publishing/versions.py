@@ -1,13 +1,4 @@
-"""Pushing a SavedModel as a version of its own under a base directory.
-
-The model is staged in a hidden directory beside the versions and renamed
-into place under the first free version at or after the current second:
-the rename onto an existing version directory fails, so each push claims a
-version of its own, and a model server (which loads numeric directories
-only) sees a version only complete. On an object store (gs://) the rename
-is a copy, so the claim is not atomic there. (pusher.py's Executor pushes
-with it; this module imports no TFX component.)
-"""
+"""Pushing a SavedModel as a version of its own under a base directory."""
 
 import os
 import time

@@ -1,29 +1,4 @@
-"""Does this machine's TPU run the trainer? Checks in order, each timed.
-
-1. `tpu`: a TPU is attached (`/dev/accel*` on v4, `/dev/vfio/<n>` on v5e and
-   later) or named (`TPU_NAME`, GKE's `KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS`).
-   Nothing else is tried without one, so a machine without a TPU fails at
-   once, before TensorFlow is imported.
-2. `libtpu`: the TPU runtime library is there, and its version.
-3. `runtime`: the runtime in use (StreamExecutor or PJRT, tpu_runtimes.py) is
-   one TensorFlow 2.15 supports on this generation and the one the compiled
-   step asked for.
-4. `tpu system`: `tf.compat.v1.tpu.initialize_system()` runs in a TF1 session
-   on the resolved master, as TPUEstimator's does; the topology it returns
-   gives the chips and the mesh.
-5. `round trip`: a tiny TPUEstimator trains, evaluates, predicts and exports
-   the dual-tag SavedModel through the trainer's own code (user_module,
-   prepare, estimator_builder, schedule, publishing.export) with the module
-   `tpu_check_module`.
-
-Steps 4 and 5 run in a child process (`python -m tfx_tpu_trainer.tpu_check`)
-that reports each step as a JSON line: a TPU runtime that segfaults (as
-tensorflow/tensorflow#90807 reports under PJRT) or hangs is then named as the
-step it broke, with what to do, instead of killing the check. Where this
-process has imported TensorFlow already (the pipeline step: TFX's
-entrypoint imports it, and a TPU build of TensorFlow takes the TPU when it
-loads libtpu), a child could not get the TPU, so they run in-process.
-"""
+"""Does this machine's TPU run the trainer? Checks in order, each timed."""
 
 import dataclasses
 import glob

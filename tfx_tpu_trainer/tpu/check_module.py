@@ -1,10 +1,4 @@
-"""The user module `tpu-check` trains: a tiny linear model on generated data.
-
-It follows the user module contract (user_module.py) like any module a
-pipeline hands TPUTrainer, so the check loads it, prepares the run and builds,
-trains, evaluates, predicts and exports through the trainer's own code; only
-the data is generated in memory instead of read from TFRecord files.
-"""
+"""The user module `tpu-check` trains: a tiny linear model on generated data."""
 
 import tensorflow as tf
 

@@ -1,9 +1,4 @@
-"""What a TPU computation rejects: the facts the adapters and the preflight share.
-
-Read from TensorFlow 2.15 (tensorflow/python/tpu/tpu_replication.py lists the
-ops as unsupported: XLA cannot read intermediate tensors) and from the TPU
-infeed's dtype rules.
-"""
+"""What a TPU computation rejects, shared by the adapters and preflight."""
 
 import tensorflow as tf
 

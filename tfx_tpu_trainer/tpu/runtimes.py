@@ -1,25 +1,4 @@
-"""TensorFlow 2.15's TPU runtimes per TPU generation, and what the sources say.
-
-TensorFlow 2.15 on TPU VMs comes in two runtimes (Google, "TPU software
-versions", https://cloud.google.com/tpu/docs/runtimes, which lists
-`tpu-vm-tf-2.15.0-se/-pjrt` and `tpu-vm-tf-2.15.1-se/-pjrt`):
-
-* StreamExecutor (`se`): the only runtime before TF 2.15 (same page), so the
-  one TPUEstimator was developed and tested on; TensorFlow loads
-  `/lib/libtpu.so` itself.
-* PJRT (`pjrt`): libtpu as a pluggable device, switched on by
-  `NEXT_PLUGGABLE_DEVICE_USE_C_API=true` and
-  `TF_PLUGGABLE_DEVICE_LIBRARY_PATH=/lib/libtpu.so` (Google's Vertex AI page
-  "Training with TPU accelerators": "TensorFlow training on TPU v5e requires
-  the PJRT runtime", with exactly those two variables).
-
-This module is the support matrix as data (`GENERATIONS`); docs/kubeflow.md
-renders the same table, and a test checks that the two agree. The compiler
-takes a generation's runtime from here (`choose`), sets its environment on
-the trainer step (`step_env`), warns on combinations a source reports broken
-(`warnings`) and refuses what Google says TensorFlow does not support.
-Imports nothing heavy: the command line reads it at start-up.
-"""
+"""TensorFlow 2.15's TPU runtimes per generation, and what sources say."""
 
 import dataclasses
 from typing import Dict, Optional, Tuple

@@ -1,24 +1,4 @@
-"""One attempt of an execution at a time owns its checkpoint directory.
-
-An orchestrator may start a retry while the first attempt still runs (a pod
-it lost track of, a node that came back). Two attempts training in one
-resumable directory would both train from the same checkpoint and publish
-two different models; a later run's cleanup would delete a directory an
-attempt still trains in. So an attempt holds an exclusive lock on
-`<model_dir>/LOCK_FILE` from before it reads the checkpoints until it has
-exported and marked the directory:
-
-  * the lock is an `fcntl.flock` on an open file: the kernel releases it
-    when the holder ends in any way (SIGKILL, OOM, a crash), so a killed
-    holder never blocks a retry;
-  * an attempt that finds the lock held waits for it (logging who holds it:
-    host, pid, since when), then resumes from the holder's checkpoints;
-  * cleanup of finished runs takes the lock without waiting and skips a
-    directory it cannot take.
-
-`flock` needs a local (or locally mounted) file system. On a URI such as
-gs:// there is no lock: a warning says so, and the behaviour is the old one.
-"""
+"""One attempt of an execution at a time owns its checkpoint directory."""
 
 import errno
 import fcntl

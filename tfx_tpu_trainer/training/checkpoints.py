@@ -1,41 +1,4 @@
-"""Where a TPUTrainer execution keeps checkpoints so that a retry resumes.
-
-TFX gives every execution new output URIs, so checkpoints kept in `model_run`
-are lost to a retry: a trainer pod preempted mid-training would start again
-from step 0. TPUTrainer trains in a directory that only depends on the
-pipeline, the pipeline run and the component:
-
-  <base>/<pipeline name>/<pipeline run id>/<component id>
-
-where <base> is `custom_config['checkpoint_dir']` (e.g. a gs:// path) or,
-by default, `<pipeline root>/_checkpoints`. A retry in the same pipeline run
-finds the checkpoints and resumes; a new pipeline run starts fresh.
-
-When is the directory deleted? Not when the executor ends: the orchestrator
-still has to publish the execution to MLMD, and if that fails the retry of
-the same pipeline run needs the checkpoints (else it trains from step 0).
-After a successful export the executor copies the checkpoints and events
-into `model_run` and leaves a marker (`EXPORTED_MARKER`, holding the model
-URI) in the directory; the first TPUTrainer execution of a *later* pipeline
-run of the same pipeline and component removes every earlier run's directory
-that carries the marker and that no attempt holds (attempt_lock.py), and the
-run folder when that leaves it empty. A run that failed for good (no marker)
-keeps its directory (see the README on cleaning it by hand).
-
-An attempt trains, exports and marks inside `hold(model_dir)`: it owns the
-directory (a second attempt of the same execution waits), removes finished
-runs and skips damaged checkpoints only once it owns it.
-
-Before training, the directory is created and probed for writing, so a
-read-only, full or misplaced `checkpoint_dir` fails with one clear error
-instead of a TensorFlow traceback after training started.
-
-A retry resumes from the newest checkpoint that reads back whole
-(`skip_damaged_checkpoints`): a truncated or unreadable newer one (a disk
-that filled, a copy cut short) is moved aside under a bookkeeping name and
-the log says which and why; when none reads back, the execution fails
-naming the damaged file and what to delete.
-"""
+"""Where a TPUTrainer execution keeps checkpoints so that a retry resumes."""
 
 import contextlib
 import os

@@ -1,24 +1,4 @@
-"""Multi-task training from a TF_CONFIG cluster: which layouts work, and how.
-
-TPUEstimator off TPU trains like an Estimator: between-graph replication,
-one task per process. The layouts TPUTrainer runs, measured on localhost
-processes (tests/test_reliability.py):
-
-- `chief` alone, with or without an `evaluator` task: the chief trains; the
-  evaluator evaluates each new checkpoint until the final one, then ends.
-- `chief` + `worker` tasks (+ `evaluator`): the variables live on the chief
-  (a replica device setter with the chief as its parameter device); workers
-  train on them asynchronously and end when the global step reaches
-  `train_args.num_steps`. Without this, each worker would keep its variables
-  on itself and wait forever for the chief to initialise them.
-
-Refused before training, with an error that says why:
-- `ps` tasks: an Estimator ps task serves until it is killed
-  (`server.join()`), so its step would never end.
-- a multi-task cluster with `use_tpu`: a TPU is driven by one host program.
-
-Only the chief evaluates the final checkpoint, exports and records metrics.
-"""
+"""Multi-task training from a TF_CONFIG cluster: which layouts work, and how."""
 
 import json
 import os

@@ -1,19 +1,4 @@
-"""A disk that fills while TPUTrainer writes: one clear error, no leftovers.
-
-TensorFlow reports a full disk as a `ResourceExhaustedError` (ENOSPC,
-EDQUOT) or another `OpError` ("File too large": EFBIG, a file-size limit)
-whose message is `<path>; No space left on device`, raised from deep inside
-a checkpoint hook or the SavedModel builder; Python's own writes raise
-`OSError` with the errno. `translate_disk_full` wraps one step of the
-executor (training, filling model_run, the export) and turns any of these
-into a `DiskFullError` that says what filled (the step and the file), how
-much room the file system has and how much the step's directory held when
-the write failed, and what to do. TensorFlow itself is not patched.
-
-What a failed write leaves is removed by the step's `clean_up` (e.g. the
-partial `*.tmp<hex>` files of TensorFlow's atomic writes); outputs already
-complete are kept (the checkpoints a retry resumes from).
-"""
+"""A disk that fills while TPUTrainer writes: one clear error, no leftovers."""
 
 import contextlib
 import errno

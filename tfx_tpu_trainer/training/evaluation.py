@@ -1,12 +1,4 @@
-"""The final evaluation a published model carries.
-
-`tf.estimator.train_and_evaluate` returns the metrics of the evaluation it
-ran itself; it returns none when training had nothing left to do (a retry
-after the final checkpoint: `Training from step 200 to 200`) and none in a
-distributed run. `final_metrics` then evaluates the final checkpoint, so a
-published model always carries the metrics of its own final step, and it
-refuses NaN or infinite metrics unless `allow_nonfinite_metrics` is set.
-"""
+"""The final evaluation a published model carries."""
 
 import math
 from typing import Any, Dict, Mapping, Optional

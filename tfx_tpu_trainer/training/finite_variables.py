@@ -1,13 +1,4 @@
-"""Refuses to publish a model whose final variables hold NaN or infinity.
-
-Finite loss and metrics do not prove finite weights: a model_fn that skips
-non-finite examples in its loss (or a metric that ignores NaN predictions)
-trains on while NaN inputs turn a kernel NaN through the gradient, and the
-exported model then answers NaN. Before export the executor reads every
-floating-point variable of the final checkpoint and fails, naming the first
-non-finite one, unless `custom_config['allow_nonfinite_variables']` is set
-(the same opt-out shape as `allow_nonfinite_metrics`).
-"""
+"""Refuses to publish a model whose final variables hold NaN or infinity."""
 
 from typing import List, Optional, Tuple
 

@@ -1,44 +1,4 @@
-"""A multi-step training loop off TPU: `host_iterations_per_loop` steps per run.
-
-On TPU, TPUEstimator runs `iterations_per_loop` training steps per
-`session.run`, in an in-graph while loop fed from the infeed. With
-`use_tpu=False` it runs one step per `session.run`, and every step pays the
-session call, the estimator's hooks and the input's get-next outside the
-graph: on a small model that is a large part of the step. With
-`custom_config['host_iterations_per_loop'] = N > 1` the library gives CPU/GPU
-training the same shape:
-
-  * the TRAIN graph is a `tf.while_loop` of up to N steps. Each iteration
-    takes the next batch from the input's own iterator (the iterator that
-    fed the model_fn, read again inside the loop), calls the model_fn,
-    and runs its train op, so the global step advances by one per iteration
-    as usual;
-  * the loop stops early at a non-finite loss and returns that loss, so the
-    estimator's `NanTensorHook` stops training at that loop boundary;
-  * `HostLoopStopHook` (in place of the estimator's `StopAtStepHook`) feeds
-    each run its iteration count: loops end at multiples of N, and the last
-    one ends exactly at `max_steps` (as TPU's `_TPUStopAtStepHook` does);
-  * the estimator's hooks read the step after the loop (the graph's
-    global-step read is the loop's output), so `save_checkpoints_steps` (a
-    multiple of N, checked in config.py) saves at exactly those steps, and
-    step-rate and loss summaries, written at loop boundaries, come every
-    100th step when N divides 100.
-
-The default, `host_iterations_per_loop='auto'`, picks N in config.py
-(`TrainerConfig.host_loop_iterations`: the largest divisor of 100 that
-divides `save_checkpoints_steps`) and trains one step per run, as before,
-when the model or input does not fit a loop: a training input that is not a
-`tf.data.Dataset` of dense tensors, or a TRAIN spec with a `host_call` or
-`training_hooks` (found by calling the model_fn once in a scratch graph, so
-the training graph holds one model). With an explicit N, what does not fit
-a loop is an error raised while the graph is built, but for
-`training_hooks`, which then run once per loop and cannot fetch tensors from
-inside it (a warning says so). As on TPU, v1 summaries that the model_fn
-writes are not written (their ops live inside the loop's body graph; they
-are taken out of the training graph's summary collection with a warning that
-names them, as the adapter drops them on TPU).
-Evaluation and export call the model_fn as before.
-"""
+"""Off TPU, `host_iterations_per_loop` training steps per session run."""
 
 import inspect
 from typing import Any, Callable, List, Optional

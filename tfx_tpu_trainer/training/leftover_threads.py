@@ -1,12 +1,4 @@
-"""Ends a finished process that user code's threads would keep alive.
-
-Python waits for every non-daemon thread before a process exits, so a
-module (preprocessing_fn, model_fn, ...) that starts a thread that never
-ends hangs `tfx-tpu-trainer run` after its summary, and a Kubeflow step
-forever. When the work is done, `end_process_if_threads_left` gives such
-threads a short while, then says which are left and ends the process with
-the exit code it would have had.
-"""
+"""Ends a finished process that user code's threads would keep alive."""
 
 import os
 import sys

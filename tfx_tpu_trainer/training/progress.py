@@ -1,32 +1,4 @@
-"""Live progress of training: a tqdm bar on a terminal, periodic lines elsewhere.
-
-`ProgressReporter` shows steps done / total, examples/s, the loss and the
-time left, and one line per evaluation with its metrics:
-
-  * on a terminal, a tqdm bar, redrawn at most every
-    `TERMINAL_INTERVAL_SECS`; evaluation lines are printed above it;
-  * elsewhere (a log file, CI, a Kubeflow pod), a plain line every
-    `LINE_INTERVAL_SECS`, through absl logging (and to the console stream
-    when one was given, as `tfx-tpu-trainer run` does).
-
-It adds no fetch to training steps: `ProgressHook.before_run` asks the
-session for the global step and the loss only when the interval has passed,
-on a session's first run and on the run it expects to be the last (one
-clock read per step otherwise), so almost every `session.run` is exactly
-what it would be without it. With `iterations_per_loop` (TPU) or
-`host_iterations_per_loop` > 1 a run is many steps: the hook sees the loop
-ends only, as every other hook does, and reads the step as they do (in a
-host loop the step after the run's loop, so it learns the loop's length from
-the first run and fetches the last run, whose loss and rate the final line
-shows).
-
-The loss shown is the one the estimator trains on: `Estimator` adds the
-model_fn's loss to the `LOSSES` collection last, just before the hooks begin.
-
-Evaluations reach the reporter through `EvaluationReporter`, an
-`tf.estimator.Exporter` that exports nothing: `train_and_evaluate` hands
-every exporter the metrics of each evaluation it runs.
-"""
+"""Training progress: a tqdm bar on a terminal, periodic lines elsewhere."""
 
 import contextlib
 import datetime
