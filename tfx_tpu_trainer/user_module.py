@@ -198,11 +198,8 @@ def check_module(module: types.ModuleType, source: str) -> UserModule:
       label_key=label_key,
       trainer_fn=trainer_fn,
       label_key_candidates=(
-          _stock_label_keys(module) if trainer_fn is not None else ()))
-
-
-def _stock_label_keys(module: types.ModuleType) -> Tuple[str, ...]:
-  return stock_contract.label_key_candidates(module)
+          stock_contract.label_key_candidates(module) if trainer_fn is not None
+          else ()))
 
 
 def _stock_trainer_fn(module: types.ModuleType, source: str) -> ModuleFunction:

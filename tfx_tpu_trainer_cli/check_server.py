@@ -11,7 +11,7 @@ import threading
 import traceback
 from typing import Any, Dict, Optional
 
-__all__ = ['check_trainer_module', 'start_server', 'serve']
+__all__ = ['check_in_child', 'start_server', 'serve']
 
 _SERVE = 'from tfx_tpu_trainer_cli import check_server; check_server.serve()'
 _LAST_LINES = 3
@@ -20,7 +20,7 @@ _server: Optional[subprocess.Popen] = None
 _server_lock = threading.Lock()
 
 
-def check_trainer_module(module_file: str) -> None:
+def check_in_child(module_file: str) -> None:
   """Imports and checks `module_file` in a child process.
 
   Args:

@@ -245,10 +245,12 @@ def _checkpoint_dir(pipeline_root: str, pipeline_name: str,
 
 
 def _trainer_checkpoint_dirs(pipeline: tfx.dsl.Pipeline) -> List[str]:
-  """The checkpoint folders of the pipeline's TPUTrainers."""
+  """The checkpoint folders of the pipeline's TPUTrainers (none: none)."""
   from tfx_tpu_trainer import component  # pylint: disable=g-import-not-at-top
   dirs = []
-  for trainer in component.tpu_trainers(pipeline):
+  for trainer in pipeline.components:
+    if not isinstance(trainer, component.TPUTrainer):
+      continue
     custom_config = trainer.exec_properties.get('custom_config')
     if isinstance(custom_config, str):
       custom_config = json.loads(custom_config or '{}')

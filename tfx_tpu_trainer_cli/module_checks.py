@@ -1,8 +1,7 @@
 """`run`'s checks of the two module files, before any component runs."""
 
 import inspect
-import types
-from typing import List, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 from tfx_tpu_trainer_cli import common
 
@@ -13,14 +12,15 @@ LABEL_KEY_FLAG = '--label-key'
 _CUSTOM_CONFIG_ARG = 'custom_config'
 
 
-def check_preprocessing_module(module_file: str) -> types.ModuleType:
+def check_preprocessing_module(module_file: str) -> Sequence[Any]:
   """Imports the preprocessing module and checks its preprocessing_fn.
 
   Args:
     module_file: the --preprocessing-module-file path.
 
   Returns:
-    The imported module.
+    What its preprocessing_fn outputs, as read from its code
+    (`stock_contract.preprocessing_outputs`).
 
   Raises:
     UsageError: the module fails to import, or has no preprocessing_fn that
@@ -52,11 +52,11 @@ def check_preprocessing_module(module_file: str) -> types.ModuleType:
         f'{PREPROCESSING_FLAG}: {name} in {module_file} must be a function '
         f'{usage} (or {name}(inputs, custom_config)), as TFX Transform '
         f'calls it: {e}.') from e
-  return module
+  return stock_contract.preprocessing_outputs(module)
 
 
 def check_trainer_module(module_file: str, label_key: Optional[str],
-                         preprocessing_module: Optional[types.ModuleType],
+                         preprocessing_outputs: Sequence[Any],
                          preprocessing_module_file: str) -> None:
   """Loads the trainer module, checks the contract and the label it reads.
 
@@ -70,26 +70,24 @@ def check_trainer_module(module_file: str, label_key: Optional[str],
   Args:
     module_file: the --module-file path.
     label_key: --label-key, if given.
-    preprocessing_module: the checked preprocessing module.
+    preprocessing_outputs: what check_preprocessing_module returned.
     preprocessing_module_file: its path, for messages.
 
   Raises:
     UsageError: naming the flag to change.
   """
-  from tfx_tpu_trainer_cli import check_server  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer import stock_contract  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer import user_module  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli import check_server  # pylint: disable=g-import-not-at-top
   try:
     # First in a child process: an exit in the module's code must not end
     # this one; then here, for the label checks below.
-    check_server.check_trainer_module(module_file)
+    check_server.check_in_child(module_file)
     module = user_module.load_user_module({'module_file': module_file})
   except user_module.UserModuleError as e:
     raise common.UsageError(f'{MODULE_FLAG}: {e}') from e
   if module.input_fn is not None:
     return  # The module's input decides its label.
-  outputs = (stock_contract.preprocessing_outputs(preprocessing_module)
-             if preprocessing_module is not None else ())
+  outputs = preprocessing_outputs
   label_outputs = [output for output in outputs if output.is_label]
   produced = (f'the label feature the preprocessing_fn of '
               f'{preprocessing_module_file} outputs'

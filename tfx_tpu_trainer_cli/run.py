@@ -228,17 +228,17 @@ def _validate_run_args(args) -> dict:
     options['pipeline_name'] = args.pipeline_name
   _check_modules(options['trainer_module_file'], preprocessing_module_file,
                  args.label_key)
-  options.update(_evaluator_options(args, options))
+  options |= _evaluator_options(args, options)
   return options
 
 
 def _check_modules(module_file: str, preprocessing_module_file: str,
                    label_key: Optional[str]) -> None:
   """The preprocessing and trainer modules, before any component runs."""
-  preprocessing_module = module_checks.check_preprocessing_module(
+  preprocessing_outputs = module_checks.check_preprocessing_module(
       preprocessing_module_file)
   module_checks.check_trainer_module(module_file, label_key,
-                                     preprocessing_module,
+                                     preprocessing_outputs,
                                      preprocessing_module_file)
 
 
@@ -283,7 +283,7 @@ def _check_trainer_module(module_file: str,
   # not end this one.
   from tfx_tpu_trainer import user_module  # pylint: disable=g-import-not-at-top
   try:
-    check_server.check_trainer_module(module_file)
+    check_server.check_in_child(module_file)
   except user_module.UserModuleError as e:
     raise common.UsageError(f'{flag}: {e}') from e
 

@@ -21,30 +21,30 @@ def test_each_check_sees_the_callers_environment_and_folder(
   monkeypatch.delenv('TPU_TRAINER_TEST_SETTING', raising=False)
   with pytest.raises(user_module.UserModuleError,
                      match='TPU_TRAINER_TEST_SETTING is not "on"'):
-    check_server.check_trainer_module(NEEDS_ENV)
+    check_server.check_in_child(NEEDS_ENV)
   # The same server (started above), the environment of this call.
   monkeypatch.setenv('TPU_TRAINER_TEST_SETTING', 'on')
-  check_server.check_trainer_module(NEEDS_ENV)
+  check_server.check_in_child(NEEDS_ENV)
   # A relative path is the caller's working folder's.
   monkeypatch.chdir(TEST_MODULES_DIR)
-  check_server.check_trainer_module('linear_module.py')
+  check_server.check_in_child('linear_module.py')
   monkeypatch.chdir(tmp_path)
   with pytest.raises(user_module.UserModuleError, match='linear_module.py'):
-    check_server.check_trainer_module('linear_module.py')
+    check_server.check_in_child('linear_module.py')
 
 
 def test_a_server_that_ended_is_started_again():
   check_server.start_server()
   check_server._server.kill()  # pylint: disable=protected-access
   check_server._server.wait()  # pylint: disable=protected-access
-  check_server.check_trainer_module(LINEAR)
+  check_server.check_in_child(LINEAR)
 
 
 _UNGUARDED_SCRIPT = (
     'from tfx_tpu_trainer_cli import check_server\n'
     'import sys\n'
     'for _ in range(2):\n'
-    '  check_server.check_trainer_module(sys.argv[1])\n'
+    '  check_server.check_in_child(sys.argv[1])\n'
     '  print("checked", flush=True)\n')
 
 
