@@ -96,7 +96,8 @@ def prepare(work_dir: str, rows: Optional[int] = None) -> Dict[str, object]:
   components = taxi_pipeline.create_data_components(
       taxi_pipeline.TaxiPipelineOptions(
           pipeline_root=pipeline_root, data_root=data_root,
-          serving_model_dir='', preprocessing_module_file=module_file))
+          serving_model_dir='', trainer_module_file=paths.TRAINER_MODULE_FILE,
+          preprocessing_module_file=module_file))
   schema_gen, transform = components['schema_gen'], components['transform']
   tfx.orchestration.LocalDagRunner().run(
       tfx.dsl.Pipeline(

@@ -1,7 +1,6 @@
 """The Chicago taxi pipeline with TPUTrainer: one factory for every runner."""
 
 import dataclasses
-import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow_model_analysis as tfma
@@ -13,13 +12,6 @@ from tfx_tpu_trainer.publishing import pusher as pusher_lib
 
 PIPELINE_NAME = 'taxi_tpu'
 
-# The module files stand in components/ beside this folder (in the
-# repository and in the CLI's package data alike).
-COMPONENTS_DIR = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'components')
-PREPROCESSING_MODULE_FILE = os.path.join(COMPONENTS_DIR,
-                                         'taxi_preprocessing.py')
-TRAINER_MODULE_FILE = os.path.join(COMPONENTS_DIR, 'taxi_tpu_module.py')
 LABEL_KEY = 'big_tipper'
 PREDICTION_KEY = 'probabilities'
 
@@ -30,19 +22,21 @@ class TaxiPipelineOptions:
   pipeline_root: str
   data_root: str
   serving_model_dir: str
-  preprocessing_module_file: str = PREPROCESSING_MODULE_FILE
+  # The module files are the runner's choice (the bundled ones:
+  # tfx_tpu_trainer_cli/paths.py).
+  trainer_module_file: str
+  preprocessing_module_file: Optional[str] = None
   # Transform's `preprocessing_fn` as an import path (`module.function`),
   # instead of the module file: Beam workers in other processes import it by
   # name (a file loaded by path is `user_module_N`, which they cannot).
   preprocessing_fn: Optional[str] = None
-  trainer_module_file: str = TRAINER_MODULE_FILE
   train_steps: int = 1000
   eval_steps: int = 100
   custom_config: Dict[str, Any] = dataclasses.field(default_factory=dict)
   min_accuracy: float = 0.5
   # What the Evaluator reads (tfx_tpu_trainer_cli/evaluator_keys.py decides
-  # them for another trainer module): the label, the prediction (None: TFMA's own
-  # search) and the model signatures that compute the label.
+  # them for another trainer module): the label, the prediction (None:
+  # TFMA's own search) and the model signatures that compute the label.
   eval_label_key: str = LABEL_KEY
   eval_prediction_key: Optional[str] = PREDICTION_KEY
   eval_preprocessing_function_names: Tuple[str, ...] = ()

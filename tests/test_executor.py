@@ -8,20 +8,17 @@ import tensorflow as tf
 from tfx.types import standard_artifacts
 from tfx.utils import path_utils
 
-from tfx_tpu_trainer_cli import paths
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import executor
 from tfx_tpu_trainer import user_module
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
+from tfx_tpu_trainer_cli import paths
 
 from tests.fixtures import pipeline_outputs
 from tests.fixtures import saved_models
 from tests.conftest import TEST_MODULES_DIR
 from tests.fixtures.run_settings import SMALL_BATCHES
-
-# The bundled pipeline: package data, loaded by path.
-taxi_pipeline = paths.taxi_pipeline()
 
 pytestmark = pytest.mark.slow
 
@@ -53,7 +50,7 @@ def _assert_no_model(run):
 
 def test_taxi_module_on_transformed_examples(taxi_artifacts, tmp_path):
   run = pipeline_outputs.trainer_run(
-      taxi_artifacts, str(tmp_path), taxi_pipeline.TRAINER_MODULE_FILE,
+      taxi_artifacts, str(tmp_path), paths.TRAINER_MODULE_FILE,
       custom_config=SMALL_BATCHES, train_steps=30, eval_steps=5)
   _do(run)
 

@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 from tfx.orchestration import metadata
 
-from tfx_tpu_trainer_cli import local_runner
 from tfx_tpu_trainer.publishing import export
+from tfx_tpu_trainer_cli import local_runner
 from tfx_tpu_trainer_cli import main as cli
 
 from tests import conftest

@@ -16,9 +16,8 @@ def _load(name):
 
 def test_loads_taxi_module_with_label_key():
   from tfx_tpu_trainer_cli import paths  # pylint: disable=g-import-not-at-top
-  taxi_pipeline = paths.taxi_pipeline()
   module = user_module.load_user_module(
-      {'module_file': taxi_pipeline.TRAINER_MODULE_FILE})
+      {'module_file': paths.TRAINER_MODULE_FILE})
   assert callable(module.model_fn)
   assert module.label_key == 'big_tipper'
   assert module.input_fn is None and module.build_keras_model is None

@@ -18,23 +18,23 @@ from tfx.types import standard_component_specs
 from tfx.utils import proto_utils
 
 from tfx_tpu_trainer import config as config_lib
-from tfx_tpu_trainer.training import disk_full
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import prepare
 from tfx_tpu_trainer import user_module as user_module_lib
 from tfx_tpu_trainer.data import data_checks
 from tfx_tpu_trainer.data import input_fns
 from tfx_tpu_trainer.data import schemas as schemas_lib
-from tfx_tpu_trainer.publishing import step_outputs as kfp_outputs
-from tfx_tpu_trainer.publishing import v2_metrics
 from tfx_tpu_trainer.preflight import checks as preflight_checks
 from tfx_tpu_trainer.preflight import cpu_graphs
 from tfx_tpu_trainer.preflight import label_range
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
+from tfx_tpu_trainer.publishing import step_outputs as kfp_outputs
 from tfx_tpu_trainer.publishing import training_report
+from tfx_tpu_trainer.publishing import v2_metrics
 from tfx_tpu_trainer.training import checkpoints
 from tfx_tpu_trainer.training import cluster
+from tfx_tpu_trainer.training import disk_full
 from tfx_tpu_trainer.training import estimator_builder
 from tfx_tpu_trainer.training import finite_variables
 from tfx_tpu_trainer.training import schedule

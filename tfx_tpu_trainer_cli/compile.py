@@ -7,9 +7,9 @@ import re
 import sys
 from typing import List, Optional, Sequence
 
-from tfx_tpu_trainer.tpu import runtimes
 from tfx_tpu_trainer.kubeflow import beam_args as beam_args_lib
 from tfx_tpu_trainer.kubeflow import options as compile_options
+from tfx_tpu_trainer.tpu import runtimes
 from tfx_tpu_trainer_cli import common
 
 _URI = re.compile(r'^[a-z][a-z0-9+.-]*://\S+$')

@@ -4,10 +4,10 @@ import dataclasses
 import posixpath
 from typing import Any, Dict, Optional, Tuple
 
-from tfx_tpu_trainer_cli import paths
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer.kubeflow import compiler
 from tfx_tpu_trainer.kubeflow import scheduling
+from tfx_tpu_trainer_cli import paths
 
 __all__ = ['IMAGE_REPO_ROOT', 'IMAGE_COMPONENTS_DIR',
            'IMAGE_TRAINER_MODULE_FILE',

@@ -269,6 +269,9 @@ def local_options(output_root: str, **kwargs) -> taxi_pipeline.TaxiPipelineOptio
                         kwargs.get('pipeline_name', taxi_pipeline.PIPELINE_NAME))
   os.makedirs(os.path.dirname(layout.metadata_path), exist_ok=True)
   kwargs.setdefault('beam_pipeline_args', list(BEAM_PIPELINE_ARGS))
+  kwargs.setdefault('trainer_module_file', paths.TRAINER_MODULE_FILE)
+  kwargs.setdefault('preprocessing_module_file',
+                    paths.PREPROCESSING_MODULE_FILE)
   return taxi_pipeline.TaxiPipelineOptions(
       pipeline_root=layout.pipeline_root,
       serving_model_dir=layout.serving_model_dir,

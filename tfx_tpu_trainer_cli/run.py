@@ -10,14 +10,14 @@ import time
 import traceback
 from typing import Optional
 
-from tfx_tpu_trainer_cli import csv_checks
-from tfx_tpu_trainer_cli import output_root as output_root_lib
-from tfx_tpu_trainer_cli import paths
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer.training import leftover_threads
 from tfx_tpu_trainer_cli import check_server
 from tfx_tpu_trainer_cli import common
+from tfx_tpu_trainer_cli import csv_checks
 from tfx_tpu_trainer_cli import module_checks
+from tfx_tpu_trainer_cli import output_root as output_root_lib
+from tfx_tpu_trainer_cli import paths
 
 __all__ = ['DEFAULT_EVALUATIONS', 'add_parser']
 

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from tfx_tpu_trainer_cli import check_server
 from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer_cli import check_server
 
 from tests.conftest import REPO_ROOT
 from tests.conftest import TEST_MODULES_DIR

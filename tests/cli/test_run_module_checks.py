@@ -7,8 +7,8 @@ import pytest
 
 from tests.conftest import TEST_MODULES_DIR
 
-from tfx_tpu_trainer_cli import paths
 from tfx_tpu_trainer_cli import main as cli
+from tfx_tpu_trainer_cli import paths
 from tfx_tpu_trainer_cli import run as run_command
 
 

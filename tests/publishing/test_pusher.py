@@ -100,7 +100,9 @@ def test_the_taxi_pipeline_pushes_with_this_executor():
   taxi_pipeline = paths.taxi_pipeline()
   options = taxi_pipeline.TaxiPipelineOptions(
       pipeline_root='/tmp/root', data_root='/tmp/data',
-      serving_model_dir='/tmp/serving')
+      serving_model_dir='/tmp/serving',
+      trainer_module_file=paths.TRAINER_MODULE_FILE,
+      preprocessing_module_file=paths.PREPROCESSING_MODULE_FILE)
   pipeline = taxi_pipeline.create_pipeline(options)
   [component] = [c for c in pipeline.components if c.id == 'Pusher']
   assert component.executor_spec.executor_class is pusher.Executor

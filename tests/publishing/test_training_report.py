@@ -8,8 +8,8 @@ import re
 import pytest
 import tensorflow as tf
 
-from tfx_tpu_trainer.publishing import training_report as report
 from tfx_tpu_trainer.publishing import training_events
+from tfx_tpu_trainer.publishing import training_report as report
 
 PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
 

@@ -13,8 +13,8 @@ from kubernetes import client as k8s_client
 from tfx.orchestration.kubeflow import kubeflow_dag_runner
 
 from tfx_tpu_trainer import errors
-from tfx_tpu_trainer.tpu import runtimes
 from tfx_tpu_trainer.publishing import step_outputs
+from tfx_tpu_trainer.tpu import runtimes
 
 __all__ = ['OpFunc', 'TPU_VM_RESOURCE', 'ACCELERATOR_LABEL',
            'TOPOLOGY_LABEL', 'TPU_VM_TPU_NAME', 'GKETPUAccelerator',

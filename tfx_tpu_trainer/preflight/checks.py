@@ -12,12 +12,12 @@ from tensorflow import estimator as tf_estimator
 
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import prepare
-from tfx_tpu_trainer.tpu import facts as tpu_facts
 from tfx_tpu_trainer.preflight import graph as preflight_graph
 from tfx_tpu_trainer.preflight import report as preflight_report
 from tfx_tpu_trainer.preflight import sample as preflight_sample
 from tfx_tpu_trainer.preflight import spec_checks
 from tfx_tpu_trainer.publishing import export
+from tfx_tpu_trainer.tpu import facts as tpu_facts
 from tfx_tpu_trainer.training import estimator_builder
 
 __all__ = ['DEFAULT_NUM_SHARDS', 'ERROR', 'WARNING', 'INFO', 'ModeKeys',

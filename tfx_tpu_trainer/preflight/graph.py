@@ -10,11 +10,11 @@ import tensorflow as tf
 from tensorflow.python.distribute import summary_op_util  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.tpu import tpu_function  # pylint: disable=g-direct-tensorflow-import
 
-from tfx_tpu_trainer.tpu import facts as tpu_facts
 from tfx_tpu_trainer.model_fn import estimator_spec_adapter
 from tfx_tpu_trainer.model_fn import sparse_columns
 from tfx_tpu_trainer.preflight import report as preflight_report
 from tfx_tpu_trainer.preflight import xla_errors
+from tfx_tpu_trainer.tpu import facts as tpu_facts
 
 __all__ = ['ERROR', 'StepGraph', 'numpy_value_dtype', 'WithheldFeatures',
            'build_step', 'forward_ops', 'statically_rejected_ops',

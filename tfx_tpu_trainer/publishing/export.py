@@ -9,8 +9,8 @@ import tensorflow as tf
 from tensorflow.python.tools import saved_model_utils  # pylint: disable=g-direct-tensorflow-import
 from tfx.dsl.io import fileio
 
-from tfx_tpu_trainer.training import disk_full
 from tfx_tpu_trainer.publishing import serving
+from tfx_tpu_trainer.training import disk_full
 
 __all__ = ['SERVE_TAGS', 'SERVE_TPU_TAGS', 'STAGING_PREFIX',
            'export_serving_model', 'remove_recorded_staging_dirs',
