@@ -203,3 +203,45 @@ def test_a_component_named_like_the_check_is_refused(tmp_path):
       "tpu_check: pipeline 'two-trainers' has a component 'TpuCheck' "
       'already; rename it, or compile without tpu_check.')
   assert not (tmp_path / 'out').exists()
+
+
+def _beam_args(pipeline):
+  return {c.id: list(c.executor_spec.beam_pipeline_args)
+          for c in pipeline.components
+          if hasattr(c.executor_spec, 'beam_pipeline_args')}
+
+
+def _trainer_configs(pipeline):
+  return {c.id: c.exec_properties.get('custom_config')
+          for c in pipeline.components if c.id in TRAINERS}
+
+
+def test_compiling_leaves_the_callers_pipeline_as_it_was(tmp_path):
+  pipeline = _pipeline()
+  ids = [c.id for c in pipeline.components]
+  configs = _trainer_configs(pipeline)
+  beam_args = _beam_args(pipeline)
+  compiler.compile_pipeline(pipeline, str(tmp_path / 'tpu.tar.gz'),
+                            _options(tpu_check=True))
+  assert [c.id for c in pipeline.components] == ids
+  assert _trainer_configs(pipeline) == configs
+  assert _beam_args(pipeline) == beam_args
+  for component in pipeline.components:
+    assert not any(u.id == 'TpuCheck' for u in component.upstream_nodes)
+
+  # The same object, for KFP v2 without a TPU: no check step, no TPU config.
+  result = compiler.compile_pipeline(
+      pipeline, str(tmp_path / 'cpu.yaml'),
+      compiler.KubeflowOptions(runner='kubeflow_v2', vertex_job=False))
+  with open(result.path) as f:
+    spec = next(yaml.safe_load_all(f))
+  assert 'TpuCheck' not in spec['root']['dag']['tasks']
+  for trainer in TRAINERS:
+    assert result.custom_configs[trainer] == {}
+    parameters = spec['root']['dag']['tasks'][trainer]['inputs']['parameters']
+    assert 'use_tpu' not in json.dumps(parameters['custom_config'])
+
+  # And with the check again: compiling twice is not "a component already".
+  again = compiler.compile_pipeline(pipeline, str(tmp_path / 'again.tar.gz'),
+                                    _options(tpu_check=True))
+  assert again.tpu_check_id == 'TpuCheck'

@@ -67,6 +67,7 @@ TFX's own runners compile such a pipeline as well.
 """
 
 import contextlib
+import copy
 import dataclasses
 import json
 import os
@@ -461,9 +462,11 @@ def compile_pipeline(pipeline: tfx.dsl.Pipeline, output_path: str,
   """Compiles `pipeline` to `output_path` (and, for v2, the Vertex job).
 
   Every file appears whole or not at all: the runner writes into a temporary
-  directory beside it, and the results are moved into place. The pipeline's
-  TPUTrainers' `custom_config` and every Beam component's Beam arguments
-  are updated in place (see the module docstring).
+  directory beside it, and the results are moved into place. The caller's
+  `pipeline` is left as it was: the TPUTrainers' `custom_config`, the Beam
+  arguments, the TpuCheck step (see the module docstring) and what TFX's
+  runners change while compiling go into a copy, so one pipeline object
+  compiles for several targets.
 
   Args:
     pipeline: a TFX pipeline with at least one TPUTrainer.
@@ -478,6 +481,7 @@ def compile_pipeline(pipeline: tfx.dsl.Pipeline, output_path: str,
     NoTPUTrainerError: the pipeline has no TPUTrainer.
     CompileError: a bad option, or a trainer step not found while compiling.
   """
+  pipeline = copy.deepcopy(pipeline)
   name = pipeline.pipeline_info.pipeline_name
   runtime = check_options(options, name)
   if not output_path.endswith(OUTPUT_EXTENSIONS[options.runner]):
