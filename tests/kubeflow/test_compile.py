@@ -336,10 +336,10 @@ def test_v2_trainer_outputs_system_metrics_and_runs_through_its_entrypoint(
         'name']
     outputs = spec['components'][component]['outputDefinitions']['artifacts']
     assert sorted(outputs) == ['metrics', 'model', 'model_run']
-    # The KFP v2 launcher names the MLMD type after the schema's title.
-    schema = yaml.safe_load(
-        outputs['metrics']['artifactType']['instanceSchema'])
-    assert schema['title'] == 'system.Metrics'
+    # Declared as kfp 2 declares Output[Metrics]; the KFP v2 launcher names
+    # the MLMD type after the schema's title.
+    assert outputs['metrics']['artifactType'] == {
+        'schemaTitle': 'system.Metrics', 'schemaVersion': '0.0.1'}
     for name, executor in spec['deploymentSpec']['executors'].items():
       command = executor['container']['command']
       if name == trainer:

@@ -652,6 +652,9 @@ def _compile_v2(options: KubeflowOptions, vertex_type: Optional[str],
                                                         i)
                    for i in tpu_steps.trainer_ids):
     _start_with_system_metrics(job['pipelineSpec'], executor)
+  for trainer_id in tpu_steps.trainer_ids:
+    v2_metrics.declare_as_kfp_does(
+        compiled_files.component_of(job['pipelineSpec'], trainer_id))
   # The TPU steps: the trainers, and the check if any.
   executors = [compiled_files.trainer_executor_label(job['pipelineSpec'], i)
                for i in tpu_steps.ids]

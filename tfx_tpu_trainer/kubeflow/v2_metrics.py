@@ -7,8 +7,11 @@ show nothing there. How a TFX 1.15 output becomes one:
 
   * compile: TFX's v2 compiler (tfx/orchestration/kubeflow/v2/
     compiler_utils.get_artifact_schema) writes a custom artifact type as the
-    generic schema with `title: <TYPE_NAME>`; `system.Metrics` passes its
-    name check, so the output's `instanceSchema` is `title: system.Metrics`;
+    generic schema with `title: <TYPE_NAME>` (`instanceSchema`); the
+    compiler then declares it as kfp 2 declares `Output[Metrics]`:
+    `schemaTitle: system.Metrics`, `schemaVersion: 0.0.1`
+    (kfp/dsl/types/artifact_types.py: `Metrics.schema_title`,
+    `schema_version`), the form every KFP v2 backend and Vertex AI read;
   * run: the KFP v2 launcher names the MLMD artifact type after that title
     (backend/src/v2/metadata/client.go, SchemaToArtifactType), and records
     the RuntimeArtifact's `metadata`, which TFX's v2 entrypoint fills from
@@ -27,11 +30,14 @@ TFX gives every output a directory. Neither is written (docs/kubeflow.md).
 
 import sys
 import types as python_types
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 from tfx.types import artifact
 
 OUTPUT_KEY = 'metrics'
+# How kfp 2 declares an `Output[Metrics]` (kfp/dsl/types/artifact_types.py).
+KFP_V2_ARTIFACT_TYPE = {'schemaTitle': 'system.Metrics',
+                        'schemaVersion': '0.0.1'}
 SYSTEM_MODULE = 'system'
 KFP_V2_ENTRYPOINT = 'tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor'
 TRAINER_STEP_ENTRYPOINT = 'tfx_tpu_trainer.kubeflow.v2_metrics'
@@ -77,6 +83,21 @@ def record_metrics(metrics: Mapping[str, Any],
     if value != value or value in (float('inf'), float('-inf')):
       continue  # KFP shows numbers; NaN and infinity are left out.
     output.set_float_custom_property(name, float(value))
+
+
+def declare_as_kfp_does(component: Dict[str, Any]) -> None:
+  """Declares the `metrics` output of a compiled trainer as kfp 2 does.
+
+  Args:
+    component: the trainer's component spec in a pipeline spec (JSON),
+      changed in place: its `metrics` artifact type becomes
+      `KFP_V2_ARTIFACT_TYPE` (TFX writes an `instanceSchema` titled
+      `system.Metrics`; TFX's v2 entrypoint reads either form,
+      kubeflow_v2_entrypoint_utils._retrieve_class_path).
+  """
+  artifacts = component.get('outputDefinitions', {}).get('artifacts', {})
+  if OUTPUT_KEY in artifacts:
+    artifacts[OUTPUT_KEY]['artifactType'] = dict(KFP_V2_ARTIFACT_TYPE)
 
 
 def trainer_step_command(command: Sequence[str]) -> Optional[list]:
