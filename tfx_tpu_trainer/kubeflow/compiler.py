@@ -481,7 +481,7 @@ def compile_pipeline(pipeline: tfx.dsl.Pipeline, output_path: str,
     NoTPUTrainerError: the pipeline has no TPUTrainer.
     CompileError: a bad option, or a trainer step not found while compiling.
   """
-  pipeline = copy.deepcopy(pipeline)
+  pipeline = _copy(pipeline)
   name = pipeline.pipeline_info.pipeline_name
   runtime = check_options(options, name)
   if not output_path.endswith(OUTPUT_EXTENSIONS[options.runner]):
@@ -541,6 +541,19 @@ def compile_pipeline(pipeline: tfx.dsl.Pipeline, output_path: str,
       trainer_summaries=summaries,
       tpu_runtime=runtime,
       tpu_check_id=tpu_steps.check_id)
+
+
+def _copy(pipeline: tfx.dsl.Pipeline) -> tfx.dsl.Pipeline:
+  """A deep copy of `pipeline` to compile, the caller's left as it was.
+
+  Executor specs are copied with their own `copy()`: deep-copying one goes
+  through `ExecutorClassSpec.__reduce__`, which keeps the executor class
+  only (a BeamExecutorSpec would lose its Beam arguments).
+  """
+  memo = {id(c.executor_spec): c.executor_spec.copy()
+          for c in pipeline.components
+          if getattr(c, 'executor_spec', None) is not None}
+  return copy.deepcopy(pipeline, memo)
 
 
 @dataclasses.dataclass
