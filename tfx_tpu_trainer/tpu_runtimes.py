@@ -11,13 +11,14 @@ versions", https://cloud.google.com/tpu/docs/runtimes, which lists
   `NEXT_PLUGGABLE_DEVICE_USE_C_API=true` and
   `TF_PLUGGABLE_DEVICE_LIBRARY_PATH=/lib/libtpu.so` (Google's Vertex AI page
   "Training with TPU accelerators": "TensorFlow training on TPU v5e requires
-  the PJRT runtime", with exactly those two variables).
+  the PJRT runtime", with exactly those two variables). The runtimes page
+  lists TensorFlow 2.15.0 and later, with `-pjrt`, for v5e, v5p and v6e.
 
 This module is the support matrix as data (`GENERATIONS`); docs/kubeflow.md
 renders the same table, and a test checks that the two agree. The compiler
 takes a generation's runtime from here (`choose`), sets its environment on
 the trainer step (`step_env`), warns on combinations a source reports broken
-(`warnings`) and refuses what Google says TensorFlow does not support.
+(`warnings`) and refuses runtimes Google does not list for a generation.
 Imports nothing heavy: the command line reads it at start-up.
 """
 
@@ -47,8 +48,6 @@ STEP_ENV_NAMES = (RUNTIME_ENV, ACCELERATOR_ENV) + tuple(PJRT_ENV)
 
 # The sources cited by the matrix.
 SOURCE_RUNTIMES = 'https://cloud.google.com/tpu/docs/runtimes'
-SOURCE_VERTEX_TPU = ('https://cloud.google.com/vertex-ai/docs/training/'
-                     'training-with-tpu-vm')
 ISSUE_90807 = 'https://github.com/tensorflow/tensorflow/issues/90807'
 
 
@@ -63,13 +62,11 @@ class Generation:
   Attributes:
     name: v4, v5e, v5p, v6e.
     accelerators: its GKE `gke-tpu-accelerator` label values.
-    runtimes: the TF 2.15 runtimes Google documents for it, default first
-      (empty: Google says TensorFlow is not supported).
+    runtimes: the TF 2.15 runtimes Google documents for it, default first.
     estimator: what the sources say of TPUEstimator on it (one line).
     verified: what this project has verified there (nothing has run on a
       TPU yet).
     broken: runtime -> the report of that combination failing.
-    refused: why the generation is refused (None: accepted).
   """
   name: str
   accelerators: Tuple[str, ...]
@@ -77,11 +74,10 @@ class Generation:
   estimator: str
   verified: str = 'not run on this generation'
   broken: Tuple[Tuple[str, str], ...] = ()
-  refused: Optional[str] = None
 
   @property
-  def default_runtime(self) -> Optional[str]:
-    return self.runtimes[0] if self.runtimes else None
+  def default_runtime(self) -> str:
+    return self.runtimes[0]
 
 
 _PJRT_ESTIMATOR_REPORT = (
@@ -113,10 +109,14 @@ GENERATIONS: Dict[str, Generation] = {g.name: g for g in (
     Generation(
         name='v6e',
         accelerators=('tpu-v6e-slice',),
-        runtimes=(),
-        estimator='TensorFlow not supported (Google)',
-        refused=(f'Google says "Starting with TPU v6e, TensorFlow is no '
-                 f'longer supported" ({SOURCE_VERTEX_TPU})')),
+        runtimes=(PJRT,),
+        estimator=('PJRT only (Google lists TensorFlow 2.15.0 and later for '
+                   'v6e TPU VMs; its Vertex AI page says TensorFlow is not '
+                   'supported for training on Vertex AI from v6e, which '
+                   'concerns Vertex AI jobs, not GKE); no report of '
+                   'TPUEstimator on v6e found, and the PJRT path fails on '
+                   'v5p'),
+        broken=((PJRT, 'the same PJRT path as ' + _PJRT_ESTIMATOR_REPORT),)),
 )}
 
 # The default accelerator and why (docs/kubeflow.md repeats it).
@@ -124,9 +124,8 @@ DEFAULT_ACCELERATOR = 'tpu-v4-podslice'
 DEFAULT_ACCELERATOR_REASON = (
     'v4 is the newest generation on which TensorFlow 2.15 runs the '
     'StreamExecutor runtime, the only one before TF 2.15 and so the one '
-    'TPUEstimator was developed on; v5e and v5p need PJRT, under which '
-    f'tf.estimator is reported broken ({ISSUE_90807}), and v6e has no '
-    'TensorFlow support.')
+    'TPUEstimator was developed on; v5e, v5p and v6e need PJRT, under which '
+    f'tf.estimator is reported broken ({ISSUE_90807}).')
 
 
 def generation(accelerator: str) -> Generation:
@@ -186,15 +185,10 @@ def choose(accelerator: str, runtime: Optional[str] = None) -> RuntimeChoice:
     The choice, with a warning per source that reports it broken.
 
   Raises:
-    TPURuntimeError: for a generation without TensorFlow support, or a
-      runtime Google does not document for it (naming the source).
+    TPURuntimeError: for an unknown accelerator, or a runtime Google does not
+      document for its generation (naming the source).
   """
   gen = generation(accelerator)
-  if gen.refused:
-    raise TPURuntimeError(
-        f'accelerator {accelerator} (TPU {gen.name}) is refused: '
-        f'{gen.refused}; use tpu-v4-podslice (StreamExecutor) or '
-        'tpu-v5-lite-podslice (PJRT).')
   if runtime is None:
     runtime = gen.default_runtime
   if runtime not in RUNTIMES:
@@ -229,7 +223,7 @@ def support_matrix_markdown() -> str:
            'TPUEstimator: what the sources say | verified here |',
            '|---|---|---|---|---|']
   for gen in GENERATIONS.values():
-    runtimes = ', '.join(gen.runtimes) if gen.runtimes else 'none (refused)'
     lines.append(f'| {gen.name} | {", ".join(gen.accelerators)} | '
-                 f'{runtimes} | {gen.estimator} | {gen.verified} |')
+                 f'{", ".join(gen.runtimes)} | {gen.estimator} | '
+                 f'{gen.verified} |')
   return '\n'.join(lines)

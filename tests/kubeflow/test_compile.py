@@ -543,11 +543,9 @@ V5E = 'tpu-v5-lite-podslice'
      'docs/kubeflow.md, "Vertex AI and TPUs".'),
     (['--runner', 'kubeflow_v2', '--accelerator', 'tpu-v6e-slice',
       '--vertex-accelerator-type', 'TPU_V5_LITEPOD'],
-     'accelerator tpu-v6e-slice (TPU v6e) is refused: Google says "Starting '
-     'with TPU v6e, TensorFlow is no longer supported" '
-     '(https://cloud.google.com/vertex-ai/docs/training/'
-     'training-with-tpu-vm); use tpu-v4-podslice (StreamExecutor) or '
-     'tpu-v5-lite-podslice (PJRT).'),
+     'the Vertex AI job cannot schedule the trainer on this TPU: Vertex AI '
+     'has no pipeline-step form of tpu-v6e-slice 2x4 (steps take '
+     'TPU_V2/TPU_V3). Pass --no-vertex-job'),
     (['--runner', 'kubeflow_v2', '--accelerator', 'tpu-v5-lite-podslice',
       '--vertex-accelerator-type', 'TPU_V3'],
      'the Vertex AI job cannot schedule the trainer on this TPU: '

@@ -164,8 +164,8 @@ VERTEX_REFUSAL = (
      f'tpu-runtime se is not supported on TPU v5e ({V5E}): TensorFlow 2.15 '
      'runs v5e with pjrt only'),
     (dict(trainer_pod=scheduling.TrainerPod(
-        tpu=scheduling.tpu_vm('tpu-v6e-slice'))),
-     'accelerator tpu-v6e-slice (TPU v6e) is refused: Google says'),
+        tpu=scheduling.tpu_vm('tpu-v6e-slice')), tpu_runtime='se'),
+     'tpu-runtime se is not supported on TPU v6e (tpu-v6e-slice)'),
     (dict(trainer_pod=scheduling.TrainerPod(), tpu_runtime='se',
           trainer_image=None),
      "tpu_runtime 'se' needs a TPU VM request"),
