@@ -336,10 +336,10 @@ def test_v2_trainer_outputs_system_metrics_and_runs_through_its_entrypoint(
         'name']
     outputs = spec['components'][component]['outputDefinitions']['artifacts']
     assert sorted(outputs) == ['metrics', 'model', 'model_run']
-    # The KFP v2 launcher names the MLMD type after the schema's title.
-    schema = yaml.safe_load(
-        outputs['metrics']['artifactType']['instanceSchema'])
-    assert schema['title'] == 'system.Metrics'
+    # Declared as kfp 2 declares Output[Metrics]; the KFP v2 launcher names
+    # the MLMD type after the schema's title.
+    assert outputs['metrics']['artifactType'] == {
+        'schemaTitle': 'system.Metrics', 'schemaVersion': '0.0.1'}
     for name, executor in spec['deploymentSpec']['executors'].items():
       command = executor['container']['command']
       if name == trainer:
@@ -545,11 +545,9 @@ V5E = 'tpu-v5-lite-podslice'
      'docs/kubeflow.md, "Vertex AI and TPUs".'),
     (['--runner', 'kubeflow_v2', '--accelerator', 'tpu-v6e-slice',
       '--vertex-accelerator-type', 'TPU_V5_LITEPOD'],
-     'accelerator tpu-v6e-slice (TPU v6e) is refused: Google says "Starting '
-     'with TPU v6e, TensorFlow is no longer supported" '
-     '(https://cloud.google.com/vertex-ai/docs/training/'
-     'training-with-tpu-vm); use tpu-v4-podslice (StreamExecutor) or '
-     'tpu-v5-lite-podslice (PJRT).'),
+     'the Vertex AI job cannot schedule the trainer on this TPU: Vertex AI '
+     'has no pipeline-step form of tpu-v6e-slice 2x4 (steps take '
+     'TPU_V2/TPU_V3). Pass --no-vertex-job'),
     (['--runner', 'kubeflow_v2', '--accelerator', 'tpu-v5-lite-podslice',
       '--vertex-accelerator-type', 'TPU_V3'],
      'the Vertex AI job cannot schedule the trainer on this TPU: '

@@ -167,8 +167,8 @@ VERTEX_REFUSAL = (
      f'tpu-runtime se is not supported on TPU v5e ({V5E}): TensorFlow 2.15 '
      'runs v5e with pjrt only'),
     (dict(trainer_pod=scheduling.TrainerPod(
-        tpu=scheduling.tpu_vm('tpu-v6e-slice'))),
-     'accelerator tpu-v6e-slice (TPU v6e) is refused: Google says'),
+        tpu=scheduling.tpu_vm('tpu-v6e-slice')), tpu_runtime='se'),
+     'tpu-runtime se is not supported on TPU v6e (tpu-v6e-slice)'),
     (dict(trainer_pod=scheduling.TrainerPod(), tpu_runtime='se',
           trainer_image=None),
      "tpu_runtime 'se' needs a TPU VM request"),
@@ -230,3 +230,45 @@ def test_the_compile_accepts_what_the_executor_accepts(tmp_path,
   with pytest.raises(config_lib.ConfigError, match=re.escape(refused)):
     config_lib.TrainerConfig.from_custom_config(custom_config, environ={})
   assert not output.exists()
+
+
+def _beam_args(pipeline):
+  return {c.id: list(c.executor_spec.beam_pipeline_args)
+          for c in pipeline.components
+          if hasattr(c.executor_spec, 'beam_pipeline_args')}
+
+
+def _trainer_configs(pipeline):
+  return {c.id: c.exec_properties.get('custom_config')
+          for c in pipeline.components if c.id in TRAINERS}
+
+
+def test_compiling_leaves_the_callers_pipeline_as_it_was(tmp_path):
+  pipeline = _pipeline()
+  ids = [c.id for c in pipeline.components]
+  configs = _trainer_configs(pipeline)
+  beam_args = _beam_args(pipeline)
+  compiler.compile_pipeline(pipeline, str(tmp_path / 'tpu.tar.gz'),
+                            _options(tpu_check=True))
+  assert [c.id for c in pipeline.components] == ids
+  assert _trainer_configs(pipeline) == configs
+  assert _beam_args(pipeline) == beam_args
+  for component in pipeline.components:
+    assert not any(u.id == 'TPUCheck' for u in component.upstream_nodes)
+
+  # The same object, for KFP v2 without a TPU: no check step, no TPU config.
+  result = compiler.compile_pipeline(
+      pipeline, str(tmp_path / 'cpu.yaml'),
+      compiler.KubeflowOptions(runner='kubeflow_v2', vertex_job=False))
+  with open(result.path) as f:
+    spec = next(yaml.safe_load_all(f))
+  assert 'TPUCheck' not in spec['root']['dag']['tasks']
+  for trainer in TRAINERS:
+    assert result.custom_configs[trainer] == {}
+    parameters = spec['root']['dag']['tasks'][trainer]['inputs']['parameters']
+    assert 'use_tpu' not in json.dumps(parameters['custom_config'])
+
+  # And with the check again: compiling twice is not "a component already".
+  again = compiler.compile_pipeline(pipeline, str(tmp_path / 'again.tar.gz'),
+                                    _options(tpu_check=True))
+  assert again.tpu_check_id == 'TPUCheck'

@@ -31,6 +31,7 @@ def test_docs_show_the_support_matrix_of_the_code():
     ('tpu-v5-lite-podslice', 'pjrt', PJRT_ENV),
     ('tpu-v5-lite-device', 'pjrt', PJRT_ENV),
     ('tpu-v5p-slice', 'pjrt', PJRT_ENV),
+    ('tpu-v6e-slice', 'pjrt', PJRT_ENV),
 ])
 def test_each_generation_defaults_to_a_runtime_google_documents(
     accelerator, runtime, env):
@@ -50,7 +51,7 @@ def test_the_default_accelerator_is_the_one_without_a_reported_failure():
 
 @pytest.mark.parametrize('accelerator,runtime', [
     ('tpu-v4-podslice', 'pjrt'), ('tpu-v5-lite-podslice', None),
-    ('tpu-v5p-slice', None)])
+    ('tpu-v5p-slice', None), ('tpu-v6e-slice', None)])
 def test_pjrt_warns_citing_the_open_report(accelerator, runtime):
   (warning,) = runtimes.choose(accelerator, runtime).warnings
   assert 'with the pjrt runtime: reported broken: ' in warning
@@ -61,11 +62,10 @@ def test_pjrt_warns_citing_the_open_report(accelerator, runtime):
 
 
 @pytest.mark.parametrize('accelerator,runtime,message', [
-    ('tpu-v6e-slice', None,
-     'accelerator tpu-v6e-slice (TPU v6e) is refused: Google says "Starting '
-     'with TPU v6e, TensorFlow is no longer supported" (https://cloud.google.'
-     'com/vertex-ai/docs/training/training-with-tpu-vm); use tpu-v4-podslice '
-     '(StreamExecutor) or tpu-v5-lite-podslice (PJRT).'),
+    ('tpu-v6e-slice', 'se',
+     'tpu-runtime se is not supported on TPU v6e (tpu-v6e-slice): TensorFlow '
+     '2.15 runs v6e with pjrt only (https://cloud.google.com/tpu/docs/'
+     'runtimes); use --tpu-runtime pjrt.'),
     ('tpu-v5p-slice', 'se',
      'tpu-runtime se is not supported on TPU v5p (tpu-v5p-slice): TensorFlow '
      '2.15 runs v5p with pjrt only (https://cloud.google.com/tpu/docs/'

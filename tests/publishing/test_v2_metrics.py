@@ -15,14 +15,20 @@ from tfx_tpu_trainer import TPUTrainer
 from tfx_tpu_trainer.publishing import v2_metrics
 
 
-def _runtime_metrics_artifact():
+def _runtime_metrics_artifact(artifact_type):
   """The trainer's `metrics` output as the KFP v2 executor input gives it."""
-  schema = compiler_utils.get_artifact_schema(v2_metrics.Metrics)
   return json_format.ParseDict(
       {'artifacts': [{
           'name': 'projects/p/artifacts/1', 'uri': 'gs://b/metrics/1',
-          'type': {'instanceSchema': schema}, 'metadata': {}}]},
+          'type': artifact_type, 'metadata': {}}]},
       pipeline_pb2.ArtifactList())
+
+
+# As the compiler declares it (kfp 2's form), and as TFX's v2 compiler wrote it.
+ARTIFACT_TYPES = [
+    v2_metrics.KFP_V2_ARTIFACT_TYPE,
+    {'instanceSchema': compiler_utils.get_artifact_schema(v2_metrics.Metrics)},
+]
 
 
 def test_compiled_schema_titles_the_output_system_metrics():
@@ -30,10 +36,11 @@ def test_compiled_schema_titles_the_output_system_metrics():
       'title: system.Metrics\ntype: object\n')
 
 
+@pytest.mark.parametrize('artifact_type', ARTIFACT_TYPES)
 def test_tfx_v2_entrypoint_reads_it_back_only_with_the_system_module(
-    monkeypatch):
+    monkeypatch, artifact_type):
   monkeypatch.delitem(sys.modules, 'system', raising=False)
-  artifacts = {'metrics': _runtime_metrics_artifact()}
+  artifacts = {'metrics': _runtime_metrics_artifact(artifact_type)}
   with pytest.raises(ImportError, match='Could not import system.Metrics'):
     kubeflow_v2_entrypoint_utils.parse_raw_artifact_dict(artifacts, {})
   v2_metrics.install_system_module()
@@ -78,6 +85,21 @@ def test_nothing_numeric_records_nothing_and_no_output_is_no_error():
   # executor hands None, and nothing is recorded anywhere.
   assert v2_metrics.record_metrics({'accuracy': 0.5}, None) is None
   assert not output.mlmd_artifact.custom_properties
+
+
+def test_declared_as_kfp_2_declares_output_metrics():
+  component = {'outputDefinitions': {'artifacts': {
+      'metrics': {'artifactType': ARTIFACT_TYPES[1]},
+      'model': {'artifactType': {'instanceSchema': 'title: tfx.Model\n'}}}}}
+  v2_metrics.declare_as_kfp_does(component)
+  artifacts = component['outputDefinitions']['artifacts']
+  assert artifacts['metrics']['artifactType'] == {
+      'schemaTitle': 'system.Metrics', 'schemaVersion': '0.0.1'}
+  assert artifacts['model']['artifactType'] == {
+      'instanceSchema': 'title: tfx.Model\n'}
+  # Parses as the pipeline spec's ArtifactTypeSchema.
+  json_format.ParseDict(artifacts['metrics']['artifactType'],
+                        pipeline_pb2.ArtifactTypeSchema())
 
 
 def test_trainer_step_command():

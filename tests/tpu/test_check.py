@@ -43,23 +43,73 @@ def test_run_checks_stops_at_the_first_failure(tmp_path):
   assert [(r.step, r.ok) for r in results] == [('tpu', False)]
 
 
-@pytest.mark.parametrize('files,environ,ok', [
-    (['accel0', 'accel1'], {}, True),       # v4 and older
-    (['vfio/0'], {}, True),                 # v5e and later
-    (['vfio/vfio'], {}, False),             # the VFIO control file alone
-    ([], {'TPU_NAME': 'my-tpu'}, True),
-    ([], {'KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS': 'grpc://10.0.0.2:8470'}, True),
-    ([], {}, False),
+def _pci(tmp_path, *devices):
+  """A PCI device listing like /sys/bus/pci/devices: (vendor, device) each."""
+  pci = tmp_path / 'pci'
+  pci.mkdir()
+  for i, (vendor, device) in enumerate(devices):
+    folder = pci / f'0000:00:{i + 4:02x}.0'
+    folder.mkdir()
+    (folder / 'vendor').write_text(vendor + '\n')
+    (folder / 'device').write_text(device + '\n')
+  return str(pci)
+
+
+VIRTIO = ('0x1af4', '0x1000')
+NVIDIA = ('0x10de', '0x20b5')
+GOOGLE_GVNIC = ('0x1ae0', '0x0042')  # Google's, but a network card.
+V4_CHIP = ('0x1ae0', '0x005e')
+V5E_CHIP = ('0x1ae0', '0x0063')
+
+
+@pytest.mark.parametrize('files,pci,environ,ok', [
+    (['accel0', 'accel1'], [V4_CHIP, V4_CHIP, VIRTIO], {}, True),  # v4
+    (['vfio/0'], [V5E_CHIP], {}, True),                          # v5e
+    (['vfio/vfio'], [VIRTIO], {}, False),   # the VFIO control file alone
+    ([], [VIRTIO], {'TPU_NAME': 'my-tpu'}, True),
+    ([], [VIRTIO], {'KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS': 'grpc://10.0.0.2:8470'},
+     True),
+    ([], [VIRTIO], {}, False),
+    ([], [V5E_CHIP], {}, True),  # On the bus, before its device files.
 ])
-def test_tpu_present_from_devices_or_a_name(tmp_path, files, environ, ok):
+def test_tpu_present_from_the_pci_bus_or_a_name(tmp_path, files, pci, environ,
+                                                ok):
   for name in files:
-    path = tmp_path / name
+    path = tmp_path / 'dev' / name
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text('')
-  result = tpu_check.check_tpu_present(environ, str(tmp_path))
+  result = tpu_check.check_tpu_present(environ, str(tmp_path / 'dev'),
+                                       _pci(tmp_path, *pci))
   assert result.ok is ok
   if ok:
-    assert all(os.path.join(str(tmp_path), f) in result.detail for f in files)
+    assert all(os.path.join(str(tmp_path / 'dev'), f) in result.detail
+               for f in files)
+    chips = [p for p in pci if p in (V4_CHIP, V5E_CHIP)]
+    assert result.detail.count('(TPU v') == len(chips)
+
+
+@pytest.mark.parametrize('other_device', [NVIDIA, GOOGLE_GVNIC])
+def test_another_vfio_device_is_not_a_tpu(tmp_path, other_device):
+  (tmp_path / 'dev' / 'vfio').mkdir(parents=True)
+  (tmp_path / 'dev' / 'vfio' / '12').write_text('')
+  result = tpu_check.check_tpu_present(
+      {}, str(tmp_path / 'dev'), _pci(tmp_path, VIRTIO, other_device))
+  assert not result.ok
+  assert result.detail == (
+      f'{tmp_path}/dev/vfio/12 but no TPU chip on the PCI bus '
+      f'({tmp_path}/pci: no device of vendor 0x1ae0 with a TPU device id): '
+      'another VFIO or accelerator device, not a TPU')
+
+
+def test_device_files_without_a_readable_pci_bus_are_unsure(tmp_path):
+  (tmp_path / 'dev').mkdir()
+  (tmp_path / 'dev' / 'accel0').write_text('')
+  result = tpu_check.check_tpu_present({}, str(tmp_path / 'dev'),
+                                       str(tmp_path / 'no-sysfs'))
+  assert result.ok
+  assert result.detail == (
+      f'{tmp_path}/dev/accel0 (unsure: {tmp_path}/no-sysfs is not readable, '
+      'so the devices are not known to be TPU chips)')
 
 
 def test_libtpu_found_by_variable_with_the_image_version(tmp_path):
@@ -199,9 +249,40 @@ def test_with_tensorflow_imported_the_tf_steps_run_in_process(tmp_path):
       environ={'TPU_LIBRARY_PATH': str(library),
                runtimes.ACCELERATOR_ENV: 'tpu-v4-podslice',
                runtimes.RUNTIME_ENV: 'se'},
-      dev_dir=str(tmp_path / 'dev'))
+      dev_dir=str(tmp_path / 'dev'), pci_dir=_pci(tmp_path, V4_CHIP))
   # No TPU behind the device file: the TF1 session cannot start it.
   assert [(r.step, r.ok) for r in results] == [
       ('tpu', True), ('libtpu', True), ('runtime', True),
       ('tpu system', False)]
   assert results[-1].advice.startswith('the TPU runtime could not start')
+
+
+def test_the_compiled_check_step_says_its_pod_got_no_tpu_and_leaves_ui_lines(
+    tmp_path, monkeypatch):
+  from tfx_tpu_trainer.publishing import step_outputs  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.kubeflow import tpu_check_step  # pylint: disable=g-import-not-at-top
+  for name in tpu_check.TPU_NAME_ENVS:
+    monkeypatch.delenv(name, raising=False)
+  # As the compiled v5e step runs it: TFX's v1 entrypoint, the runtime env.
+  monkeypatch.setenv(runtimes.ACCELERATOR_ENV, 'tpu-v5-lite-podslice')
+  monkeypatch.setenv(runtimes.RUNTIME_ENV, 'pjrt')
+  ui_path = tmp_path / 'mlpipeline-ui-metadata.json'
+  monkeypatch.setattr(step_outputs, '_main_module_name',
+                      lambda: step_outputs.TFX_V1_ENTRYPOINT)
+  monkeypatch.setattr(sys, 'argv', ['entrypoint', '--metadata_ui_path',
+                                    str(ui_path)])
+  with pytest.raises(tpu_check.TPUCheckError) as e:
+    tpu_check_step.TPUCheckExecutor().Do({}, {}, {})
+  message = str(e.value)
+  assert message.startswith('tpu-check failed: FAILED  tpu: no TPU on this '
+                            'machine')
+  assert ('; this pipeline step was compiled to run on a TPU '
+          '(tpu-v5-lite-podslice, pjrt runtime: node selector '
+          'cloud.google.com/gke-tpu-accelerator=tpu-v5-lite-podslice, a '
+          'google.com/tpu limit) and its pod did not get one.') in message
+  assert 'kubectl get nodes -l cloud.google.com/gke-tpu-accelerator=' in (
+      message)
+  assert '--tpu-check' not in message  # Not the advice of the CLI.
+  [entry] = step_outputs.read_ui_outputs(str(ui_path))
+  assert entry['type'] == 'markdown' and entry['storage'] == 'inline'
+  assert entry['source'].startswith('# tpu-check: FAILED\n\n    FAILED  tpu: ')

@@ -45,11 +45,15 @@ def argo_step(workflow: Dict[str, Any], component_id: str) -> Dict[str, Any]:
   raise KeyError(component_id)
 
 
+def component_of(spec: Dict[str, Any], task_id: str) -> Dict[str, Any]:
+  """The component spec of a task of a pipeline spec (JSON)."""
+  task = spec['root']['dag']['tasks'][task_id]
+  return spec['components'][task['componentRef']['name']]
+
+
 def trainer_executor_label(spec: Dict[str, Any], trainer_id: str) -> str:
   """The executor label of a component's task in a pipeline spec."""
-  task = spec['root']['dag']['tasks'][trainer_id]
-  component = spec['components'][task['componentRef']['name']]
-  return component['executorLabel']
+  return component_of(spec, trainer_id)['executorLabel']
 
 
 def container(spec: Dict[str, Any], executor: str) -> Dict[str, Any]:

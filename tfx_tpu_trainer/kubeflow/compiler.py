@@ -1,6 +1,7 @@
 """Compiles any TFX pipeline with `TPUTrainer` for Kubeflow Pipelines."""
 
 import contextlib
+import copy
 import dataclasses
 import json
 import os
@@ -370,9 +371,11 @@ def compile_pipeline(pipeline: tfx.dsl.Pipeline, output_path: str,
   """Compiles `pipeline` to `output_path` (and, for v2, the Vertex job).
 
   Every file appears whole or not at all: the runner writes into a temporary
-  directory beside it, and the results are moved into place. The pipeline's
-  TPUTrainers' `custom_config` and every Beam component's Beam arguments
-  are updated in place (see the module docstring).
+  directory beside it, and the results are moved into place. The caller's
+  `pipeline` is left as it was: the TPUTrainers' `custom_config`, the Beam
+  arguments, the TPUCheck step (see the module docstring) and what TFX's
+  runners change while compiling go into a copy, so one pipeline object
+  compiles for several targets.
 
   Args:
     pipeline: a TFX pipeline with at least one TPUTrainer.
@@ -387,6 +390,7 @@ def compile_pipeline(pipeline: tfx.dsl.Pipeline, output_path: str,
     component_lib.NoTPUTrainerError: the pipeline has no TPUTrainer.
     CompileError: a bad option, or a trainer step not found while compiling.
   """
+  pipeline = _copy(pipeline)
   name = pipeline.pipeline_info.pipeline_name
   runtime = check_options(options, name)
   if not output_path.endswith(OUTPUT_EXTENSIONS[options.runner]):
@@ -446,6 +450,19 @@ def compile_pipeline(pipeline: tfx.dsl.Pipeline, output_path: str,
       trainer_summaries=summaries,
       tpu_runtime=runtime,
       tpu_check_id=tpu_steps.check_id)
+
+
+def _copy(pipeline: tfx.dsl.Pipeline) -> tfx.dsl.Pipeline:
+  """A deep copy of `pipeline` to compile, the caller's left as it was.
+
+  Executor specs are copied with their own `copy()`: deep-copying one goes
+  through `ExecutorClassSpec.__reduce__`, which keeps the executor class
+  only (a BeamExecutorSpec would lose its Beam arguments).
+  """
+  memo = {id(c.executor_spec): c.executor_spec.copy()
+          for c in pipeline.components
+          if getattr(c, 'executor_spec', None) is not None}
+  return copy.deepcopy(pipeline, memo)
 
 
 @dataclasses.dataclass
@@ -557,6 +574,9 @@ def _compile_v2(options: KubeflowOptions, vertex_type: Optional[str],
                                                         i)
                    for i in tpu_steps.trainer_ids):
     _start_with_system_metrics(job['pipelineSpec'], executor)
+  for trainer_id in tpu_steps.trainer_ids:
+    v2_metrics.declare_as_kfp_does(
+        compiled_files.component_of(job['pipelineSpec'], trainer_id))
   # The TPU steps: the trainers, and the check if any.
   executors = [compiled_files.trainer_executor_label(job['pipelineSpec'], i)
                for i in tpu_steps.ids]

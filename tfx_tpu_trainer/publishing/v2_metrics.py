@@ -2,15 +2,19 @@
 
 import sys
 import types as python_types
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 from tfx.types import artifact
 
-__all__ = ['OUTPUT_KEY', 'SYSTEM_MODULE', 'KFP_V2_ENTRYPOINT',
-           'TRAINER_STEP_ENTRYPOINT', 'Metrics', 'install_system_module',
-           'record_metrics', 'trainer_step_command', 'main']
+__all__ = ['OUTPUT_KEY', 'KFP_V2_ARTIFACT_TYPE', 'SYSTEM_MODULE',
+           'KFP_V2_ENTRYPOINT', 'TRAINER_STEP_ENTRYPOINT', 'Metrics',
+           'install_system_module', 'record_metrics', 'declare_as_kfp_does',
+           'trainer_step_command', 'main']
 
 OUTPUT_KEY = 'metrics'
+# How kfp 2 declares an `Output[Metrics]` (kfp/dsl/types/artifact_types.py).
+KFP_V2_ARTIFACT_TYPE = {'schemaTitle': 'system.Metrics',
+                        'schemaVersion': '0.0.1'}
 SYSTEM_MODULE = 'system'
 KFP_V2_ENTRYPOINT = 'tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor'
 # The step's entrypoint module (kubeflow/v2_metrics.py runs `main`).
@@ -57,6 +61,21 @@ def record_metrics(metrics: Mapping[str, Any],
     if value != value or value in (float('inf'), float('-inf')):
       continue  # KFP shows numbers; NaN and infinity are left out.
     output.set_float_custom_property(name, float(value))
+
+
+def declare_as_kfp_does(component: Dict[str, Any]) -> None:
+  """Declares the `metrics` output of a compiled trainer as kfp 2 does.
+
+  Args:
+    component: the trainer's component spec in a pipeline spec (JSON),
+      changed in place: its `metrics` artifact type becomes
+      `KFP_V2_ARTIFACT_TYPE` (TFX writes an `instanceSchema` titled
+      `system.Metrics`; TFX's v2 entrypoint reads either form,
+      kubeflow_v2_entrypoint_utils._retrieve_class_path).
+  """
+  artifacts = component.get('outputDefinitions', {}).get('artifacts', {})
+  if OUTPUT_KEY in artifacts:
+    artifacts[OUTPUT_KEY]['artifactType'] = dict(KFP_V2_ARTIFACT_TYPE)
 
 
 def trainer_step_command(command: Sequence[str]) -> Optional[list]:

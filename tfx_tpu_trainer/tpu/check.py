@@ -24,7 +24,7 @@ __all__ = ['TPU_STEP', 'LIBTPU_STEP', 'RUNTIME_STEP', 'SYSTEM_STEP',
            'find_libtpu', 'libtpu_version', 'check_libtpu',
            'check_runtime', 'initialize_tpu_system',
            'round_trip', 'run_steps_in_process', 'run_child_steps',
-           'run_checks', 'check_or_raise']
+           'run_checks']
 
 TPU_STEP, LIBTPU_STEP, RUNTIME_STEP, SYSTEM_STEP, ROUND_TRIP_STEP = (
     'tpu', 'libtpu', 'runtime', 'tpu system', 'round trip')
@@ -34,6 +34,13 @@ TPU_NAME_ENVS = ('TPU_NAME', 'KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS')
 # Where libtpu is looked for when no variable names it.
 LIBTPU_ENVS = ('TF_PLUGGABLE_DEVICE_LIBRARY_PATH', 'TPU_LIBRARY_PATH')
 LIBTPU_DISTRIBUTIONS = ('libtpu', 'libtpu-nightly')
+# TPU chips on the PCI bus: Google's vendor id and the TPU device ids, as
+# jax/_src/hardware_utils.py reads them (a /dev/vfio/<n> group alone may be
+# any VFIO device, ray-project/ray#65034).
+PCI_DEVICES_DIR = '/sys/bus/pci/devices'
+GOOGLE_PCI_VENDOR = '0x1ae0'
+TPU_PCI_DEVICES = {'0x0027': 'v2/v3', '0x005e': 'v4', '0x0062': 'v5p',
+                   '0x0063': 'v5e', '0x006f': 'v6e'}
 DEFAULT_TIMEOUT_SECS = 900
 ROUND_TRIP_TRAIN_STEPS = 20
 ROUND_TRIP_EVAL_STEPS = 2
@@ -76,13 +83,44 @@ def tpu_devices(dev_dir: str = '/dev') -> List[str]:
   return found
 
 
-def check_tpu_present(environ: Mapping[str, str],
-                      dev_dir: str = '/dev') -> CheckResult:
-  """Step 1: a TPU attached or named."""
+def pci_tpu_chips(pci_dir: str = PCI_DEVICES_DIR) -> Optional[List[str]]:
+  """`<PCI address> (TPU <generation>)` per TPU chip; None: PCI unreadable."""
+  if not os.path.isdir(pci_dir):
+    return None
+  chips = []
+  for device in sorted(os.listdir(pci_dir)):
+    try:
+      with open(os.path.join(pci_dir, device, 'vendor')) as f:
+        vendor = f.read().strip()
+      with open(os.path.join(pci_dir, device, 'device')) as f:
+        device_id = f.read().strip()
+    except OSError:
+      continue
+    if vendor == GOOGLE_PCI_VENDOR and device_id in TPU_PCI_DEVICES:
+      chips.append(f'{device} (TPU {TPU_PCI_DEVICES[device_id]})')
+  return chips
+
+
+def check_tpu_present(environ: Mapping[str, str], dev_dir: str = '/dev',
+                      pci_dir: str = PCI_DEVICES_DIR) -> CheckResult:
+  """Step 1: a TPU attached (on the PCI bus) or named."""
   devices = tpu_devices(dev_dir)
+  chips = pci_tpu_chips(pci_dir)
   named = [f'{k}={environ[k]}' for k in TPU_NAME_ENVS if environ.get(k)]
-  if devices or named:
-    return CheckResult(TPU_STEP, True, ', '.join(devices + named))
+  if chips or named:
+    return CheckResult(TPU_STEP, True,
+                       ', '.join((chips or []) + devices + named))
+  if devices and chips is None:
+    return CheckResult(
+        TPU_STEP, True,
+        f'{", ".join(devices)} (unsure: {pci_dir} is not readable, so the '
+        'devices are not known to be TPU chips)')
+  if devices:
+    return CheckResult(
+        TPU_STEP, False,
+        f'{", ".join(devices)} but no TPU chip on the PCI bus ({pci_dir}: no '
+        f'device of vendor {GOOGLE_PCI_VENDOR} with a TPU device id): another '
+        'VFIO or accelerator device, not a TPU', advice=IN_THE_TPU_IMAGE)
   return CheckResult(
       TPU_STEP, False,
       f'no TPU on this machine (no {dev_dir}/accel*, no {dev_dir}/vfio/<n>, '
@@ -405,6 +443,7 @@ def _exit_description(returncode: int) -> str:
 
 def run_checks(environ: Optional[Mapping[str, str]] = None,
                dev_dir: str = '/dev',
+               pci_dir: str = PCI_DEVICES_DIR,
                timeout_secs: float = DEFAULT_TIMEOUT_SECS,
                report: Optional[Callable[[CheckResult], None]] = None
                ) -> List[CheckResult]:
@@ -413,6 +452,7 @@ def run_checks(environ: Optional[Mapping[str, str]] = None,
   Args:
     environ: the environment (default `os.environ`).
     dev_dir: where device files are (tests point it elsewhere).
+    pci_dir: where the PCI devices are listed (likewise).
     timeout_secs: how long steps 4 and 5 may take together.
     report: called with each result as it comes.
 
@@ -424,8 +464,8 @@ def run_checks(environ: Optional[Mapping[str, str]] = None,
   results = []
   for check in (check_tpu_present, check_libtpu, check_runtime):
     started = time.monotonic()
-    result = (check(environ, dev_dir) if check is check_tpu_present else
-              check(environ))
+    result = (check(environ, dev_dir, pci_dir) if check is check_tpu_present
+              else check(environ))
     result = dataclasses.replace(result, seconds=time.monotonic() - started)
     results.append(result)
     report(result)
@@ -438,17 +478,6 @@ def run_checks(environ: Optional[Mapping[str, str]] = None,
                  run_child_steps(tpu_name, timeout_secs)):
     results.append(result)
     report(result)
-  return results
-
-
-def check_or_raise(environ: Optional[Mapping[str, str]] = None,
-                   timeout_secs: float = DEFAULT_TIMEOUT_SECS
-                  ) -> List[CheckResult]:
-  """All checks; raises `TPUCheckError` naming the first that failed."""
-  results = run_checks(environ, timeout_secs=timeout_secs)
-  failed = [r for r in results if not r.ok]
-  if failed:
-    raise TPUCheckError('tpu-check failed: ' + failed[0].line())
   return results
 
 

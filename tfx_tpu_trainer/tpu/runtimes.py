@@ -7,7 +7,7 @@ from tfx_tpu_trainer import errors
 
 __all__ = ['SE', 'PJRT', 'RUNTIMES', 'LIBTPU_PATH', 'PJRT_ENV', 'RUNTIME_ENV',
            'ACCELERATOR_ENV', 'LIBTPU_VERSION_ENV', 'IMAGE_RUNTIME_FIELD',
-           'STEP_ENV_NAMES', 'SOURCE_RUNTIMES', 'SOURCE_VERTEX_TPU',
+           'STEP_ENV_NAMES', 'SOURCE_RUNTIMES',
            'ISSUE_90807', 'TPURuntimeError', 'Generation', 'GENERATIONS',
            'DEFAULT_ACCELERATOR', 'DEFAULT_ACCELERATOR_REASON', 'generation',
            'RuntimeChoice', 'choose', 'runtime_in_use',
@@ -34,8 +34,6 @@ STEP_ENV_NAMES = (RUNTIME_ENV, ACCELERATOR_ENV) + tuple(PJRT_ENV)
 
 # The sources cited by the matrix.
 SOURCE_RUNTIMES = 'https://cloud.google.com/tpu/docs/runtimes'
-SOURCE_VERTEX_TPU = ('https://cloud.google.com/vertex-ai/docs/training/'
-                     'training-with-tpu-vm')
 ISSUE_90807 = 'https://github.com/tensorflow/tensorflow/issues/90807'
 
 
@@ -50,13 +48,11 @@ class Generation:
   Attributes:
     name: v4, v5e, v5p, v6e.
     accelerators: its GKE `gke-tpu-accelerator` label values.
-    runtimes: the TF 2.15 runtimes Google documents for it, default first
-      (empty: Google says TensorFlow is not supported).
+    runtimes: the TF 2.15 runtimes Google documents for it, default first.
     estimator: what the sources say of TPUEstimator on it (one line).
     verified: what this project has verified there (nothing has run on a
       TPU yet).
     broken: runtime -> the report of that combination failing.
-    refused: why the generation is refused (None: accepted).
   """
   name: str
   accelerators: Tuple[str, ...]
@@ -64,11 +60,10 @@ class Generation:
   estimator: str
   verified: str = 'not run on this generation'
   broken: Tuple[Tuple[str, str], ...] = ()
-  refused: Optional[str] = None
 
   @property
-  def default_runtime(self) -> Optional[str]:
-    return self.runtimes[0] if self.runtimes else None
+  def default_runtime(self) -> str:
+    return self.runtimes[0]
 
 
 _PJRT_ESTIMATOR_REPORT = (
@@ -100,10 +95,14 @@ GENERATIONS: Dict[str, Generation] = {g.name: g for g in (
     Generation(
         name='v6e',
         accelerators=('tpu-v6e-slice',),
-        runtimes=(),
-        estimator='TensorFlow not supported (Google)',
-        refused=(f'Google says "Starting with TPU v6e, TensorFlow is no '
-                 f'longer supported" ({SOURCE_VERTEX_TPU})')),
+        runtimes=(PJRT,),
+        estimator=('PJRT only (Google lists TensorFlow 2.15.0 and later for '
+                   'v6e TPU VMs; its Vertex AI page says TensorFlow is not '
+                   'supported for training on Vertex AI from v6e, which '
+                   'concerns Vertex AI jobs, not GKE); no report of '
+                   'TPUEstimator on v6e found, and the PJRT path fails on '
+                   'v5p'),
+        broken=((PJRT, 'the same PJRT path as ' + _PJRT_ESTIMATOR_REPORT),)),
 )}
 
 # The default accelerator and why (docs/kubeflow.md repeats it).
@@ -111,9 +110,8 @@ DEFAULT_ACCELERATOR = 'tpu-v4-podslice'
 DEFAULT_ACCELERATOR_REASON = (
     'v4 is the newest generation on which TensorFlow 2.15 runs the '
     'StreamExecutor runtime, the only one before TF 2.15 and so the one '
-    'TPUEstimator was developed on; v5e and v5p need PJRT, under which '
-    f'tf.estimator is reported broken ({ISSUE_90807}), and v6e has no '
-    'TensorFlow support.')
+    'TPUEstimator was developed on; v5e, v5p and v6e need PJRT, under which '
+    f'tf.estimator is reported broken ({ISSUE_90807}).')
 
 
 def generation(accelerator: str) -> Generation:
@@ -173,15 +171,10 @@ def choose(accelerator: str, runtime: Optional[str] = None) -> RuntimeChoice:
     The choice, with a warning per source that reports it broken.
 
   Raises:
-    TPURuntimeError: for a generation without TensorFlow support, or a
-      runtime Google does not document for it (naming the source).
+    TPURuntimeError: for an unknown accelerator, or a runtime Google does not
+      document for its generation (naming the source).
   """
   gen = generation(accelerator)
-  if gen.refused:
-    raise TPURuntimeError(
-        f'accelerator {accelerator} (TPU {gen.name}) is refused: '
-        f'{gen.refused}; use tpu-v4-podslice (StreamExecutor) or '
-        'tpu-v5-lite-podslice (PJRT).')
   if runtime is None:
     runtime = gen.default_runtime
   if runtime not in RUNTIMES:
@@ -216,7 +209,7 @@ def support_matrix_markdown() -> str:
            'TPUEstimator: what the sources say | verified here |',
            '|---|---|---|---|---|']
   for gen in GENERATIONS.values():
-    runtimes = ', '.join(gen.runtimes) if gen.runtimes else 'none (refused)'
     lines.append(f'| {gen.name} | {", ".join(gen.accelerators)} | '
-                 f'{runtimes} | {gen.estimator} | {gen.verified} |')
+                 f'{", ".join(gen.runtimes)} | {gen.estimator} | '
+                 f'{gen.verified} |')
   return '\n'.join(lines)
