@@ -34,13 +34,15 @@ A retry resumes from the newest checkpoint that reads back whole
 (`skip_damaged_checkpoints`): a truncated or unreadable newer one (a disk
 that filled, a copy cut short) is moved aside under a bookkeeping name and
 the log says which and why; when none reads back, the execution fails
-naming the damaged file and what to delete.
+naming the damaged file and what to delete. A `checkpoint` state file that
+is empty, not text, unparsable, missing or behind the checkpoints on disk is
+rebuilt from them, and the log says so.
 """
 
 import contextlib
 import os
 import re
-from typing import Iterator, List, Optional
+from typing import Any, Iterator, List, Optional, Tuple
 import uuid
 
 from absl import logging
@@ -61,6 +63,8 @@ EXPORTED_MARKER = _BOOKKEEPING_PREFIX + 'exported'
 STAGING_RECORD = _BOOKKEEPING_PREFIX + 'export-staging'
 # Files of a checkpoint that does not read back get this prefix.
 DAMAGED_PREFIX = _BOOKKEEPING_PREFIX + 'damaged-'
+# TensorFlow's name for the file that says which checkpoint is the latest.
+CHECKPOINT_STATE_FILE = 'checkpoint'
 
 
 class CheckpointDirError(errors.TPUTrainerError):
@@ -345,6 +349,7 @@ def skip_damaged_checkpoints(model_dir: str) -> List[str]:
       break
     skipped.append((prefixes.pop(), error))
   if not skipped:
+    _repair_state(model_dir, prefixes)
     return []
   if not prefixes:
     prefix, error = skipped[0]
@@ -364,6 +369,63 @@ def skip_damaged_checkpoints(model_dir: str) -> List[str]:
   tf.compat.v1.train.update_checkpoint_state(
       model_dir, prefixes[-1], all_model_checkpoint_paths=prefixes)
   return [prefix for prefix, _ in skipped]
+
+
+def _read_state(model_dir: str) -> Tuple[Any, Optional[str]]:
+  """The `checkpoint` state file's proto, or why TensorFlow cannot read it.
+
+  TensorFlow raises on an empty file (`ValueError: Invalid checkpoint
+  state`) and on bytes that are not text (`UnicodeDecodeError`), and ignores
+  one it cannot parse (training would start again from step 0).
+
+  Returns:
+    (state, None), (None, why it is unusable), or (None, None) if absent.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  if not fileio.exists(os.path.join(model_dir, CHECKPOINT_STATE_FILE)):
+    return None, None
+  try:
+    state = tf.train.get_checkpoint_state(model_dir)
+  except (ValueError, tf.errors.OpError) as e:  # UnicodeDecodeError too.
+    return None, f'{type(e).__name__}: {errors.first_line(e)}'
+  if state is None:
+    return None, 'TensorFlow cannot parse it'
+  return state, None
+
+
+def _repair_state(model_dir: str, prefixes: List[str]) -> None:
+  """Rewrites an unusable `checkpoint` state file from the checkpoints.
+
+  Unusable: unreadable (see `_read_state`), missing while checkpoints are
+  on disk, or naming another checkpoint than the newest that reads back.
+
+  Args:
+    model_dir: the resumable training directory.
+    prefixes: its checkpoints that read back, oldest first.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  path = os.path.join(model_dir, CHECKPOINT_STATE_FILE)
+  state, problem = _read_state(model_dir)
+  if not prefixes:
+    if problem:
+      fileio.remove(path)
+      logging.warning('Removed the checkpoint state file %s (%s): no '
+                      'checkpoint is beside it, so training starts at step '
+                      '0.', path, problem)
+    return
+  if state is None and problem is None:
+    problem = 'it is missing'
+  elif state is not None:
+    named = os.path.normpath(state.model_checkpoint_path)
+    if named == os.path.normpath(prefixes[-1]):
+      return
+    problem = f'it names {named}, not the newest checkpoint on disk'
+  tf.compat.v1.train.update_checkpoint_state(
+      model_dir, prefixes[-1], all_model_checkpoint_paths=prefixes)
+  logging.warning(
+      'The checkpoint state file %s was not usable (%s); rebuilt it from '
+      'the %d checkpoint(s) beside it. Resuming from %s.', path, problem,
+      len(prefixes), prefixes[-1])
 
 
 def _files_of(prefix: str) -> List[str]:
