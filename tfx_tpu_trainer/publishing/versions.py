@@ -7,10 +7,17 @@ version of its own, and a model server (which loads numeric directories
 only) sees a version only complete. On an object store (gs://) the rename
 is a copy, so the claim is not atomic there. (pusher.py's Executor pushes
 with it; this module imports no TFX component.)
+
+A push holds an `flock` on `<staging>.lock` beside its staging directory
+while it copies, so the next push removes the staging directories of pushes
+that were killed (their lock is free) and leaves those of pushes still
+copying. On an object store (gs://) there is no lock: leftovers are named in
+a warning, to delete when no push runs.
 """
 
 import os
 import time
+from typing import List
 import uuid
 
 from absl import logging
@@ -18,8 +25,10 @@ from tfx.dsl.io import fileio
 from tfx.utils import io_utils
 
 from tfx_tpu_trainer import config as config_lib
+from tfx_tpu_trainer.training import attempt_lock
 
 STAGING_PREFIX = '.push-'
+LOCK_SUFFIX = '.lock'
 _SAVED_MODEL_PB = 'saved_model.pb'
 
 
@@ -34,7 +43,13 @@ def push_new_version(model_path: str, base_directory: str) -> str:
     The version directory the model now lives in.
   """
   fileio.makedirs(base_directory)
-  staging = os.path.join(base_directory, f'{STAGING_PREFIX}{uuid.uuid4().hex}')
+  remove_abandoned_staging(base_directory)
+  name = f'{STAGING_PREFIX}{uuid.uuid4().hex}'
+  staging = os.path.join(base_directory, name)
+  lock = None
+  if attempt_lock.is_lockable(base_directory):
+    lock = attempt_lock.AttemptLock(base_directory, name + LOCK_SUFFIX)
+    lock.acquire()
   try:
     io_utils.copy_dir(model_path, staging,
                       deny_regex_patterns=[r'saved_model\.pb'])
@@ -52,11 +67,60 @@ def push_new_version(model_path: str, base_directory: str) -> str:
   finally:
     if fileio.exists(staging):
       fileio.rmtree(staging)
+    if lock is not None:
+      _remove_lock(lock)
   if taken:
     logging.warning('Model version(s) %s under %s were already taken (another '
                     'push in the same second); pushed as version %d.',
                     taken, base_directory, version)
   return serving_path
+
+
+def remove_abandoned_staging(base_directory: str) -> List[str]:
+  """Removes what killed pushes left under `base_directory`.
+
+  A staging directory (or lone lock file) whose lock no process holds
+  belongs to a push that ended without cleaning up; one whose lock is held
+  is a push still copying, and is left alone.
+
+  Returns:
+    The staging directories removed.
+  """
+  names = [n for n in fileio.listdir(base_directory)
+           if n.startswith(STAGING_PREFIX)]
+  if not attempt_lock.is_lockable(base_directory):
+    if names:
+      logging.warning(
+          'Staging folders of earlier pushes are under %s: %s. On an object '
+          'store no lock tells a killed push from a running one; delete them '
+          'when no push runs.', base_directory, ', '.join(sorted(names)))
+    return []
+  removed = []
+  for staging_name in sorted({n[:-len(LOCK_SUFFIX)] if n.endswith(LOCK_SUFFIX)
+                              else n for n in names}):
+    lock = attempt_lock.AttemptLock(base_directory,
+                                    staging_name + LOCK_SUFFIX)
+    if not lock.try_acquire():
+      continue  # A push still copying.
+    staging = os.path.join(base_directory, staging_name)
+    if fileio.exists(staging):
+      fileio.rmtree(staging)
+      removed.append(staging)
+    _remove_lock(lock)
+  if removed:
+    logging.warning('Removed %d staging folder(s) that killed pushes left '
+                    'under %s: %s.', len(removed), base_directory,
+                    ', '.join(removed))
+  return removed
+
+
+def _remove_lock(lock: attempt_lock.AttemptLock) -> None:
+  """Deletes the lock file, then lets the lock go."""
+  try:
+    os.remove(lock.path)
+  except FileNotFoundError:
+    pass
+  lock.release()
 
 
 def _claim(staging: str, serving_path: str) -> bool:

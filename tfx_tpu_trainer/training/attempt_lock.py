@@ -47,9 +47,9 @@ def is_lockable(model_dir: str) -> bool:
 class AttemptLock:
   """The exclusive lock of one attempt on one checkpoint directory."""
 
-  def __init__(self, model_dir: str):
+  def __init__(self, model_dir: str, lock_file: str = LOCK_FILE):
     self.model_dir = model_dir
-    self.path = os.path.join(model_dir, LOCK_FILE)
+    self.path = os.path.join(model_dir, lock_file)
     self._fd: Optional[int] = None
 
   @property
