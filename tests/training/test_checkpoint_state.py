@@ -111,7 +111,7 @@ def test_a_retry_resumes_past_a_damaged_state_file(taxi_artifacts, tmp_path):
       (tmp_path / 'checkpoints' / 'taxi' / 'run-1' / 'TPUTrainer' /
        'checkpoint').write_bytes(b'\xff\xfe not a state file')
   assert re.search(r'The checkpoint state file .*/checkpoint was not usable '
-                   r'\(UnicodeDecodeError: .*\); rebuilt it from the 1 '
+                   r'\(UnicodeDecodeError: .*\); rebuilt it from the \d+ '
                    r'checkpoint\(s\) beside it\.', logs[1]), logs[1]
   assert 'Training from step 20 to 40' in logs[1]
   assert os.path.isdir(path_utils.serving_model_dir(run.model.uri))
