@@ -51,11 +51,7 @@ def push_new_version(model_path: str, base_directory: str) -> str:
     lock = attempt_lock.AttemptLock(base_directory, name + LOCK_SUFFIX)
     lock.acquire()
   try:
-    io_utils.copy_dir(model_path, staging,
-                      deny_regex_patterns=[r'saved_model\.pb'])
-    if fileio.exists(os.path.join(model_path, _SAVED_MODEL_PB)):
-      io_utils.copy_file(os.path.join(model_path, _SAVED_MODEL_PB),
-                         os.path.join(staging, _SAVED_MODEL_PB))
+    _copy_model(model_path, staging, base_directory)
     version = int(time.time())
     taken = []
     while True:
@@ -74,6 +70,27 @@ def push_new_version(model_path: str, base_directory: str) -> str:
                     'push in the same second); pushed as version %d.',
                     taken, base_directory, version)
   return serving_path
+
+
+def _copy_model(model_path: str, staging: str, base_directory: str) -> None:
+  """Copies the SavedModel into `staging`, `saved_model.pb` last.
+
+  Raises:
+    DiskFullError: the push destination filled (nothing is published; the
+      caller removes the staging folder).
+  """
+  from tfx_tpu_trainer import disk_full  # pylint: disable=g-import-not-at-top
+  with disk_full.translate_disk_full(
+      'pushing the model', base_directory,
+      'No version was published and the partial copy was removed. Free '
+      f'space under {base_directory} (e.g. old model versions), or push to '
+      'another serving directory, then run the pipeline again.',
+      written=lambda: disk_full.bytes_under(staging)):
+    io_utils.copy_dir(model_path, staging,
+                      deny_regex_patterns=[r'saved_model\.pb'])
+    if fileio.exists(os.path.join(model_path, _SAVED_MODEL_PB)):
+      io_utils.copy_file(os.path.join(model_path, _SAVED_MODEL_PB),
+                         os.path.join(staging, _SAVED_MODEL_PB))
 
 
 def remove_abandoned_staging(base_directory: str) -> List[str]:
