@@ -42,6 +42,7 @@ rebuilt from them, and the log says so.
 import contextlib
 import os
 import re
+import time
 from typing import Any, Iterator, List, Optional, Tuple
 import uuid
 
@@ -63,6 +64,9 @@ EXPORTED_MARKER = _BOOKKEEPING_PREFIX + 'exported'
 STAGING_RECORD = _BOOKKEEPING_PREFIX + 'export-staging'
 # Files of a checkpoint that does not read back get this prefix.
 DAMAGED_PREFIX = _BOOKKEEPING_PREFIX + 'damaged-'
+# Written once, when the run's directory is first prepared: the time (epoch
+# seconds) the run started training, to tell earlier runs from later ones.
+STARTED_MARKER = _BOOKKEEPING_PREFIX + 'started'
 # TensorFlow's name for the file that says which checkpoint is the latest.
 CHECKPOINT_STATE_FILE = 'checkpoint'
 
@@ -183,6 +187,10 @@ def prepare_dir(model_dir: str, checkpoint_dir: Optional[str]) -> None:
       if f.read() != b'x' * 4096:
         raise OSError('the probe file read back differently')
     fileio.remove(probe)
+    started = os.path.join(model_dir, STARTED_MARKER)
+    if not fileio.exists(started):
+      with fileio.open(started, 'w') as f:
+        f.write(repr(time.time()))
   except Exception as e:  # pylint: disable=broad-except
     where = (f"custom_config['checkpoint_dir']={checkpoint_dir!r}"
              if checkpoint_dir else
@@ -207,10 +215,11 @@ def remove_finished_runs(model_dir: str) -> List[str]:
   `model_dir` is `<base>/<pipeline>/<run id>/<component>`; the siblings are
   `<base>/<pipeline>/<other run id>/<component>`. A sibling is removed when
   it carries `EXPORTED_MARKER` (its executor exported and copied everything
-  into model_run) and no attempt holds it (a retry of that run resuming
-  after its export, attempt_lock.py), and its run folder when that leaves it
-  empty. Runs that are still training or failed for good carry no marker
-  and are kept.
+  into model_run), no attempt holds it (a retry of that run resuming after
+  its export, attempt_lock.py) and its run started before this one
+  (`STARTED_MARKER`: a late retry of an older run keeps the newer runs'),
+  and its run folder when that leaves it empty. Runs that are still
+  training or failed for good carry no marker and are kept.
 
   Args:
     model_dir: the current run's directory.
@@ -222,11 +231,17 @@ def remove_finished_runs(model_dir: str) -> List[str]:
   run_dir = os.path.dirname(model_dir.rstrip('/'))
   pipeline_dir = os.path.dirname(run_dir)
   removed = []
+  started = _started(model_dir)
   for run in _listdir(pipeline_dir):
     other_run_dir = os.path.join(pipeline_dir, run)
     if other_run_dir == run_dir or not fileio.isdir(other_run_dir):
       continue
     other = os.path.join(other_run_dir, component)
+    other_started = _started(other)
+    if (started is not None and other_started is not None and
+        other_started > started):
+      logging.info('Kept %s: its run started after this one.', other)
+      continue
     if fileio.exists(os.path.join(other, EXPORTED_MARKER)):
       lock = attempt_lock.AttemptLock(other)
       if attempt_lock.is_lockable(other) and not lock.try_acquire():
@@ -243,6 +258,15 @@ def remove_finished_runs(model_dir: str) -> List[str]:
   if removed:
     logging.info('Removed the checkpoints of finished runs: %s', removed)
   return removed
+
+
+def _started(model_dir: str) -> Optional[float]:
+  """When the run of `model_dir` started (None: unknown, an older layout)."""
+  try:
+    with fileio.open(os.path.join(model_dir, STARTED_MARKER), 'r') as f:
+      return float(f.read())
+  except Exception:  # pylint: disable=broad-except
+    return None
 
 
 def _listdir(path: str) -> List[str]:

@@ -1,4 +1,6 @@
-"""A damaged `checkpoint` state file: rebuilt from the checkpoints beside it.
+"""The resumable checkpoint directory across retries and runs: a damaged
+`checkpoint` state file rebuilt, a late retry of an older run keeping the
+newer runs' folders, a directory where the lock file goes named.
 
 Real TensorFlow checkpoints and files; the retry runs the executor in a
 process of its own, as a pod's retry would.
@@ -12,6 +14,7 @@ import pytest
 import tensorflow as tf
 from tfx.utils import path_utils
 
+from tfx_tpu_trainer.training import attempt_lock
 from tfx_tpu_trainer.training import checkpoints
 
 from tests.fixtures import pipeline_outputs
@@ -115,3 +118,48 @@ def test_a_retry_resumes_past_a_damaged_state_file(taxi_artifacts, tmp_path):
                    r'checkpoint\(s\) beside it\.', logs[1]), logs[1]
   assert 'Training from step 20 to 40' in logs[1]
   assert os.path.isdir(path_utils.serving_model_dir(run.model.uri))
+
+
+def _finished_run(base, run_id, started):
+  """A run's checkpoint directory that exported, started at `started`."""
+  model_dir = os.path.join(base, 'taxi', run_id, 'TPUTrainer')
+  checkpoints.prepare_dir(model_dir, base)
+  with open(os.path.join(model_dir, checkpoints.STARTED_MARKER), 'w') as f:
+    f.write(repr(started))
+  checkpoints.mark_exported(model_dir, f'/models/{run_id}')
+  return model_dir
+
+
+def test_a_late_retry_of_an_older_run_keeps_the_newer_runs_folders(tmp_path):
+  base = str(tmp_path)
+  older = _finished_run(base, 'run-1', 100.0)
+  newer = _finished_run(base, 'run-2', 200.0)
+  # run-1 is retried after run-2 finished: run-2's folder stays.
+  assert checkpoints.remove_finished_runs(older) == []
+  assert os.path.isdir(newer)
+  # A later run removes both.
+  latest = os.path.join(base, 'taxi', 'run-3', 'TPUTrainer')
+  checkpoints.prepare_dir(latest, base)
+  assert sorted(checkpoints.remove_finished_runs(latest)) == [older, newer]
+  assert sorted(os.listdir(os.path.join(base, 'taxi'))) == ['run-3']
+
+
+def test_prepare_dir_records_when_the_run_started_once(tmp_path):
+  model_dir = str(tmp_path / 'run')
+  checkpoints.prepare_dir(model_dir, None)
+  path = os.path.join(model_dir, checkpoints.STARTED_MARKER)
+  first = open(path).read()
+  checkpoints.prepare_dir(model_dir, None)  # A retry: the start is kept.
+  assert open(path).read() == first
+  float(first)
+
+
+def test_a_directory_where_the_lock_file_goes_is_one_clear_error(tmp_path):
+  lock_path = tmp_path / attempt_lock.LOCK_FILE
+  lock_path.mkdir()
+  with pytest.raises(attempt_lock.LockPathError) as e:
+    with checkpoints.hold(str(tmp_path)):
+      pass
+  assert str(e.value).startswith(
+      f'{lock_path} is a directory, where TPUTrainer keeps the lock file')
+  assert lock_path.is_dir()  # Nothing of the user's is removed.
