@@ -1,6 +1,7 @@
 """Each push claims its own model version, even within one second."""
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -106,3 +107,64 @@ def test_the_taxi_pipeline_pushes_with_this_executor():
   pipeline = taxi_pipeline.create_pipeline(options)
   [component] = [c for c in pipeline.components if c.id == 'Pusher']
   assert component.executor_spec.executor_class is pusher.Executor
+
+
+_PUSH = (
+    'import sys\n'
+    'from tfx_tpu_trainer.publishing import versions\n'
+    'print(versions.push_new_version(*sys.argv[1:]), flush=True)\n')
+
+
+def _staging(base):
+  return sorted(name for name in os.listdir(base)
+                if name.startswith(versions.STAGING_PREFIX))
+
+
+def _start_push_caught_copying(model_path, base):
+  """A push process stopped while it copies; None if it finished first."""
+  before = set(_staging(base))
+  process = subprocess.Popen([sys.executable, '-c', _PUSH, model_path, base],
+                             cwd=REPO_ROOT, stdout=subprocess.DEVNULL)
+  while process.poll() is None:
+    dirs = [n for n in _staging(base)
+            if n not in before and not n.endswith('.lock')]
+    if dirs and os.listdir(os.path.join(base, dirs[0])):
+      process.send_signal(signal.SIGSTOP)
+      return process
+    time.sleep(0.001)
+  return None
+
+
+def test_a_push_removes_what_killed_pushes_left_and_keeps_running_ones(
+    tmp_path):
+  model_path = _saved_model(str(tmp_path / 'model'), 3)
+  for i in range(300):  # Enough files that a copy can be caught midway.
+    (tmp_path / 'model' / 'Format-Serving' / 'assets').mkdir(exist_ok=True)
+    (tmp_path / 'model' / 'Format-Serving' / 'assets' / f'f{i}').write_bytes(
+        b'x' * 4096)
+  base = str(tmp_path / 'serving')
+  os.makedirs(base)
+  running = None
+  while running is None:  # Stays stopped mid-copy: a push still running.
+    running = _start_push_caught_copying(model_path, base)
+  killed = 0
+  while killed < 3:
+    process = _start_push_caught_copying(model_path, base)
+    if process is not None:
+      process.kill()
+      process.wait()
+      killed += 1
+  # Each push removes what the pushes killed before it left: the last
+  # killed one's and the stopped one's folder and lock remain.
+  assert len(_staging(base)) == 2 * 2
+
+  pushed = versions.push_new_version(model_path, base)
+  assert _served_value(pushed) == 3.0
+  # Only the stopped push's folder and lock remain: its lock is held.
+  remaining = _staging(base)
+  assert len(remaining) == 2 and remaining[1] == remaining[0] + '.lock'
+  running.send_signal(signal.SIGCONT)
+  assert running.wait() == 0
+  assert not _staging(base)
+  versions_pushed = [n for n in os.listdir(base) if n.isdigit()]
+  assert len(versions_pushed) == 2

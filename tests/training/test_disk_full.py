@@ -55,6 +55,27 @@ def test_a_file_size_limit_efbig_is_one_clear_error(tmp_path):
                   result['message']), result['message']
 
 
+def test_a_push_onto_a_full_disk_is_one_clear_error_and_publishes_nothing(
+    tmpfs_dir, tmp_path):
+  model = tmp_path / 'model'
+  (model / 'variables').mkdir(parents=True)
+  (model / 'saved_model.pb').write_bytes(b'p' * 1024)
+  (model / 'variables' / 'variables.data-00000-of-00001').write_bytes(
+      b'v' * 200 * 1024)
+  base = os.path.join(tmpfs_dir, 'serving')
+  result = full_disk.run_on_tmpfs('64k', tmpfs_dir,
+                                  ['push', str(model), base])
+  assert result['error_type'] == 'DiskFullError', result
+  assert re.match(
+      r'The disk filled while pushing the model: writing .*variables\.data-'
+      r'00000-of-00001 failed with "No space left on device"\. Its file '
+      r'system has [\d.]+ (bytes|KB) free of 64\.0 KB; '
+      rf'{re.escape(base)} held [\d.]+ KB when the write failed\. No version '
+      r'was published and the partial copy was removed\.',
+      result['message']), result['message']
+  assert result['files'] == {base: []}  # No version, no staging, no lock.
+
+
 def _executor_on_tmpfs(taxi_artifacts, tmp_path, full, size):
   """Trains the linear module with `full` ('checkpoints', 'model' or
   'model_run') on a tmpfs of `size`; returns the run, its result, the dirs."""

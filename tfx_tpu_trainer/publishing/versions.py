@@ -2,6 +2,7 @@
 
 import os
 import time
+from typing import List
 import uuid
 
 from absl import logging
@@ -9,10 +10,13 @@ from tfx.dsl.io import fileio
 from tfx.utils import io_utils
 
 from tfx_tpu_trainer import config as config_lib
+from tfx_tpu_trainer.training import attempt_lock
 
-__all__ = ['STAGING_PREFIX', 'push_new_version']
+__all__ = ['STAGING_PREFIX', 'LOCK_SUFFIX', 'push_new_version',
+           'remove_abandoned_staging']
 
 STAGING_PREFIX = '.push-'
+LOCK_SUFFIX = '.lock'
 _SAVED_MODEL_PB = 'saved_model.pb'
 
 
@@ -27,13 +31,15 @@ def push_new_version(model_path: str, base_directory: str) -> str:
     The version directory the model now lives in.
   """
   fileio.makedirs(base_directory)
-  staging = os.path.join(base_directory, f'{STAGING_PREFIX}{uuid.uuid4().hex}')
+  remove_abandoned_staging(base_directory)
+  name = f'{STAGING_PREFIX}{uuid.uuid4().hex}'
+  staging = os.path.join(base_directory, name)
+  lock = None
+  if attempt_lock.is_lockable(base_directory):
+    lock = attempt_lock.AttemptLock(base_directory, name + LOCK_SUFFIX)
+    lock.acquire()
   try:
-    io_utils.copy_dir(model_path, staging,
-                      deny_regex_patterns=[r'saved_model\.pb'])
-    if fileio.exists(os.path.join(model_path, _SAVED_MODEL_PB)):
-      io_utils.copy_file(os.path.join(model_path, _SAVED_MODEL_PB),
-                         os.path.join(staging, _SAVED_MODEL_PB))
+    _copy_model(model_path, staging, base_directory)
     version = int(time.time())
     taken = []
     while True:
@@ -45,11 +51,81 @@ def push_new_version(model_path: str, base_directory: str) -> str:
   finally:
     if fileio.exists(staging):
       fileio.rmtree(staging)
+    if lock is not None:
+      _remove_lock(lock)
   if taken:
     logging.warning('Model version(s) %s under %s were already taken (another '
                     'push in the same second); pushed as version %d.',
                     taken, base_directory, version)
   return serving_path
+
+
+def _copy_model(model_path: str, staging: str, base_directory: str) -> None:
+  """Copies the SavedModel into `staging`, `saved_model.pb` last.
+
+  Raises:
+    DiskFullError: the push destination filled (nothing is published; the
+      caller removes the staging folder).
+  """
+  from tfx_tpu_trainer.training import disk_full  # pylint: disable=g-import-not-at-top
+  with disk_full.translate_disk_full(
+      'pushing the model', base_directory,
+      'No version was published and the partial copy was removed. Free '
+      f'space under {base_directory} (e.g. old model versions), or push to '
+      'another serving directory, then run the pipeline again.',
+      written=lambda: disk_full.bytes_under(staging)):
+    io_utils.copy_dir(model_path, staging,
+                      deny_regex_patterns=[r'saved_model\.pb'])
+    if fileio.exists(os.path.join(model_path, _SAVED_MODEL_PB)):
+      io_utils.copy_file(os.path.join(model_path, _SAVED_MODEL_PB),
+                         os.path.join(staging, _SAVED_MODEL_PB))
+
+
+def remove_abandoned_staging(base_directory: str) -> List[str]:
+  """Removes what killed pushes left under `base_directory`.
+
+  A staging directory (or lone lock file) whose lock no process holds
+  belongs to a push that ended without cleaning up; one whose lock is held
+  is a push still copying, and is left alone.
+
+  Returns:
+    The staging directories removed.
+  """
+  names = [n for n in fileio.listdir(base_directory)
+           if n.startswith(STAGING_PREFIX)]
+  if not attempt_lock.is_lockable(base_directory):
+    if names:
+      logging.warning(
+          'Staging folders of earlier pushes are under %s: %s. On an object '
+          'store no lock tells a killed push from a running one; delete them '
+          'when no push runs.', base_directory, ', '.join(sorted(names)))
+    return []
+  removed = []
+  for staging_name in sorted({n[:-len(LOCK_SUFFIX)] if n.endswith(LOCK_SUFFIX)
+                              else n for n in names}):
+    lock = attempt_lock.AttemptLock(base_directory,
+                                    staging_name + LOCK_SUFFIX)
+    if not lock.try_acquire():
+      continue  # A push still copying.
+    staging = os.path.join(base_directory, staging_name)
+    if fileio.exists(staging):
+      fileio.rmtree(staging)
+      removed.append(staging)
+    _remove_lock(lock)
+  if removed:
+    logging.warning('Removed %d staging folder(s) that killed pushes left '
+                    'under %s: %s.', len(removed), base_directory,
+                    ', '.join(removed))
+  return removed
+
+
+def _remove_lock(lock: attempt_lock.AttemptLock) -> None:
+  """Deletes the lock file, then lets the lock go."""
+  try:
+    os.remove(lock.path)
+  except FileNotFoundError:
+    pass
+  lock.release()
 
 
 def _claim(staging: str, serving_path: str) -> bool:

@@ -10,8 +10,9 @@ from typing import Optional
 from absl import logging
 
 from tfx_tpu_trainer import config as config_lib
+from tfx_tpu_trainer import errors
 
-__all__ = ['LOCK_FILE', 'is_lockable', 'AttemptLock']
+__all__ = ['LOCK_FILE', 'LockPathError', 'is_lockable', 'AttemptLock']
 
 # Bookkeeping name (checkpoints._BOOKKEEPING_PREFIX): never copied into
 # model_run.
@@ -19,6 +20,10 @@ LOCK_FILE = '.tpu_trainer-attempt-lock'
 # How often a waiting attempt polls and, in polls, how often it logs.
 _POLL_SECS = 1.0
 _LOG_EVERY_POLLS = 60
+
+
+class LockPathError(errors.TPUTrainerError, OSError):
+  """Something that is not a lock file is where the lock file goes."""
 
 
 def is_lockable(model_dir: str) -> bool:
@@ -29,9 +34,9 @@ def is_lockable(model_dir: str) -> bool:
 class AttemptLock:
   """The exclusive lock of one attempt on one checkpoint directory."""
 
-  def __init__(self, model_dir: str):
+  def __init__(self, model_dir: str, lock_file: str = LOCK_FILE):
     self.model_dir = model_dir
-    self.path = os.path.join(model_dir, LOCK_FILE)
+    self.path = os.path.join(model_dir, lock_file)
     self._fd: Optional[int] = None
 
   @property
@@ -49,7 +54,14 @@ class AttemptLock:
       return True
     while True:
       os.makedirs(self.model_dir, exist_ok=True)
-      fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+      try:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+      except IsADirectoryError as e:
+        raise LockPathError(
+            f'{self.path} is a directory, where TPUTrainer keeps the lock '
+            'file that lets one attempt at a time use this folder. Nothing '
+            'of TPUTrainer creates such a directory: remove it (after '
+            'checking what it holds) and run again.') from e
       try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
       except OSError as e:

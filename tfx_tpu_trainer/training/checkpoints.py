@@ -3,7 +3,8 @@
 import contextlib
 import os
 import re
-from typing import Iterator, List, Optional
+import time
+from typing import Any, Iterator, List, Optional, Tuple
 import uuid
 
 from absl import logging
@@ -15,7 +16,8 @@ from tfx_tpu_trainer import errors
 from tfx_tpu_trainer.training import attempt_lock
 
 __all__ = ['DEFAULT_DIR_NAME', 'EXPORTED_MARKER', 'STAGING_RECORD',
-           'DAMAGED_PREFIX', 'CheckpointDirError', 'safe_name',
+           'DAMAGED_PREFIX', 'STARTED_MARKER', 'CHECKPOINT_STATE_FILE',
+           'CheckpointDirError', 'safe_name',
            'resumable_model_dir', 'hold', 'resumable_dir_path', 'prepare_dir',
            'mark_exported', 'remove_finished_runs', 'copy_into_model_run',
            'remove', 'latest_step', 'DamagedCheckpointError',
@@ -31,6 +33,11 @@ EXPORTED_MARKER = _BOOKKEEPING_PREFIX + 'exported'
 STAGING_RECORD = _BOOKKEEPING_PREFIX + 'export-staging'
 # Files of a checkpoint that does not read back get this prefix.
 DAMAGED_PREFIX = _BOOKKEEPING_PREFIX + 'damaged-'
+# Written once, when the run's directory is first prepared: the time (epoch
+# seconds) the run started training, to tell earlier runs from later ones.
+STARTED_MARKER = _BOOKKEEPING_PREFIX + 'started'
+# TensorFlow's name for the file that says which checkpoint is the latest.
+CHECKPOINT_STATE_FILE = 'checkpoint'
 
 
 class CheckpointDirError(errors.TPUTrainerError, OSError):
@@ -149,6 +156,10 @@ def prepare_dir(model_dir: str, checkpoint_dir: Optional[str]) -> None:
       if f.read() != b'x' * 4096:
         raise OSError('the probe file read back differently')
     fileio.remove(probe)
+    started = os.path.join(model_dir, STARTED_MARKER)
+    if not fileio.exists(started):
+      with fileio.open(started, 'w') as f:
+        f.write(repr(time.time()))
   except Exception as e:  # pylint: disable=broad-except
     where = (f"custom_config['checkpoint_dir']={checkpoint_dir!r}"
              if checkpoint_dir else
@@ -173,10 +184,11 @@ def remove_finished_runs(model_dir: str) -> List[str]:
   `model_dir` is `<base>/<pipeline>/<run id>/<component>`; the siblings are
   `<base>/<pipeline>/<other run id>/<component>`. A sibling is removed when
   it carries `EXPORTED_MARKER` (its executor exported and copied everything
-  into model_run) and no attempt holds it (a retry of that run resuming
-  after its export, attempt_lock.py), and its run folder when that leaves it
-  empty. Runs that are still training or failed for good carry no marker
-  and are kept.
+  into model_run), no attempt holds it (a retry of that run resuming after
+  its export, attempt_lock.py) and its run started before this one
+  (`STARTED_MARKER`: a late retry of an older run keeps the newer runs'),
+  and its run folder when that leaves it empty. Runs that are still
+  training or failed for good carry no marker and are kept.
 
   Args:
     model_dir: the current run's directory.
@@ -188,11 +200,17 @@ def remove_finished_runs(model_dir: str) -> List[str]:
   run_dir = os.path.dirname(model_dir.rstrip('/'))
   pipeline_dir = os.path.dirname(run_dir)
   removed = []
+  started = _started(model_dir)
   for run in _listdir(pipeline_dir):
     other_run_dir = os.path.join(pipeline_dir, run)
     if other_run_dir == run_dir or not fileio.isdir(other_run_dir):
       continue
     other = os.path.join(other_run_dir, component)
+    other_started = _started(other)
+    if (started is not None and other_started is not None and
+        other_started > started):
+      logging.info('Kept %s: its run started after this one.', other)
+      continue
     if fileio.exists(os.path.join(other, EXPORTED_MARKER)):
       lock = attempt_lock.AttemptLock(other)
       if attempt_lock.is_lockable(other) and not lock.try_acquire():
@@ -209,6 +227,15 @@ def remove_finished_runs(model_dir: str) -> List[str]:
   if removed:
     logging.info('Removed the checkpoints of finished runs: %s', removed)
   return removed
+
+
+def _started(model_dir: str) -> Optional[float]:
+  """When the run of `model_dir` started (None: unknown, an older layout)."""
+  try:
+    with fileio.open(os.path.join(model_dir, STARTED_MARKER), 'r') as f:
+      return float(f.read())
+  except Exception:  # pylint: disable=broad-except
+    return None
 
 
 def _listdir(path: str) -> List[str]:
@@ -315,6 +342,7 @@ def skip_damaged_checkpoints(model_dir: str) -> List[str]:
       break
     skipped.append((prefixes.pop(), error))
   if not skipped:
+    _repair_state(model_dir, prefixes)
     return []
   if not prefixes:
     prefix, error = skipped[0]
@@ -334,6 +362,63 @@ def skip_damaged_checkpoints(model_dir: str) -> List[str]:
   tf.compat.v1.train.update_checkpoint_state(
       model_dir, prefixes[-1], all_model_checkpoint_paths=prefixes)
   return [prefix for prefix, _ in skipped]
+
+
+def _read_state(model_dir: str) -> Tuple[Any, Optional[str]]:
+  """The `checkpoint` state file's proto, or why TensorFlow cannot read it.
+
+  TensorFlow raises on an empty file (`ValueError: Invalid checkpoint
+  state`) and on bytes that are not text (`UnicodeDecodeError`), and ignores
+  one it cannot parse (training would start again from step 0).
+
+  Returns:
+    (state, None), (None, why it is unusable), or (None, None) if absent.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  if not fileio.exists(os.path.join(model_dir, CHECKPOINT_STATE_FILE)):
+    return None, None
+  try:
+    state = tf.train.get_checkpoint_state(model_dir)
+  except (ValueError, tf.errors.OpError) as e:  # UnicodeDecodeError too.
+    return None, f'{type(e).__name__}: {errors.first_line(e)}'
+  if state is None:
+    return None, 'TensorFlow cannot parse it'
+  return state, None
+
+
+def _repair_state(model_dir: str, prefixes: List[str]) -> None:
+  """Rewrites an unusable `checkpoint` state file from the checkpoints.
+
+  Unusable: unreadable (see `_read_state`), missing while checkpoints are
+  on disk, or naming another checkpoint than the newest that reads back.
+
+  Args:
+    model_dir: the resumable training directory.
+    prefixes: its checkpoints that read back, oldest first.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  path = os.path.join(model_dir, CHECKPOINT_STATE_FILE)
+  state, problem = _read_state(model_dir)
+  if not prefixes:
+    if problem:
+      fileio.remove(path)
+      logging.warning('Removed the checkpoint state file %s (%s): no '
+                      'checkpoint is beside it, so training starts at step '
+                      '0.', path, problem)
+    return
+  if state is None and problem is None:
+    problem = 'it is missing'
+  elif state is not None:
+    named = os.path.normpath(state.model_checkpoint_path)
+    if named == os.path.normpath(prefixes[-1]):
+      return
+    problem = f'it names {named}, not the newest checkpoint on disk'
+  tf.compat.v1.train.update_checkpoint_state(
+      model_dir, prefixes[-1], all_model_checkpoint_paths=prefixes)
+  logging.warning(
+      'The checkpoint state file %s was not usable (%s); rebuilt it from '
+      'the %d checkpoint(s) beside it. Resuming from %s.', path, problem,
+      len(prefixes), prefixes[-1])
 
 
 def _files_of(prefix: str) -> List[str]:
