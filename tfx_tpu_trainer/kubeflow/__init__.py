@@ -16,6 +16,8 @@
   compiled_files what the compiled files say, read back from them.
   beam_args     the `--beam-arg` values, checked as Beam reads them, and
                 which components get them.
+  beam_runners  what each Beam runner (Dataflow, Flink, Spark, portable)
+                needs, checked on Beam's parsed options.
   vertex_tpu    why a Vertex AI pipeline step cannot carry a GKE TPU slice.
   tpu_check_step `tpu-check` as a pipeline's first step (`TpuCheck`).
 """
