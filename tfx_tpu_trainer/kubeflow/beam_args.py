@@ -115,13 +115,15 @@ def _option_parser() -> argparse.ArgumentParser:
   return parser
 
 
-def validate(values: Sequence[str], on_cluster: bool = True) -> List[str]:
+def validate(values: Sequence[str], on_cluster: bool = True,
+             pipeline_root: Optional[str] = None) -> List[str]:
   """Checks each `--beam-arg` value, then the set; returns them unchanged.
 
   Args:
     values: the `--beam-arg` values.
     on_cluster: the data steps run in a cluster's pods (a compile), not on
       this machine (`run`); see `beam_runners.check`.
+    pipeline_root: where the run's files go, if known.
 
   Raises:
     BeamArgError: naming the value and what to write instead.
@@ -155,7 +157,8 @@ def validate(values: Sequence[str], on_cluster: bool = True) -> List[str]:
           'option.')
   parser.parse_known_args(values)
   from tfx_tpu_trainer.kubeflow import beam_runners  # pylint: disable=g-import-not-at-top
-  beam_runners.check(values, on_cluster=on_cluster)
+  beam_runners.check(values, on_cluster=on_cluster,
+                     pipeline_root=pipeline_root)
   return values
 
 

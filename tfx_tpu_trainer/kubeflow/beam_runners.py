@@ -67,6 +67,8 @@ def check(values: Sequence[Any], on_cluster: bool = True,
     _check_portable(parsed, runner, on_cluster)
   if on_cluster:
     _check_shared_paths(parsed, runner, pipeline_root)
+  elif runner in PORTABLE_RUNNERS and pipeline_root is not None:
+    _check_local_workers(parsed, runner, pipeline_root)
 
 
 def _check_dataflow(parsed: Any, given: str) -> None:
@@ -209,6 +211,56 @@ def _check_shared_paths(parsed: Any, runner: str,
           'workers write and read the data steps\' files there: use a '
           'filesystem every worker reaches (gs://BUCKET/PATH, s3://, '
           'hdfs://).')
+
+
+def _environment(parsed: Any, runner: str) -> str:
+  """The environment Beam starts the workers in, its defaults applied."""
+  from apache_beam.options import pipeline_options  # pylint: disable=g-import-not-at-top
+  from apache_beam.runners.portability import flink_runner  # pylint: disable=g-import-not-at-top
+  from apache_beam.runners.portability import spark_runner  # pylint: disable=g-import-not-at-top
+  portable = parsed.view_as(pipeline_options.PortableOptions)
+  if portable.environment_type:
+    return portable.environment_type
+  flink = parsed.view_as(pipeline_options.FlinkRunnerOptions)
+  spark = parsed.view_as(pipeline_options.SparkRunnerOptions)
+  if not portable.output_executable_path and (
+      (runner == 'FlinkRunner' and
+       flink.flink_master in flink_runner.MAGIC_HOST_NAMES) or
+      (runner == 'SparkRunner' and
+       re.match(spark_runner.LOCAL_MASTER_PATTERN, spark.spark_master_url))):
+    return 'LOOPBACK'  # FlinkRunner/SparkRunner.default_environment.
+  return 'DOCKER'
+
+
+def _is_local(address: Optional[str]) -> bool:
+  match = _HOST_PORT.match(address or '')
+  return address == 'embed' or bool(match and match.group(2) in _LOCAL_HOSTS)
+
+
+def _check_local_workers(parsed: Any, runner: str, pipeline_root: str) -> None:
+  """A local run's files are on this machine: its workers must be too."""
+  from apache_beam.options import pipeline_options  # pylint: disable=g-import-not-at-top
+  if _SHARED_SCHEME.match(pipeline_root):
+    return
+  portable = parsed.view_as(pipeline_options.PortableOptions)
+  environment = _environment(parsed, runner)
+  local = (
+      environment == 'LOOPBACK' or
+      (environment == 'EXTERNAL' and _is_local(
+          portable.environment_config or
+          portable.lookup_environment_option('external_service_address'))) or
+      (environment == 'PROCESS' and _is_local(portable.job_endpoint)))
+  if not local:
+    given = ('' if portable.environment_type else
+             ' (Beam\'s default for these options)')
+    raise _error(
+        f'--environment_type={environment}{given} starts the workers where '
+        f'they cannot see this run\'s files under {pipeline_root} (a Docker '
+        'container or another machine): for a local run use '
+        '--beam-arg=--environment_type=LOOPBACK (workers in this process) or '
+        'EXTERNAL with a worker pool on this machine '
+        '(--beam-arg=--environment_config=localhost:PORT); for your cluster, '
+        'compile the pipeline with a gs:// pipeline root.')
 
 
 def cluster_defaults(values: Sequence[Any], image: str) -> List[str]:
