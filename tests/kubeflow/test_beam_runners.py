@@ -176,6 +176,8 @@ def test_valid_sets_compile_unchanged(tmp_path, argv, added):
   code, output_dir = _compile(tmp_path, argv)
   assert code == 0
   given = [a.split('=', 1)[1] for a in argv]
+  if 'Dataflow' not in argv[0]:  # The workers' image holds TFX.
+    added = added + [f'--sdk_container_image={compiler.DEFAULT_IMAGE}']
   steps = _beam_args_of_steps(output_dir)
   assert set(steps) == {'csvexamplegen', 'statisticsgen', 'transform',
                         'evaluator'}
@@ -183,7 +185,7 @@ def test_valid_sets_compile_unchanged(tmp_path, argv, added):
     for arg in given + added:
       assert json.dumps(arg)[1:-1] in config
     assert '--direct_running_mode' not in config
-    if not added:
+    if not any(a.startswith('--environment_config') for a in added):
       assert '--environment_config=' + compiler.DEFAULT_IMAGE not in config
 
 

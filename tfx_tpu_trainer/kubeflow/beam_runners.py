@@ -268,6 +268,9 @@ def cluster_defaults(values: Sequence[Any], image: str) -> List[str]:
 
   Beam's DOCKER default starts `apache/beam_python*_sdk`, without TFX or
   this package; the pipeline's image holds both and the Beam SDK boot.
+  `--sdk_container_image` says the workers' image holds TFX: without it TFX
+  stages an sdist of itself (`tfx_ephemeral`) that boot would pip-install
+  on every worker (`dependency_utils.make_beam_dependency_flags`).
   """
   values = [v for v in values if isinstance(v, str)]
   given = beam_args_lib.runner(values)
@@ -275,11 +278,15 @@ def cluster_defaults(values: Sequence[Any], image: str) -> List[str]:
                        PORTABLE_RUNNERS):
     return []
   from apache_beam.options import pipeline_options  # pylint: disable=g-import-not-at-top
-  portable = options(values).view_as(pipeline_options.PortableOptions)
+  parsed = options(values)
+  portable = parsed.view_as(pipeline_options.PortableOptions)
+  added = []
   if portable.environment_type is None:
-    return ['--environment_type=DOCKER', f'--environment_config={image}']
-  if portable.environment_type == 'DOCKER' and not (
+    added = ['--environment_type=DOCKER', f'--environment_config={image}']
+  elif portable.environment_type == 'DOCKER' and not (
       portable.environment_config or
       portable.lookup_environment_option('docker_container_image')):
-    return [f'--environment_config={image}']
-  return []
+    added = [f'--environment_config={image}']
+  if parsed.view_as(pipeline_options.WorkerOptions).sdk_container_image is None:
+    added.append(f'--sdk_container_image={image}')
+  return added
