@@ -419,7 +419,6 @@ def test_readme_shows_the_example_pipeline_as_it_is():
   assert f'```python\n{example}```\n' in readme
 
 
-
 def test_run_beam_args_on_a_user_pipeline_are_checked_up_front(
     penguin_env, capsys):
   try:
