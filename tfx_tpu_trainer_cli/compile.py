@@ -397,7 +397,7 @@ def validate_compile_args(args):
     args: the parsed `compile` arguments, without --pipeline.
 
   Returns:
-    `tfx_tpu_trainer_cli.bundled.pipelines.kubeflow_compile.CompileOptions`.
+    `tfx_tpu_trainer_cli.kubeflow_compile.CompileOptions`.
 
   Raises:
     common.UsageError: naming the bad option.
@@ -527,7 +527,11 @@ def _compile(args) -> int:
   options = validate_compile_args(args)
   from tfx_tpu_trainer_cli import kubeflow_compile  # pylint: disable=g-import-not-at-top
   _warn_tpu_node(options.trainer_pod)
-  result = kubeflow_compile.compile_pipeline(options)
+  from tfx_tpu_trainer.kubeflow import compiler  # pylint: disable=g-import-not-at-top
+  try:
+    result = kubeflow_compile.compile_pipeline(options)
+  except compiler.CompileError as e:  # What needs the pipeline: its root.
+    raise common.UsageError(str(e)) from e
   _print_summary(result)
   print(f'  Module files:   {options.trainer_module_file}, '
         f'{options.preprocessing_fn} (inside the image)')

@@ -99,7 +99,30 @@ def add_parser(subparsers) -> None:
   parser.add_argument('--tpu-project', default=None)
   parser.add_argument('--verbose', action='store_true',
                       help='Show the full TFX and TensorFlow log.')
+  parser.add_argument(
+      '--beam-arg', action='append', default=[], metavar='ARG',
+      help='A Beam pipeline argument for the components that run Beam, one '
+      'option per flag, written --beam-arg=--NAME=VALUE (e.g. '
+      '--beam-arg=--runner=PortableRunner --beam-arg=--job_endpoint='
+      'localhost:8099 --beam-arg=--environment_type=LOOPBACK); repeatable; '
+      'with --pipeline, added after your pipeline\'s own. Default: the '
+      'DirectRunner in this process.')
   parser.set_defaults(handler=_run)
+
+
+def _beam_args(values, pipeline_root: str, existing=()) -> list:
+  """`--beam-arg` after `existing`, checked for a run on this machine."""
+  from tfx_tpu_trainer.kubeflow import beam_args as beam_args_lib  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.kubeflow import compiler  # pylint: disable=g-import-not-at-top
+  try:
+    beam_args_lib.validate(values, on_cluster=False)
+    merged = compiler.beam_pipeline_args(values, existing,
+                                         cluster_defaults=False)
+    beam_args_lib.validate([a for a in merged if isinstance(a, str)],
+                           on_cluster=False, pipeline_root=pipeline_root)
+  except (beam_args_lib.BeamArgError, compiler.CompileError) as e:
+    raise common.UsageError(str(e)) from e
+  return merged
 
 
 # Options of the bundled pipeline only: flag -> (attribute, default).
@@ -226,6 +249,8 @@ def _validate_run_args(args) -> dict:
       min_accuracy=args.min_accuracy)
   if args.pipeline_name:
     options['pipeline_name'] = args.pipeline_name
+  if args.beam_arg:
+    options['beam_pipeline_args'] = _beam_args(args.beam_arg, output_root)
   _check_modules(options['trainer_module_file'], preprocessing_module_file,
                  args.label_key)
   options |= _evaluator_options(args, options)
@@ -366,6 +391,13 @@ def _prepare_user_pipeline(args, output_root: str):
   from tfx_tpu_trainer import component  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer_cli import user_pipeline  # pylint: disable=g-import-not-at-top
   pipeline = user_pipeline.load_pipeline(args.pipeline)
+  if args.beam_arg:
+    from tfx.dsl.components.base import executor_spec  # pylint: disable=g-import-not-at-top
+    for node in pipeline.components:
+      if isinstance(node.executor_spec, executor_spec.BeamExecutorSpec):
+        node.executor_spec.beam_pipeline_args = _beam_args(
+            args.beam_arg, pipeline.pipeline_info.pipeline_root,
+            node.executor_spec.beam_pipeline_args)
   module_files = []
   for trainer in component.tpu_trainers(pipeline):
     module_file = trainer.exec_properties.get('module_file')

@@ -417,3 +417,21 @@ def test_readme_shows_the_example_pipeline_as_it_is():
   with open(os.path.join(EXAMPLE_DIR, 'penguin_pipeline.py')) as f:
     example = f.read()
   assert f'```python\n{example}```\n' in readme
+
+
+def test_run_beam_args_on_a_user_pipeline_are_checked_up_front(
+    penguin_env, capsys):
+  try:
+    code = cli.main([
+        'run', '--pipeline', _spec(penguin_env), '--output-root',
+        str(penguin_env / 'out'), '--beam-arg=--runner=FlinkRunner',
+        '--beam-arg=--job_endpoint=localhost:8099',
+        '--beam-arg=--environment_type=DOCKER'])
+  except SystemExit as e:
+    code = e.code
+  assert code == 2
+  err = capsys.readouterr().err
+  # Checked on each Beam component's args, against the pipeline's own root.
+  assert ('--environment_type=DOCKER starts the workers where they cannot '
+          'see this run\'s files under ' + str(penguin_env / 'root')) in err
+  assert not (penguin_env / 'root').exists()

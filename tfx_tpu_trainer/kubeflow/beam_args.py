@@ -103,8 +103,15 @@ def _option_parser() -> argparse.ArgumentParser:
   return parser
 
 
-def validate(values: Sequence[str]) -> List[str]:
-  """Checks each `--beam-arg` value; returns them unchanged.
+def validate(values: Sequence[str], on_cluster: bool = True,
+             pipeline_root: Optional[str] = None) -> List[str]:
+  """Checks each `--beam-arg` value, then the set; returns them unchanged.
+
+  Args:
+    values: the `--beam-arg` values.
+    on_cluster: the data steps run in a cluster's pods (a compile), not on
+      this machine (`run`); see `beam_runners.check`.
+    pipeline_root: where the run's files go, if known.
 
   Raises:
     BeamArgError: naming the value and what to write instead.
@@ -113,7 +120,7 @@ def validate(values: Sequence[str]) -> List[str]:
   if not values:
     return []
   parser = _option_parser()
-  known = {action.dest for action in parser._actions}  # pylint: disable=protected-access
+  known = set(parser._option_string_actions)  # pylint: disable=protected-access
   for value in values:
     if not _BEAM_ARG.match(value):
       raise BeamArgError(
@@ -125,24 +132,21 @@ def validate(values: Sequence[str]) -> List[str]:
           '--beam-arg (e.g. ' + ' '.join(
               f'--beam-arg={part}' for part in value.split()
               if part.startswith('-')) + ').')
-    if name(value) not in known:
+    option = value.split('=', 1)[0]
+    if option not in known:
+      if f'--{name(value)}' in known:
+        # Beam's parser discards it ("Discarding unparseable args").
+        raise BeamArgError(
+            f'--beam-arg {value!r}: Beam reads --{name(value)} (underscores) '
+            f'and would discard {option}: write --beam-arg=--{name(value)}' +
+            (f'={_value(value)}' if '=' in value else '') + '.')
       raise BeamArgError(
           f'--beam-arg {value!r}: {name(value)!r} is not a Beam pipeline '
           'option.')
   parser.parse_known_args(values)
-  given_runner = runner(values)
-  if given_runner is not None and (
-      runner_class_name(given_runner) == DATAFLOW_RUNNER):
-    given = {name(v) for v in values}
-    missing = [n for n in DATAFLOW_REQUIRED
-               if n not in given and not (n == 'temp_location' and
-                                          'gcp_temp_location' in given)]
-    if missing:
-      raise BeamArgError(
-          f'--beam-arg=--runner={given_runner} (the DataflowRunner) needs ' +
-          ', '.join(f'--beam-arg=--{n}=...' for n in missing) + ' (and '
-          'usually --beam-arg=--sdk_container_image=<the --image>, so the '
-          'workers have TFX and this package).')
+  from tfx_tpu_trainer.kubeflow import beam_runners  # pylint: disable=g-import-not-at-top
+  beam_runners.check(values, on_cluster=on_cluster,
+                     pipeline_root=pipeline_root)
   return values
 
 

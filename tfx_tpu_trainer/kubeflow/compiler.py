@@ -23,6 +23,7 @@ from tfx_tpu_trainer import component as component_lib
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer.kubeflow import beam_args as beam_args_lib
+from tfx_tpu_trainer.kubeflow import beam_runners
 from tfx_tpu_trainer.kubeflow import compiled_files
 from tfx_tpu_trainer.kubeflow import kfp_v2_protos
 from tfx_tpu_trainer.kubeflow import options as kubeflow_options
@@ -508,16 +509,26 @@ def _custom_config(trainer: Any) -> Dict[str, Any]:
 def _set_beam_args(pipeline: tfx.dsl.Pipeline,
                    options: KubeflowOptions) -> List[Any]:
   """Sets every Beam component's arguments; returns the pipeline's."""
-  pipeline_args = beam_pipeline_args(options.beam_args,
-                                     pipeline.beam_pipeline_args,
-                                     options.cluster_beam_defaults)
+  pipeline_args = _on_cluster(beam_pipeline_args(
+      options.beam_args, pipeline.beam_pipeline_args,
+      options.cluster_beam_defaults), pipeline, options)
   for component in pipeline.components:
     spec = component.executor_spec
     if isinstance(spec, executor_spec.BeamExecutorSpec):
-      spec.beam_pipeline_args = beam_pipeline_args(
+      spec.beam_pipeline_args = _on_cluster(beam_pipeline_args(
           options.beam_args, spec.beam_pipeline_args,
-          options.cluster_beam_defaults)
+          options.cluster_beam_defaults), pipeline, options)
   return pipeline_args
+
+
+def _on_cluster(args: List[Any], pipeline: tfx.dsl.Pipeline,
+                options: KubeflowOptions) -> List[Any]:
+  """`args` checked for the cluster, with a portable runner's workers' image."""
+  try:
+    beam_runners.check(args, pipeline_root=pipeline.pipeline_info.pipeline_root)
+    return args + beam_runners.cluster_defaults(args, options.image)
+  except beam_args_lib.BeamArgError as e:
+    raise CompileError(str(e)) from e
 
 
 def _compile_v1(options: KubeflowOptions, pipeline: tfx.dsl.Pipeline,

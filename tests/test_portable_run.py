@@ -1,0 +1,160 @@
+"""The data steps on Beam's portable runner: a job server and an EXTERNAL
+worker pool, both Beam's own, started here as processes on localhost.
+
+`run --beam-arg` points the bundled pipeline's Beam components at them, with
+a preprocessing module that is not on the workers' path: the workers get it
+the way the image's boot gets it on a cluster, from the job's staged files
+(TFX's user-module wheel, `--extra_package`), installed by a boot stand-in
+(`fixtures/beam_boot.py`).
+"""
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests import conftest
+from tfx_tpu_trainer_cli import main as cli
+from tfx_tpu_trainer_cli import paths
+
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
+
+COMPONENTS = ('CsvExampleGen', 'StatisticsGen', 'SchemaGen',
+              'ExampleValidator', 'Transform', 'TPUTrainer', 'Evaluator',
+              'Pusher')
+# The components whose executors run Beam (BeamExecutorSpec).
+BEAM_COMPONENTS = ('CsvExampleGen', 'StatisticsGen', 'Transform', 'Evaluator')
+ROWS = 300
+BOOT = os.path.join(os.path.dirname(__file__), 'fixtures', 'beam_boot.py')
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(('localhost', 0))
+    return s.getsockname()[1]
+
+
+def _wait(process, ready, log_path):
+  """Polls `ready()` while `process` lives (no wall-clock limit)."""
+  while not ready():
+    if process.poll() is not None:
+      with open(log_path) as f:
+        pytest.fail(f'exited with {process.returncode}: {f.read()[-3000:]}')
+    time.sleep(0.5)
+
+
+def _accepts(port):
+  def ready():
+    with contextlib.suppress(OSError), socket.create_connection(
+        ('localhost', port)):
+      return True
+    return False
+  return ready
+
+
+@contextlib.contextmanager
+def _started(argv, cwd, log_path):
+  """A process of its own session (stopped with all it started)."""
+  env = dict(os.environ)
+  # The worker pool starts `python`; it is this one.
+  env['PATH'] = os.path.dirname(sys.executable) + os.pathsep + env['PATH']
+  env.pop('PYTHONPATH', None)
+  with open(log_path, 'w') as log:
+    process = subprocess.Popen([sys.executable, '-m'] + argv, cwd=cwd,
+                               env=env, stdout=log, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+  try:
+    yield process
+  finally:
+    with contextlib.suppress(ProcessLookupError):
+      os.killpg(process.pid, signal.SIGTERM)
+    try:
+      process.wait(60)
+    except subprocess.TimeoutExpired:
+      os.killpg(process.pid, signal.SIGKILL)
+      process.wait()
+
+
+@pytest.fixture
+def beam_services(tmp_path):
+  """(job endpoint, worker pool address, worker pool log) on localhost."""
+  services = tmp_path / 'services'
+  services.mkdir()
+  boot = services / 'boot.sh'
+  boot.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{BOOT}" "$@"\n')
+  boot.chmod(0o755)
+  port_file = services / 'job_port'
+  pool_port = _free_port()
+  job_log, pool_log = services / 'job_server.log', services / 'pool.log'
+  with _started(['apache_beam.runners.portability.local_job_service_main',
+                 '--port', '0', '--port_file', str(port_file)],
+                str(services), job_log) as job_server, _started(
+                    ['apache_beam.runners.worker.worker_pool_main',
+                     f'--service_port={pool_port}',
+                     f'--container_executable={boot}'],
+                    str(services), pool_log) as pool:
+    _wait(job_server, port_file.exists, job_log)
+    _wait(pool, _accepts(pool_port), pool_log)
+    yield (f'localhost:{port_file.read_text().strip()}',
+           f'localhost:{pool_port}', pool_log)
+
+
+def _num_examples(statistics_uri):
+  import tensorflow_data_validation as tfdv  # pylint: disable=g-import-not-at-top
+  counts = {}
+  for split in ('train', 'eval'):
+    stats = tfdv.load_stats_binary(os.path.join(
+        statistics_uri, f'Split-{split}', 'FeatureStats.pb'))
+    counts[split] = stats.datasets[0].num_examples
+  return counts
+
+
+def test_pipeline_on_a_job_server_and_worker_pool(tmp_path, capfd,
+                                                  beam_services):
+  job_endpoint, pool, pool_log = beam_services
+  data = conftest.write_taxi_slice(str(tmp_path / 'data'), rows=ROWS)
+  modules = tmp_path / 'user_modules'  # On no one's path.
+  modules.mkdir()
+  shutil.copy(paths.PREPROCESSING_MODULE_FILE,
+              modules / 'user_preprocessing.py')
+  shutil.copy(os.path.join(paths.COMPONENTS_DIR, 'taxi_features.py'), modules)
+  output_root = tmp_path / 'out'
+  started = time.time()
+  code = cli.main([
+      'run', '--train-steps', '60', '--eval-steps', '4', '--train-batch-size',
+      '16', '--eval-batch-size', '16', '--min-accuracy', '0', '--data-root',
+      data, '--output-root', str(output_root), '--preprocessing-module-file',
+      str(modules / 'user_preprocessing.py'),
+      '--beam-arg=--runner=PortableRunner',
+      f'--beam-arg=--job_endpoint={job_endpoint}',
+      '--beam-arg=--environment_type=EXTERNAL',
+      f'--beam-arg=--environment_config={pool}'])
+  seconds = time.time() - started
+  captured = capfd.readouterr()
+  assert code == 0, captured.out + captured.err
+  stdout = captured.out
+  for index, component in enumerate(COMPONENTS, start=1):
+    assert f'[{index}/8] {component} done in' in stdout
+  assert 'Blessed:                yes' in stdout
+  assert 'Pushed model tag sets:  {serve}, {serve, tpu}' in stdout
+
+  # The Beam components ran on the pool's workers, each with the staged
+  # user-module wheel installed by the boot (Transform's import of it).
+  with open(pool_log) as f:
+    workers = f.read().count('Starting worker with command')
+  assert workers >= len(BEAM_COMPONENTS), workers
+  # As the DirectRunner: every row, split by hash as ExampleGen splits.
+  statistics = [p for p in (output_root / 'pipelines' / 'taxi_tpu' /
+                            'StatisticsGen' / 'statistics').iterdir()]
+  (statistics_uri,) = statistics
+  counts = _num_examples(str(statistics_uri))
+  assert sum(counts.values()) == ROWS
+  assert counts['train'] > counts['eval'] > 0
+  print(f'portable run: {seconds:.0f} s, {workers} workers, {counts}',
+        file=sys.stderr)
