@@ -558,29 +558,12 @@ def _compile_user_pipeline(args) -> int:
   except compiler.CompileError as e:
     raise common.UsageError(f'{user_pipeline.FLAG}: {e}') from e
   _print_summary(result)
-  modules = _module_files(pipeline)
+  modules = result.user_code
   where = ('as given, inside the image' if args.module_files_in_image else
            'packaged by TFX under the pipeline root')
   print(f'  Module files:   {", ".join(modules) or "none"} ({where})')
   _print_notes(result, options)
   return 0
-
-
-# Exec properties that name user code, in the order they are printed.
-_MODULE_PROPERTIES = ('module_path', 'module_file', 'preprocessing_fn',
-                      'run_fn', 'trainer_fn')
-
-
-def _module_files(pipeline) -> List[str]:
-  """`component: value` of each component's user-code exec property."""
-  found = []
-  for component in pipeline.components:
-    for key in _MODULE_PROPERTIES:
-      value = component.exec_properties.get(key)
-      if isinstance(value, str) and value:
-        found.append(f'{component.id}: {value}')
-        break
-  return found
 
 
 def _warn_tpu_node(pod) -> None:

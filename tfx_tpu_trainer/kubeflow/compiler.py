@@ -140,6 +140,9 @@ class CompileResult:
   tpu_runtime: Optional[runtimes.RuntimeChoice] = None
   # The TPUCheck step's component id (None: no tpu_check).
   tpu_check_id: Optional[str] = None
+  # `component id: value` of each component's user code as compiled (a
+  # module file TFX packaged reads `<name>@<wheel under the pipeline root>`).
+  user_code: Tuple[str, ...] = ()
 
   @property
   def path(self) -> str:
@@ -450,7 +453,25 @@ def compile_pipeline(pipeline: tfx.dsl.Pipeline, output_path: str,
       beam_pipeline_args=tuple(beam_args),
       trainer_summaries=summaries,
       tpu_runtime=runtime,
-      tpu_check_id=tpu_steps.check_id)
+      tpu_check_id=tpu_steps.check_id,
+      user_code=tuple(_user_code(pipeline)))
+
+
+# Exec properties that name user code, in the order they are looked for.
+_USER_CODE_PROPERTIES = ('module_path', 'module_file', 'preprocessing_fn',
+                         'run_fn', 'trainer_fn')
+
+
+def _user_code(pipeline: tfx.dsl.Pipeline) -> List[str]:
+  """`component: value` of each component's user-code exec property."""
+  found = []
+  for component in pipeline.components:
+    for key in _USER_CODE_PROPERTIES:
+      value = component.exec_properties.get(key)
+      if isinstance(value, str) and value:
+        found.append(f'{component.id}: {value}')
+        break
+  return found
 
 
 def _copy(pipeline: tfx.dsl.Pipeline) -> tfx.dsl.Pipeline:
