@@ -6,10 +6,11 @@ Written into `model_run` after training:
                           opens anywhere, alone (a KFP viewer, a browser);
   training_report/*.png   the same plots as files.
 
-It shows the training loss and steps/s over steps, every evaluation metric
-over steps, the final metrics, the run's config and its timings, drawn from
-the event files (training_events.py) with matplotlib's Agg canvas (no
-display, no pyplot state). What is missing (no event files, unreadable
+It shows the training loss and speed over steps (the trainer's curves:
+the loss to the last step, the speed without evaluation time, evaluations
+marked), every evaluation metric over steps, the final metrics, the run's
+config and its timings, drawn from the event files (training_events.py) with
+matplotlib's Agg canvas (no display, no pyplot state). What is missing (no event files, unreadable
 files, no evaluation, non-finite values) is listed at the top of the page.
 
 `write_report` raises only for failures of its own writes; the executor
@@ -26,7 +27,7 @@ import math
 import numbers
 import os
 import re
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from absl import logging
 from tfx.dsl.io import fileio
@@ -36,9 +37,12 @@ from tfx_tpu_trainer.publishing import training_events
 REPORT_FILE_NAME = 'training_report.html'
 PLOTS_DIR_NAME = 'training_report'
 EVAL_NAME = 'eval'  # evaluation.EVAL_NAME: evaluations write eval_<name>/.
-LOSS_TAG = 'loss'
-STEP_RATE_TAG = 'global_step/sec'
-EXAMPLE_RATE_TAG = 'examples/sec'
+# The estimator's own curves, plotted for event files written before the
+# trainer wrote its own (training_events.LOSS_TAG, STEP_RATE_TAG).
+ESTIMATOR_LOSS_TAG = 'loss'
+ESTIMATOR_STEP_RATE_TAG = 'global_step/sec'
+LOSS_TITLE = 'Training loss'
+SPEED_TITLE = 'Training speed (evaluations left out, dotted)'
 # Eval summaries that are bookkeeping, not metrics.
 _NOT_METRICS = ('global_step',)
 
@@ -92,7 +96,8 @@ def write_report(model_run_dir: str,
   evals = training_events.read_scalars(
       os.path.join(model_run_dir, f'eval_{eval_name}'))
   problems = list(train.problems) + list(evals.problems)
-  plots = _train_plots(train, problems) + _eval_plots(evals, problems)
+  plots = (_train_plots(train, _evaluation_steps(evals), problems) +
+           _eval_plots(evals, problems))
   final = dict(final_metrics or {})
   if not final:
     problems.append('No final evaluation metrics were recorded.')
@@ -117,20 +122,47 @@ def write_report(model_run_dir: str,
   return path
 
 
-def _train_plots(train: training_events.Scalars,
+def _train_plots(train: training_events.Scalars, evaluation_steps: List[int],
                  problems: List[str]) -> List[Plot]:
+  """The loss, and the speed in steps/s with examples/s on its right axis."""
   plots = []
-  for tag, title, file_name in (
-      (LOSS_TAG, 'Training loss', 'loss.png'),
-      (STEP_RATE_TAG, 'Training speed (steps/s)', 'steps_per_sec.png'),
-      (EXAMPLE_RATE_TAG, 'Training speed (examples/s)', 'examples_per_sec.png')):
-    series = train.series.get(tag)
-    if series:
-      plots.append(Plot(title, file_name, plot_png(title, {tag: series})))
-    elif tag != EXAMPLE_RATE_TAG:  # Only TPUEstimator writes examples/sec.
-      problems.append(f'No training "{tag}" values in the event files: the '
-                      f'"{title}" plot is missing.')
+  loss_tag = _first_present(train, training_events.LOSS_TAG,
+                            ESTIMATOR_LOSS_TAG)
+  if loss_tag:
+    plots.append(Plot(LOSS_TITLE, 'loss.png', plot_png(
+        LOSS_TITLE, {'loss': train.series[loss_tag]})))
+  else:
+    problems.append(f'No training "{training_events.LOSS_TAG}" values in the '
+                    f'event files: the "{LOSS_TITLE}" plot is missing.')
+  steps_per_sec = train.series.get(training_events.STEP_RATE_TAG)
+  if steps_per_sec:
+    examples = dict(train.series.get(training_events.EXAMPLE_RATE_TAG) or [])
+    step, rate = steps_per_sec[0]
+    batch_size = examples[step] / rate if examples.get(step) else None
+    plots.append(Plot(SPEED_TITLE, 'steps_per_sec.png', plot_png(
+        SPEED_TITLE, {'steps/s': steps_per_sec}, marks=evaluation_steps,
+        right_axis=('examples/s', batch_size) if batch_size else None)))
+  elif train.series.get(ESTIMATOR_STEP_RATE_TAG):
+    title = 'Training speed (steps/s, evaluations included)'
+    plots.append(Plot(title, 'steps_per_sec.png', plot_png(
+        title, {'steps/s': train.series[ESTIMATOR_STEP_RATE_TAG]},
+        marks=evaluation_steps)))
+  else:
+    problems.append(
+        f'No training "{training_events.STEP_RATE_TAG}" values in the event '
+        f'files (it needs two loss points): the "{SPEED_TITLE}" plot is '
+        'missing.')
   return plots
+
+
+def _first_present(scalars: training_events.Scalars,
+                   *tags: str) -> Optional[str]:
+  return next((tag for tag in tags if scalars.series.get(tag)), None)
+
+
+def _evaluation_steps(evals: training_events.Scalars) -> List[int]:
+  return sorted({step for tag, series in evals.series.items()
+                 if tag not in _NOT_METRICS for step, _ in series})
 
 
 def _eval_plots(evals: training_events.Scalars,
@@ -151,9 +183,21 @@ def _eval_plots(evals: training_events.Scalars,
           for tag, series in sorted(metrics.items())]
 
 
-def plot_png(title: str, series: Mapping[str, training_events.Series]
-            ) -> bytes:
-  """A line plot (value over step) of each series, as PNG bytes."""
+def plot_png(title: str, series: Mapping[str, training_events.Series],
+             marks: Sequence[int] = (),
+             right_axis: Optional[Tuple[str, float]] = None) -> bytes:
+  """A line plot (value over step) of each series, as PNG bytes.
+
+  Args:
+    title: the plot's title.
+    series: name -> [(step, value)].
+    marks: steps marked with a dotted vertical line (evaluations).
+    right_axis: (label, factor): a right axis showing the values times
+      factor (examples/s beside steps/s).
+
+  Returns:
+    The PNG.
+  """
   # Imported here: matplotlib loads only when a report is drawn, and a
   # failure to load it is a report failure (logged), not an executor one.
   from matplotlib import figure as figure_lib  # pylint: disable=g-import-not-at-top
@@ -166,8 +210,17 @@ def plot_png(title: str, series: Mapping[str, training_events.Series]
     values = [value for _, value in points]
     axes.plot(steps, values, marker='o' if len(points) <= 30 else None,
               markersize=3, label=name)
+  for step in marks:
+    axes.axvline(step, color='grey', linestyle=':', linewidth=1)
   axes.set_title(title)
   axes.set_xlabel('step')
+  if len(series) == 1:
+    axes.set_ylabel(next(iter(series)))
+  if right_axis:
+    label, factor = right_axis
+    right = axes.secondary_yaxis(
+        'right', functions=(lambda v: v * factor, lambda v: v / factor))
+    right.set_ylabel(label)
   axes.grid(True, alpha=0.3)
   if len(series) > 1:
     axes.legend()
@@ -198,9 +251,9 @@ def render_html(plots: Sequence[Plot], final_metrics: Mapping[str, Any],
     parts.append('<p>No curves: the event files held no values to plot.</p>')
   for plot in plots:
     data = base64.b64encode(plot.png).decode('ascii')
+    # The title is drawn in the image: no caption repeats it.
     parts.append(f'<figure><img alt="{_text(plot.title)}" '
-                 f'src="data:image/png;base64,{data}">'
-                 f'<figcaption>{_text(plot.title)}</figcaption></figure>')
+                 f'src="data:image/png;base64,{data}"></figure>')
   parts.append('<h2>Timings</h2>')
   parts.append(_table({name: _seconds(value)
                        for name, value in timings.items()},

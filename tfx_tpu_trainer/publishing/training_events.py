@@ -18,6 +18,12 @@ import numpy as np
 import tensorflow as tf
 
 EVENT_FILE_PATTERN = 'events.out.tfevents.*'
+# The curves the trainer writes beside the estimator's (training/curves.py):
+# the loss at the summary cadence to the last step, and one training speed
+# over training time without evaluations.
+LOSS_TAG = 'training/loss'
+STEP_RATE_TAG = 'training/steps_per_sec'
+EXAMPLE_RATE_TAG = 'training/examples_per_sec'
 
 Series = List[Tuple[int, float]]
 
