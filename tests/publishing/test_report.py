@@ -73,7 +73,7 @@ def test_report_has_curves_tables_and_png_files(tmp_path):
       'eval_accuracy.png', 'eval_auc.png', 'eval_loss.png', 'loss.png',
       'steps_per_sec.png']
   for title in ('Training loss',
-                'Training speed (evaluations left out, dotted)',
+                report.SPEED_TITLE,
                 'Evaluation: accuracy', 'Evaluation: auc',
                 'Evaluation: loss'):
     assert f'<img alt="{title}" ' in html
@@ -97,8 +97,8 @@ def test_no_event_files_still_gives_a_report_saying_so(tmp_path):
       'No training "training/loss" values in the event files: the '
       '"Training loss" plot is missing.',
       'No training "training/steps_per_sec" values in the event files (it '
-      'needs two loss points): the "Training speed (evaluations left out, '
-      'dotted)" plot is missing.',
+      'needs two loss points): the "Training speed (saves and evaluations '
+      'left out; evaluations dotted)" plot is missing.',
       'No evaluation metrics in the event files: the evaluation curves are '
       'missing.',
       'No final evaluation metrics were recorded.',
@@ -221,7 +221,8 @@ def test_speed_plot_is_the_trainers_with_evaluations_marked(tmp_path):
   plots = {plot.file_name: plot
            for plot in report._train_plots(train, [100, 200, 300], [])}  # pylint: disable=protected-access
   speed = plots['steps_per_sec.png']
-  assert speed.title == 'Training speed (evaluations left out, dotted)'
+  assert speed.title == (
+      'Training speed (saves and evaluations left out; evaluations dotted)')
   assert speed.png == report.plot_png(
       speed.title, {'steps/s': train.series[training_events.STEP_RATE_TAG]},
       marks=[100, 200, 300], right_axis=('examples/s', 64.0))

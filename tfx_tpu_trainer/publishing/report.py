@@ -7,8 +7,8 @@ Written into `model_run` after training:
   training_report/*.png   the same plots as files.
 
 It shows the training loss and speed over steps (the trainer's curves:
-the loss to the last step, the speed without evaluation time, evaluations
-marked), every evaluation metric over steps, the final metrics, the run's
+the loss to the last step, the speed without checkpoint saves and
+evaluations, evaluations marked), every evaluation metric over steps, the final metrics, the run's
 config and its timings, drawn from the event files (training_events.py) with
 matplotlib's Agg canvas (no display, no pyplot state). What is missing (no event files, unreadable
 files, no evaluation, non-finite values) is listed at the top of the page.
@@ -42,7 +42,7 @@ EVAL_NAME = 'eval'  # evaluation.EVAL_NAME: evaluations write eval_<name>/.
 ESTIMATOR_LOSS_TAG = 'loss'
 ESTIMATOR_STEP_RATE_TAG = 'global_step/sec'
 LOSS_TITLE = 'Training loss'
-SPEED_TITLE = 'Training speed (evaluations left out, dotted)'
+SPEED_TITLE = 'Training speed (saves and evaluations left out; evaluations dotted)'
 # Eval summaries that are bookkeeping, not metrics.
 _NOT_METRICS = ('global_step',)
 

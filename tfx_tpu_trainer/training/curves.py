@@ -10,8 +10,13 @@ the model directory's event file (tags in publishing/training_events.py):
     multiple) and at the last step;
   * `training/steps_per_sec` and `training/examples_per_sec`, one rate: the
     steps between two loss points over the training time between them, read
-    from a `TrainingClock`, which stops when a checkpoint is saved (an
-    evaluation may follow) and runs again at the next training step.
+    from a `TrainingClock`, which stops when a checkpoint save begins (the
+    save, and the evaluation `train_and_evaluate` runs after it, are left
+    out) and runs again at the next training step.
+
+With `eval_every_steps` a checkpoint is saved for every evaluation: counted,
+its save would make every interval that holds one several times slower than
+the others (a zig-zag, as the estimator's `global_step/sec` shows).
 
 It fetches the step and the loss only with the runs where a point is due
 (as progress.py, it learns the steps per run from the first runs).
@@ -39,10 +44,10 @@ def cadence_steps(train_steps: int,
 
 
 class TrainingClock:
-  """Seconds spent training: sessions' runs, evaluations left out.
+  """Seconds spent training: sessions' runs, saves and evaluations left out.
 
   `start` when a training session starts or a step runs, `stop` when a
-  checkpoint is saved (`saving_listener`) or a session ends.
+  checkpoint save begins (`saving_listener`) or a session ends.
   """
 
   def __init__(self, clock=time.monotonic):
@@ -65,16 +70,16 @@ class TrainingClock:
     return self._seconds + running
 
   def saving_listener(self) -> tf.compat.v1.train.CheckpointSaverListener:
-    """Stops the clock after each save (before the evaluation listener)."""
-    return _StopAfterSave(self)
+    """Stops the clock as each save begins (evaluations follow saves)."""
+    return _StopAtSave(self)
 
 
-class _StopAfterSave(tf.compat.v1.train.CheckpointSaverListener):
+class _StopAtSave(tf.compat.v1.train.CheckpointSaverListener):
 
   def __init__(self, training_clock: TrainingClock):
     self._training_clock = training_clock
 
-  def after_save(self, session, global_step_value):
+  def before_save(self, session, global_step_value):
     del session, global_step_value
     self._training_clock.stop()
 

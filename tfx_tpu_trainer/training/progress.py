@@ -2,8 +2,8 @@
 
 `ProgressReporter` shows steps done / total, the training speed (one rate:
 steps/s, and the examples/s it makes at the global batch size, over training
-time with evaluations left out, curves.TrainingClock), the loss and the time
-left, and one line per evaluation with its metrics:
+time with checkpoint saves and evaluations left out, curves.TrainingClock),
+the loss and the time left, and one line per evaluation with its metrics:
 
   * on a terminal (one that reports its width), a tqdm bar, redrawn at
     most every `TERMINAL_INTERVAL_SECS`; evaluation lines are printed above
@@ -126,6 +126,7 @@ class ProgressReporter:
     self._bar = None
     self._first = None  # (time, step) when the first session started.
     self._last = None  # (training seconds, step) of the last update.
+    self._last_time = None  # The clock at the last update.
     self._steps_per_sec = None
     self._last_is_start = False
     self._loss = None
@@ -156,6 +157,7 @@ class ProgressReporter:
             file=self._stream, dynamic_ncols=True, mininterval=0,
             bar_format=_BAR_FORMAT, desc='Training')
     self._last = (self._training_clock.seconds(), step)
+    self._last_time = now
     self._last_is_start = True
 
   def update(self, step: int, loss: Optional[float],
@@ -176,6 +178,7 @@ class ProgressReporter:
           (1 - _RATE_SMOOTHING) * self._steps_per_sec)
     self._last_is_start = False
     self._last = (seconds, step)
+    self._last_time = now
     if loss is not None:
       self._loss = loss
     if self._bar is not None:
@@ -208,9 +211,10 @@ class ProgressReporter:
       self._bar.close()
       self._bar = None
     if self._first is not None and self._last is not None:
-      (start, first_step), (end, last_step) = self._first, self._last
-      logging.info('Training progress: steps %d to %d in %s.', first_step,
-                   last_step, _duration(end - start))
+      (start, first_step), (seconds, last_step) = self._first, self._last
+      logging.info('Training progress: steps %d to %d in %s (%s training).',
+                   first_step, last_step, _duration(self._last_time - start),
+                   _duration(seconds))
 
   def _postfix(self, step: int) -> str:
     """`R steps/s (E examples/s), loss L, ETA H:MM:SS`, the known parts."""
