@@ -218,8 +218,10 @@ def test_plain_lines_when_not_a_terminal():
 
 def test_eta_from_the_one_rate():
   clock = _ManualClock()
+  training_clock = curves.TrainingClock(clock)
   reporter = progress.ProgressReporter(1000, 10, stream=io.StringIO(),
-                                       clock=clock)
+                                       clock=clock,
+                                       training_clock=training_clock)
   reporter.start(0)
   clock.now = 1.0
   reporter.update(100, 0.5)  # From the session start: no rate yet.
@@ -230,6 +232,16 @@ def test_eta_from_the_one_rate():
   assert reporter.progress_line(200) == (
       'Training: step 200/1000 (20%), 100 steps/s (1,000 examples/s), '
       'loss 0.25, ETA 0:00:08')
+  # A 10 s evaluation: not in the rate, in the time left (300 steps took
+  # 13 s so far: 700 more take 30 s).
+  training_clock.stop()
+  clock.now = 12.0
+  training_clock.start()
+  clock.now = 13.0
+  reporter.update(300, 0.2)
+  assert reporter.progress_line(300) == (
+      'Training: step 300/1000 (30%), 100 steps/s (1,000 examples/s), '
+      'loss 0.2, ETA 0:00:30')
 
 
 def test_short_run_final_line_has_the_rate_without_evaluations():

@@ -3,7 +3,8 @@
 `ProgressReporter` shows steps done / total, the training speed (one rate:
 steps/s, and the examples/s it makes at the global batch size, over training
 time with checkpoint saves and evaluations left out, curves.TrainingClock),
-the loss and the time left, and one line per evaluation with its metrics:
+the loss, the time left (at the pace so far, evaluations included) and one
+line per evaluation with its metrics:
 
   * on a terminal (one that reports its width), a tqdm bar, redrawn at
     most every `TERMINAL_INTERVAL_SECS`; evaluation lines are printed above
@@ -226,9 +227,19 @@ class ProgressReporter:
     if self._loss is not None:
       parts.append(f'loss {self._loss:.4g}')
     if self._steps_per_sec:
-      eta = max(0, self.train_steps - step) / self._steps_per_sec
-      parts.append(f'ETA {_duration(eta)}')
+      parts.append(f'ETA {_duration(self._eta(step))}')
     return ', '.join(parts)
+
+  def _eta(self, step: int) -> float:
+    """The time left at the pace so far, evaluations and saves included.
+
+    (The rate shown leaves them out; the time left has them to come.)
+    """
+    (start, first_step), now = self._first, self._last_time
+    if step <= first_step or now <= start:
+      return max(0, self.train_steps - step) / self._steps_per_sec
+    return (max(0, self.train_steps - step) * (now - start) /
+            (step - first_step))
 
   def _line(self, text: str, always_to_stream: bool = False) -> None:
     """Logs `text`; shows it too unless it is a progress line under a bar."""
