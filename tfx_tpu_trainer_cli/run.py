@@ -8,6 +8,7 @@ import glob
 import math
 import os
 import shlex
+import shutil
 import sys
 import time
 import traceback
@@ -421,10 +422,24 @@ def _print_summary(summary, module_file: Optional[str] = None) -> None:
     print(f'  Transformed examples:   {summary.transformed_examples_path}')
   if (module_file and summary.transform_graph_path and
       summary.transformed_examples_path):
-    print('  TPU preflight:          tfx-tpu-trainer preflight --module-file '
+    print(f'  TPU preflight:          {command_name()} preflight --module-file '
           f'{shlex.quote(module_file)} --examples '
           f'{shlex.quote(summary.transformed_examples_path)} '
           f'--transform-graph {shlex.quote(summary.transform_graph_path)}')
+
+
+def command_name() -> str:
+  """`tfx-tpu-trainer` where the shell finds this one; else its full path.
+
+  So that a command the summary prints works when pasted: `make run` calls
+  .venv/bin/tfx-tpu-trainer without putting .venv/bin on PATH.
+  """
+  installed = os.path.join(os.path.dirname(sys.executable), 'tfx-tpu-trainer')
+  found = shutil.which('tfx-tpu-trainer')
+  if not os.path.isfile(installed) or (
+      found and os.path.realpath(found) == os.path.realpath(installed)):
+    return 'tfx-tpu-trainer'
+  return shlex.quote(installed)
 
 
 # Modules that each define `add_parser(subparsers)` for one more subcommand;
