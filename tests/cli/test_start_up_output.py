@@ -131,3 +131,22 @@ def test_compile_of_a_user_pipeline_keeps_tfx_packaging_in_a_log(penguin):
     log = f.read()
   assert 'bdist_wheel' in log
   assert len(lines) < 15, result.stdout
+
+
+def test_run_of_a_user_pipeline_names_its_root_as_where_outputs_go(penguin):
+  # No data: the run fails at its first component, after the heading.
+  (penguin / 'no_data').mkdir()
+  env = dict(os.environ, PENGUIN_DATA_ROOT=str(penguin / 'no_data'),
+             PENGUIN_PIPELINE_ROOT=str(penguin / 'run_root'))
+  result = _cli(['run', '--pipeline',
+                 f'{penguin / "my_pipeline" / "penguin_pipeline.py"}'
+                 ':create_pipeline', '--output-root', str(penguin / 'out')],
+                cwd=str(penguin), env=env)
+  assert result.returncode == 1, result.stderr
+  lines = result.stdout.splitlines()
+  assert lines[0].startswith("Running pipeline 'penguin-tpu' from ")
+  assert lines[1] == (f'  outputs under {penguin / "run_root"} (its '
+                      'pipeline root)')
+  assert lines[2].startswith(f'  full log: {penguin / "out" / "logs"}')
+  assert not any(line.startswith(f'  outputs under {penguin / "out"}')
+                 for line in lines)
