@@ -15,7 +15,6 @@ import contextlib
 import os
 import posixpath
 import re
-import shutil
 import sys
 import tempfile
 import time
@@ -538,8 +537,9 @@ def _compile(args) -> int:
   """Validates the arguments, compiles, prints what the files say.
 
   What TensorFlow, TFX, kfp and TFX's packaging of module files print while
-  they load and compile goes to a log file (kept in the output directory
-  after a compile; removed after a usage error, which says it all).
+  they load and compile goes to a log file in the temporary directory (not
+  the output directory, which holds the compiled files alone), named on the
+  summary's last line; a usage error, which says it all, removes it.
   """
   # The command line alone, before TensorFlow and TFX load.
   if args.pipeline:
@@ -549,8 +549,9 @@ def _compile(args) -> int:
   else:
     _bundled_only_options(args)
     compile_it = _compile_taxi_pipeline
-  descriptor, log_path = tempfile.mkstemp(prefix='tfx-tpu-trainer-compile-',
-                                          suffix='.log')
+  descriptor, log_path = tempfile.mkstemp(
+      prefix=time.strftime('tfx-tpu-trainer-compile-%Y%m%d-%H%M%S-'),
+      suffix='.log')
   os.close(descriptor)
   try:
     with common.output_to_log(log_path):
@@ -562,24 +563,17 @@ def _compile(args) -> int:
     print(f'tfx-tpu-trainer compile: failed; full log: {log_path}',
           file=sys.stderr)
     raise
-  kept = os.path.join(os.path.dirname(summary.output_path), 'logs',
-                      time.strftime('compile-%Y%m%d-%H%M%S') +
-                      f'-{os.getpid()}.log')
-  os.makedirs(os.path.dirname(kept), exist_ok=True)
-  shutil.move(log_path, kept)
   summary.print()
-  print(f'  Full log:       {kept}')
+  print(f'  Full log:       {log_path}')
   return 0
 
 
 class _Summary:
   """What a compile prints, once the log file has its output back."""
 
-  def __init__(self, result, options, output_path: str, module_line: str,
-               trainer_pod):
+  def __init__(self, result, options, module_line: str, trainer_pod):
     self.result = result
     self.options = options
-    self.output_path = output_path
     self.module_line = module_line
     self.trainer_pod = trainer_pod
 
@@ -595,7 +589,6 @@ def _compile_taxi_pipeline(args) -> _Summary:
   from tfx_tpu_trainer_cli.bundled.pipelines import kubeflow_compile  # pylint: disable=g-import-not-at-top
   result = kubeflow_compile.compile_pipeline(options)
   return _Summary(result, kubeflow_compile.kubeflow_options(options),
-                  options.output_path,
                   f'  Module files:   {options.trainer_module_file}, '
                   f'{options.preprocessing_fn} (inside the image)',
                   options.trainer_pod)
@@ -621,7 +614,7 @@ def _compile_user_pipeline(args) -> _Summary:
   modules = _module_files(pipeline)
   where = ('as given, inside the image' if args.module_files_in_image else
            'packaged by TFX under the pipeline root')
-  return _Summary(result, options, output_path,
+  return _Summary(result, options,
                   f'  Module files:   {", ".join(modules) or "none"} '
                   f'({where})', options.trainer_pod)
 

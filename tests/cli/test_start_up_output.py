@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -126,7 +127,9 @@ def test_compile_of_a_user_pipeline_keeps_tfx_packaging_in_a_log(penguin):
   assert 'TPUTrainer: penguin_tpu_module@' in result.stdout
   (log_line,) = [line for line in lines if line.startswith('  Full log:')]
   log_path = log_line.split()[-1]
-  assert os.path.dirname(log_path) == str(out / 'logs')
+  assert os.path.dirname(log_path) == tempfile.gettempdir()
+  # The output directory holds the compiled file alone.
+  assert os.listdir(out) == ['penguin-tpu.tar.gz']
   with open(log_path) as f:
     log = f.read()
   assert 'bdist_wheel' in log
