@@ -1,4 +1,4 @@
-"""What every subcommand shares: the usage error, its exit code, argument types, the log."""
+"""What every subcommand shares: the usage error, argument types, the log."""
 
 import argparse
 import contextlib

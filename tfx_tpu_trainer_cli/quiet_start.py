@@ -1,4 +1,4 @@
-"""The lines TensorFlow and google.api_core print on import, kept off the terminal."""
+"""What TensorFlow and google.api_core print on import, kept off stderr."""
 
 import importlib.abc
 import importlib.util

@@ -1,4 +1,4 @@
-"""The `[i/n] Component done in Ns` lines of a local run, cached components labelled."""
+"""The `[i/n] Component done in Ns` lines of a local run, cached ones labelled."""
 
 import os
 

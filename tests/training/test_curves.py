@@ -1,4 +1,4 @@
-"""The trainer's curves: the loss to the last step, the speed without evaluations."""
+"""The trainer's curves: the loss to the last step, the speed alone."""
 
 import time
 

@@ -3,6 +3,7 @@
 import io
 import os
 import pty
+import select
 
 import numpy as np
 import pytest
@@ -272,6 +273,17 @@ def test_short_run_final_line_has_the_rate_without_evaluations():
       'loss 0.4, ETA 0:00:00']
 
 
+def _read_all(descriptor):
+  """What the pty holds: reads until a read would wait."""
+  chunks = []
+  while select.select([descriptor], [], [], 1.0)[0]:
+    chunk = os.read(descriptor, 65536)
+    if not chunk:
+      break
+    chunks.append(chunk)
+  return b''.join(chunks).decode()
+
+
 def test_terminal_of_zero_columns_gets_plain_lines():
   """`script` started from a non-terminal: a terminal of 0 x 0, on which
   tqdm would draw nothing at all."""
@@ -290,7 +302,7 @@ def test_terminal_of_zero_columns_gets_plain_lines():
       reporter.update(100, 0.25, final=True)
       reporter.close()
       terminal.flush()
-      written = os.read(primary, 65536).decode()
+      written = _read_all(primary)
   finally:
     os.close(primary)
     os.close(secondary)

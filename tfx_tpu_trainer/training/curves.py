@@ -1,4 +1,4 @@
-"""Training curves as summaries: the loss to the last step, speed without evaluations.
+"""Training curves as summaries: the loss to the last step, the speed alone.
 
 The estimator's own `loss` and `global_step/sec` come every 100 steps at
 loop ends, none at the last step, and its steps/s counts the wall time

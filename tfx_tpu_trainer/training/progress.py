@@ -56,7 +56,8 @@ _RATE_SMOOTHING = 0.3
 EXPORTER_NAME = 'tfx_tpu_trainer_progress'
 # The bar without tqdm's own rate and time left (they count evaluations):
 # the postfix carries the one rate and the ETA.
-_BAR_FORMAT = '{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]'
+_BAR_FORMAT = ('{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} '
+               '[{elapsed}{postfix}]')
 
 # Where progress goes when no stream is given: set by `console()`.
 _console: Optional[TextIO] = None
