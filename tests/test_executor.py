@@ -86,11 +86,12 @@ def test_taxi_module_on_transformed_examples(taxi_artifacts, tmp_path):
   with open(os.path.join(run.model_run.uri, 'training_report.html')) as f:
     page = f.read()
   assert '<tr><th>train_args.num_steps</th><td>30</td></tr>' in page
-  # Loss and each eval metric; the estimator writes global_step/sec every
-  # 100 steps, so a 30-step run has none, and the report says so.
+  # Loss and each eval metric; a 30-step run is one host loop (of up to
+  # 100 steps: no eval_every_steps), so one loss point and no speed, which
+  # needs two, and the report says so.
   assert page.count('src="data:image/png;base64,') == 4
-  assert ('No training &quot;global_step/sec&quot; values in the event '
-          'files') in page
+  assert ('No training &quot;training/steps_per_sec&quot; values in the '
+          'event files (it needs two loss points)') in page
   assert sorted(os.listdir(os.path.join(run.model_run.uri,
                                         'training_report'))) == [
       'eval_accuracy.png', 'eval_auc.png', 'eval_loss.png', 'loss.png']

@@ -1,8 +1,11 @@
-"""What every subcommand shares: the usage error, its exit code, argument types."""
+"""What every subcommand shares: the usage error, argument types, the log."""
 
 import argparse
+import contextlib
 import difflib
+import os
 import re
+import sys
 from typing import List, Sequence
 
 EXIT_USAGE = 2
@@ -82,3 +85,31 @@ def did_you_mean(word: str, candidates: Sequence[str]) -> str:
   """` (did you mean X?)` for the closest candidate, or ''."""
   matches = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
   return f' (did you mean {matches[0]}?)' if matches else ''
+
+
+@contextlib.contextmanager
+def output_to_log(log_path: str, enabled: bool = True):
+  """Sends file descriptors 1 and 2 (TF, Beam, pip output) to `log_path`.
+
+  Yields a stream to the original stdout, for progress lines.
+  """
+  if not enabled:
+    yield sys.stdout
+    return
+  sys.stdout.flush()
+  sys.stderr.flush()
+  saved_out, saved_err = os.dup(1), os.dup(2)
+  console = os.fdopen(os.dup(saved_out), 'w', buffering=1)
+  with open(log_path, 'ab') as log:
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    try:
+      yield console
+    finally:
+      sys.stdout.flush()
+      sys.stderr.flush()
+      os.dup2(saved_out, 1)
+      os.dup2(saved_err, 2)
+      os.close(saved_out)
+      os.close(saved_err)
+      console.close()

@@ -5,6 +5,8 @@ import os
 import posixpath
 import re
 import sys
+import tempfile
+import time
 from typing import List, Optional, Sequence
 
 from tfx_tpu_trainer.kubeflow import beam_args as beam_args_lib
@@ -521,25 +523,71 @@ def _vertex_accelerator_type(value: str) -> str:
 
 
 def _compile(args) -> int:
-  """Validates the arguments, compiles, prints what the files say."""
+  """Validates the arguments, compiles, prints what the files say.
+
+  What TensorFlow, TFX, kfp and TFX's packaging of module files print while
+  they load and compile goes to a log file in the temporary directory (not
+  the output directory, which holds the compiled files alone), named on the
+  summary's last line; a usage error, which says it all, removes it.
+  """
+  # The command line alone, before TensorFlow and TFX load.
   if args.pipeline:
-    return _compile_user_pipeline(args)
+    from tfx_tpu_trainer_cli import user_pipeline  # pylint: disable=g-import-not-at-top
+    user_pipeline.parse_spec(args.pipeline)
+    compile_it = _compile_user_pipeline
+  else:
+    _bundled_only_options(args)
+    compile_it = _compile_taxi_pipeline
+  descriptor, log_path = tempfile.mkstemp(
+      prefix=time.strftime('tfx-tpu-trainer-compile-%Y%m%d-%H%M%S-'),
+      suffix='.log')
+  os.close(descriptor)
+  try:
+    with common.output_to_log(log_path):
+      summary = compile_it(args)
+  except common.UsageError:
+    os.remove(log_path)
+    raise
+  except BaseException:
+    print(f'tfx-tpu-trainer compile: failed; full log: {log_path}',
+          file=sys.stderr)
+    raise
+  summary.print()
+  print(f'  Full log:       {log_path}')
+  return 0
+
+
+class _Summary:
+  """What a compile prints, once the log file has its output back."""
+
+  def __init__(self, result, options, module_line: str, trainer_pod):
+    self.result = result
+    self.options = options
+    self.module_line = module_line
+    self.trainer_pod = trainer_pod
+
+  def print(self) -> None:
+    _warn_tpu_node(self.trainer_pod)
+    _print_summary(self.result)
+    print(self.module_line)
+    _print_notes(self.result, self.options)
+
+
+def _compile_taxi_pipeline(args) -> _Summary:
   options = validate_compile_args(args)
-  from tfx_tpu_trainer_cli import kubeflow_compile  # pylint: disable=g-import-not-at-top
-  _warn_tpu_node(options.trainer_pod)
   from tfx_tpu_trainer.kubeflow import compiler  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli import kubeflow_compile  # pylint: disable=g-import-not-at-top
   try:
     result = kubeflow_compile.compile_pipeline(options)
   except compiler.CompileError as e:  # What needs the pipeline: its root.
     raise common.UsageError(str(e)) from e
-  _print_summary(result)
-  print(f'  Module files:   {options.trainer_module_file}, '
-        f'{options.preprocessing_fn} (inside the image)')
-  _print_notes(result, kubeflow_compile.kubeflow_options(options))
-  return 0
+  return _Summary(result, kubeflow_compile.kubeflow_options(options),
+                  f'  Module files:   {options.trainer_module_file}, '
+                  f'{options.preprocessing_fn} (inside the image)',
+                  options.trainer_pod)
 
 
-def _compile_user_pipeline(args) -> int:
+def _compile_user_pipeline(args) -> _Summary:
   """`compile --pipeline FILE:FUNCTION`."""
   options = cluster_options(args)
   from tfx_tpu_trainer.kubeflow import compiler  # pylint: disable=g-import-not-at-top
@@ -552,18 +600,16 @@ def _compile_user_pipeline(args) -> int:
   _pipeline_name_args(name, args.runner, f'{user_pipeline.FLAG}: the '
                       'pipeline name')
   output_path = _output_path(args, args.runner, name)
-  _warn_tpu_node(options.trainer_pod)
   try:
     result = compiler.compile_pipeline(pipeline, output_path, options)
   except compiler.CompileError as e:
     raise common.UsageError(f'{user_pipeline.FLAG}: {e}') from e
-  _print_summary(result)
   modules = result.user_code
   where = ('as given, inside the image' if args.module_files_in_image else
            'packaged by TFX under the pipeline root')
-  print(f'  Module files:   {", ".join(modules) or "none"} ({where})')
-  _print_notes(result, options)
-  return 0
+  return _Summary(result, options,
+                  f'  Module files:   {", ".join(modules) or "none"} '
+                  f'({where})', options.trainer_pod)
 
 
 def _warn_tpu_node(pod) -> None:

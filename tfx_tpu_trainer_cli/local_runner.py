@@ -82,23 +82,34 @@ class RunSummary:
   transformed_examples_path: Optional[str] = None
 
 
+# What TFX's launcher logs when it reuses a cached execution's outputs.
+_CACHED_MESSAGE = 'A cached execution %d is used.'
+
+
 class ComponentProgress:
   """Prints `[i/n] Component ... done in Ns` from LocalDagRunner's log.
 
   A filter on the absl logger that sees every record the runner logs and
-  passes them all on.
+  passes them all on. A component whose outputs came from the cache is
+  `done (cached: the outputs of execution N)`, N found by `reused_execution`
+  (the cached execution's id -> the id of the one that made the outputs).
   """
 
-  def __init__(self, component_ids: List[str], printer=print):
+  def __init__(self, component_ids: List[str], printer=print,
+               reused_execution=None):
     self._ids = component_ids
     self._started = {}
     self._print = printer
+    self._reused_execution = reused_execution
+    self._cached = {}  # node id -> the id of its cached execution.
     # Components started and not finished, in start order.
     self.running: List[str] = []
 
   def filter(self, record) -> bool:
     """Watches the runner's start/finish messages."""
     message = record.msg
+    if message == _CACHED_MESSAGE and self.running and record.args:
+      self._cached[self.running[-1]] = record.args[0]
     if message in ('Component %s is running.', 'Component %s is finished.'):
       node_id = record.args[0]
       position = (f'[{self._ids.index(node_id) + 1}/{len(self._ids)}]'
@@ -111,8 +122,21 @@ class ComponentProgress:
         if node_id in self.running:
           self.running.remove(node_id)
         seconds = time.time() - self._started.get(node_id, time.time())
-        self._print(f'{position} {node_id} done in {seconds:.1f}s', flush=True)
+        self._print(f'{position} {node_id} done in {seconds:.1f}s'
+                    f'{self._cached_note(node_id)}', flush=True)
     return True
+
+  def _cached_note(self, node_id: str) -> str:
+    if node_id not in self._cached:
+      return ''
+    execution_id = self._cached.pop(node_id)
+    try:
+      reused = (self._reused_execution(execution_id)
+                if self._reused_execution else None)
+    except Exception:  # pylint: disable=broad-except
+      reused = None  # A progress line never fails a run.
+    return (f' (cached: the outputs of execution {reused})' if reused else
+            ' (cached)')
 
 
 def run(options: taxi_pipeline.TaxiPipelineOptions,
@@ -152,7 +176,10 @@ def run_pipeline(pipeline: tfx.dsl.Pipeline, printer=print,
     raise ValueError(
         f'Pipeline {pipeline.pipeline_info.pipeline_name!r} has no '
         'metadata_connection_config.')
-  progress = ComponentProgress([c.id for c in pipeline.components], printer)
+  progress = ComponentProgress(
+      [c.id for c in pipeline.components], printer,
+      lambda execution_id: reused_execution(
+          pipeline.metadata_connection_config, execution_id))
   absl_logging.set_verbosity(absl_logging.INFO)
   absl_logger = absl_logging.get_absl_logger()
   absl_logger.addFilter(progress)
@@ -216,6 +243,26 @@ def _module_exit_error(exit_error: SystemExit, modules: Dict[str, Any],
       f'run did not finish{"; its execution is marked failed" if failed else ""}. '
       'Module code must return or raise an exception, never exit the '
       'process.')
+
+
+def reused_execution(connection_config, execution_id: int) -> Optional[int]:
+  """The execution whose outputs the cached execution `execution_id` reused.
+
+  A cached execution records the reused artifacts as its outputs; the
+  first execution that output them made them. None for an execution that
+  made its own.
+  """
+  with metadata.Metadata(connection_config) as store:
+    outputs = [event.artifact_id for event in
+               store.store.get_events_by_execution_ids([execution_id])
+               if event.type == metadata_store_pb2.Event.OUTPUT]
+    if not outputs:
+      return None
+    producers = {event.execution_id for event in
+                 store.store.get_events_by_artifact_ids(outputs)
+                 if event.type == metadata_store_pb2.Event.OUTPUT and
+                 event.execution_id < execution_id}
+  return min(producers) if producers else None
 
 
 def mark_running_executions_failed(connection_config, run_id: str) -> int:

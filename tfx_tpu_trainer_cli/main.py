@@ -14,6 +14,7 @@ from tfx_tpu_trainer import version
 from tfx_tpu_trainer_cli import common
 from tfx_tpu_trainer_cli import compile as compile_command
 from tfx_tpu_trainer_cli import preflight as preflight_command
+from tfx_tpu_trainer_cli import quiet_start
 from tfx_tpu_trainer_cli import run as run_command
 from tfx_tpu_trainer_cli import tpu_check as tpu_check_command
 # pylint: enable=g-import-not-at-top,wrong-import-position
@@ -41,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
   """Entry point of the `tfx-tpu-trainer` console script."""
+  quiet_start.install()
   parser = build_parser()
   argv = sys.argv[1:] if argv is None else list(argv)
   _refuse_unknown_options(parser, argv)

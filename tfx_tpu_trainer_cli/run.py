@@ -1,10 +1,10 @@
 """`tfx-tpu-trainer run`: a pipeline on the local runner (the main job)."""
 
-import contextlib
 import glob
 import math
 import os
 import shlex
+import shutil
 import sys
 import time
 import traceback
@@ -334,14 +334,17 @@ def _run(args) -> int:
   if args.pipeline:
     pipeline, module_file = _prepare_user_pipeline(args, output_root)
     heading = (f'Running pipeline {pipeline.pipeline_info.pipeline_name!r} '
-               f'from {args.pipeline}')
+               f'from {args.pipeline}\n'
+               f'  outputs under {pipeline.pipeline_info.pipeline_root} (its '
+               'pipeline root)')
 
     def run_it(local_runner, printer):
       return local_runner.run_pipeline(pipeline, printer=printer)
   else:
     options = _validate_run_args(args)
     module_file = options['trainer_module_file']
-    heading = f'Running the taxi pipeline on {options["data_root"]}'
+    heading = (f'Running the taxi pipeline on {options["data_root"]}\n'
+               f'  outputs under {output_root}')
 
     def run_it(local_runner, printer):
       return local_runner.run(local_runner.local_options(output_root,
@@ -353,9 +356,8 @@ def _run(args) -> int:
                           f'-{os.getpid()}.log')
   os.makedirs(os.path.dirname(log_path), exist_ok=True)
   print(f'{heading}\n'
-        f'  outputs under {output_root}\n'
         f'  full log: {log_path}', flush=True)
-  with _output_to_log(log_path, enabled=not args.verbose) as console:
+  with common.output_to_log(log_path, enabled=not args.verbose) as console:
     try:
       # TFX and TensorFlow load here, after the arguments are checked.
       from tfx_tpu_trainer_cli import local_runner  # pylint: disable=g-import-not-at-top
@@ -385,11 +387,12 @@ def _prepare_user_pipeline(args, output_root: str):
   A pipeline without a metadata config gets SQLite under `output_root`;
   every TPUTrainer's module file is checked against the contract first.
   """
+  from tfx_tpu_trainer_cli import user_pipeline  # pylint: disable=g-import-not-at-top
   _bundled_only_options(args)
+  user_pipeline.parse_spec(args.pipeline)  # Before TFX loads.
   if os.path.exists(output_root) and not os.path.isdir(output_root):
     raise common.UsageError(f'--output-root {output_root!r} is not a directory.')
   from tfx_tpu_trainer import component  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer_cli import user_pipeline  # pylint: disable=g-import-not-at-top
   pipeline = user_pipeline.load_pipeline(args.pipeline)
   if args.beam_arg:
     from tfx.dsl.components.base import executor_spec  # pylint: disable=g-import-not-at-top
@@ -413,34 +416,6 @@ def _prepare_user_pipeline(args, output_root: str):
     pipeline.metadata_connection_config = (
         metadata.sqlite_metadata_connection_config(path))
   return pipeline, (module_files[0] if module_files else None)
-
-
-@contextlib.contextmanager
-def _output_to_log(log_path: str, enabled: bool):
-  """Sends file descriptors 1 and 2 (TF, Beam, pip output) to `log_path`.
-
-  Yields a stream to the original stdout, for progress lines.
-  """
-  if not enabled:
-    yield sys.stdout
-    return
-  sys.stdout.flush()
-  sys.stderr.flush()
-  saved_out, saved_err = os.dup(1), os.dup(2)
-  console = os.fdopen(os.dup(saved_out), 'w', buffering=1)
-  with open(log_path, 'ab') as log:
-    os.dup2(log.fileno(), 1)
-    os.dup2(log.fileno(), 2)
-    try:
-      yield console
-    finally:
-      sys.stdout.flush()
-      sys.stderr.flush()
-      os.dup2(saved_out, 1)
-      os.dup2(saved_err, 2)
-      os.close(saved_out)
-      os.close(saved_err)
-      console.close()
 
 
 def _quiet_tensorflow() -> None:
@@ -477,10 +452,24 @@ def _print_summary(summary, module_file: Optional[str] = None) -> None:
     print(f'  Transformed examples:   {summary.transformed_examples_path}')
   if (module_file and summary.transform_graph_path and
       summary.transformed_examples_path):
-    print('  TPU preflight:          tfx-tpu-trainer preflight --module-file '
+    print(f'  TPU preflight:          {command_name()} preflight --module-file '
           f'{shlex.quote(module_file)} --examples '
           f'{shlex.quote(summary.transformed_examples_path)} '
           f'--transform-graph {shlex.quote(summary.transform_graph_path)}')
+
+
+def command_name() -> str:
+  """`tfx-tpu-trainer` where the shell finds this one; else its full path.
+
+  So that a command the summary prints works when pasted: `make run` calls
+  .venv/bin/tfx-tpu-trainer without putting .venv/bin on PATH.
+  """
+  installed = os.path.join(os.path.dirname(sys.executable), 'tfx-tpu-trainer')
+  found = shutil.which('tfx-tpu-trainer')
+  if not os.path.isfile(installed) or (
+      found and os.path.realpath(found) == os.path.realpath(installed)):
+    return 'tfx-tpu-trainer'
+  return shlex.quote(installed)
 
 
 # Modules that each define `add_parser(subparsers)` for one more subcommand;

@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from tfx_tpu_trainer.publishing import training_events
+from tfx_tpu_trainer.training import curves
 from tfx_tpu_trainer.publishing import training_report as report
 
 PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
@@ -28,8 +29,12 @@ def _write_events(directory, points):
 
 
 def _training(model_run, steps=(100, 200, 300)):
-  _write_events(model_run, [(step, {'loss': 1.0 / step,
-                                    'global_step/sec': 50.0 + step})
+  """The estimator's curves and the trainer's (training/curves.py)."""
+  _write_events(model_run, [(step, {
+      'loss': 1.0 / step, 'global_step/sec': 50.0 + step,
+      curves.LOSS_TAG: 1.0 / step,
+      curves.STEP_RATE_TAG: 500.0 + step,
+      curves.EXAMPLE_RATE_TAG: 64 * (500.0 + step)})
                             for step in steps])
 
 
@@ -68,10 +73,13 @@ def test_report_has_curves_tables_and_png_files(tmp_path):
   assert sorted(os.listdir(os.path.join(model_run, 'training_report'))) == [
       'eval_accuracy.png', 'eval_auc.png', 'eval_loss.png', 'loss.png',
       'steps_per_sec.png']
-  for caption in ('Training loss', 'Training speed (steps/s)',
-                  'Evaluation: accuracy', 'Evaluation: auc',
-                  'Evaluation: loss'):
-    assert f'<figcaption>{caption}</figcaption>' in html
+  for title in ('Training loss',
+                report.SPEED_TITLE,
+                'Evaluation: accuracy', 'Evaluation: auc',
+                'Evaluation: loss'):
+    assert f'<img alt="{title}" ' in html
+  # Each title is drawn in its plot: no caption repeats it.
+  assert '<figcaption>' not in html
   assert '<tr><th>accuracy</th><td>0.8</td></tr>' in html
   assert '<tr><th>custom_config.train_batch_size</th><td>64</td></tr>' in html
   assert ('<tr><th>training and evaluation</th><td>75.0 s (0:01:15)</td>'
@@ -87,10 +95,11 @@ def test_no_event_files_still_gives_a_report_saying_so(tmp_path):
   assert _missing(html) == [
       f'No event files in {model_run}.',
       f'No event files in {os.path.join(model_run, "eval_eval")}.',
-      'No training "loss" values in the event files: the "Training loss" '
-      'plot is missing.',
-      'No training "global_step/sec" values in the event files: the '
-      '"Training speed (steps/s)" plot is missing.',
+      'No training "training/loss" values in the event files: the '
+      '"Training loss" plot is missing.',
+      'No training "training/steps_per_sec" values in the event files (it '
+      'needs two loss points): the "Training speed (saves and evaluations '
+      'left out; evaluations dotted)" plot is missing.',
       'No evaluation metrics in the event files: the evaluation curves are '
       'missing.',
       'No final evaluation metrics were recorded.',
@@ -200,3 +209,40 @@ def test_eval_plot_file_names(tmp_path, tag, file_name):
                 [(1, {tag: 0.5}), (2, {tag: 0.6})])
   report.write_report(model_run)
   assert file_name in os.listdir(os.path.join(model_run, 'training_report'))
+
+
+def test_speed_plot_is_the_trainers_with_evaluations_marked(tmp_path):
+  """The trainer's speed (evaluations left out), evaluations as dotted
+  lines; the estimator's global_step/sec only for event files without it."""
+  model_run = str(tmp_path / 'model_run')
+  _training(model_run)
+  _evaluations(model_run, steps=(100, 200, 300))
+  train = training_events.read_scalars(model_run)
+  evals = training_events.read_scalars(os.path.join(model_run, 'eval_eval'))
+  plots = {plot.file_name: plot
+           for plot in report._train_plots(train, [100, 200, 300], [])}  # pylint: disable=protected-access
+  speed = plots['steps_per_sec.png']
+  assert speed.title == (
+      'Training speed (saves and evaluations left out; evaluations dotted)')
+  assert speed.png == report.plot_png(
+      speed.title, {'steps/s': train.series[curves.STEP_RATE_TAG]},
+      marks=[100, 200, 300], right_axis=('examples/s', 64.0))
+  assert speed.png != report.plot_png(
+      speed.title, {'steps/s': train.series[curves.STEP_RATE_TAG]},
+      right_axis=('examples/s', 64.0))
+  assert report._evaluation_steps(evals) == [100, 200, 300]  # pylint: disable=protected-access
+  assert plots['loss.png'].png == report.plot_png(
+      'Training loss', {'loss': train.series[curves.LOSS_TAG]})
+
+
+def test_event_files_of_the_estimator_alone_still_plot(tmp_path):
+  model_run = str(tmp_path / 'model_run')
+  _write_events(model_run, [(step, {'loss': 1.0 / step,
+                                    'global_step/sec': 50.0 + step})
+                            for step in (100, 200)])
+  train = training_events.read_scalars(model_run)
+  problems = []
+  plots = report._train_plots(train, [], problems)  # pylint: disable=protected-access
+  assert [plot.title for plot in plots] == [
+      'Training loss', 'Training speed (steps/s, evaluations included)']
+  assert problems == []

@@ -1,11 +1,15 @@
 """Live training progress: the bar, the plain lines, and the hook's fetches."""
 
 import io
+import os
+import pty
+import select
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from tfx_tpu_trainer.training import curves
 from tfx_tpu_trainer.training import progress
 
 
@@ -23,6 +27,16 @@ class _Clock:
 
   def __call__(self):
     self.now += self.step
+    return self.now
+
+
+class _ManualClock:
+  """A clock that moves only when told."""
+
+  def __init__(self):
+    self.now = 0.0
+
+  def __call__(self):
     return self.now
 
 
@@ -70,9 +84,11 @@ def test_hook_fetches_only_the_first_and_the_last_run_within_the_interval(
   assert hook.fetching_runs in (2, 3)
   lines = stream.getvalue().splitlines()
   assert lines[0].startswith('Training: step ')
-  assert ', ? examples/s, loss ' in lines[0]
+  # No rate yet: the first line says nothing of it.
+  assert lines[0].endswith(' loss ' + lines[0].split(' loss ')[-1])
+  assert '?' not in lines[0] and 'ETA' not in lines[0]
   assert lines[-1].startswith('Training: step 20/20 (100%), ')
-  assert 'loss ?' not in lines[-1]
+  assert '?' not in lines[-1]
 
 
 class _LossRecorder(tf.compat.v1.train.SessionRunHook):
@@ -121,11 +137,12 @@ def test_host_loop_runs_show_the_last_loss_and_the_rate(tmp_path):
   assert recorder.losses[0] != recorder.losses[1]
   assert hook.fetching_runs == 2
   lines = stream.getvalue().splitlines()
-  assert lines[0].startswith('Training: step 100/200 (50%), ? examples/s, '
-                             f'loss {recorder.losses[0]:.4g}, ')
+  assert lines[0] == ('Training: step 100/200 (50%), '
+                      f'loss {recorder.losses[0]:.4g}')
   assert lines[-1].startswith('Training: step 200/200 (100%), ')
   rate, loss = lines[-1].split(', ')[1:3]
-  assert rate == '400 examples/s'  # 100 steps of 4 in the run's 1 s.
+  # 100 steps of 4 in the run's 1 s (two reads of the 1 s clock apart).
+  assert rate == '50 steps/s (200 examples/s)'
   assert loss == f'loss {recorder.losses[1]:.4g}'
 
 
@@ -137,39 +154,54 @@ def test_hook_fetches_step_and_loss_once_per_interval(tmp_path):
   assert hook.fetching_runs == 20
   output = stream.getvalue()
   assert 'Training: 100%' in output and '20/20' in output
-  assert 'examples/s, loss ' in output and 'loss ?' not in output.split(
-      '\r')[-1]
+  final_bar = output.split('\r')[-1]
+  assert 'steps/s (' in final_bar and 'examples/s), loss ' in final_bar
+  assert '?' not in final_bar
 
 
 def test_terminal_bar_prints_evaluations_above_it():
   stream = _Terminal()
-  reporter = progress.ProgressReporter(100, 32, stream=stream,
-                                       clock=_Clock(0.5))
+  clock = _ManualClock()
+  training_clock = curves.TrainingClock(clock)
+  reporter = progress.ProgressReporter(100, 32, stream=stream, clock=clock,
+                                       training_clock=training_clock)
   reporter.start(0)
+  clock.now = 0.5
   reporter.update(25, 0.5)
+  clock.now = 1.0
   reporter.update(50, 0.25)
+  # The evaluation's 30 s are not training time (the CurvesHook's clock
+  # stops at the checkpoint save before it).
+  training_clock.stop()
+  clock.now = 31.0
   reporter.evaluation({'global_step': 50, 'accuracy': np.float32(0.75),
                        'auc': 0.8125})
+  training_clock.start()
+  clock.now = 32.0
   reporter.update(100, 0.125, final=True)
   reporter.close()
   output = stream.getvalue()
   assert 'Evaluation at step 50: accuracy=0.75, auc=0.8125\n' in output
   assert '50/100' in output and '100/100' in output
-  # 25 steps of 32 examples in 0.5 s (one clock read per update); the final
-  # update (after the last evaluation) does not change the rate.
+  # 25 steps in 0.5 s, then 50 in 1 s: 50 steps/s, 1,600 examples of 32.
   final_bar = output.split('\r')[-1]
   assert '100/100' in final_bar
-  assert final_bar.endswith('1,600 examples/s, loss 0.125]\n')
+  assert final_bar.endswith(
+      '50 steps/s (1,600 examples/s), loss 0.125, ETA 0:00:00]\n')
+  # tqdm's own rate and time left (evaluations in them) are not shown.
+  assert 'it/s' not in output and 'step/s' not in output
+  assert '<' not in final_bar
   # Progress lines stay in the log under a bar: only evaluations print.
   assert 'Training: step' not in output
 
 
 def test_plain_lines_when_not_a_terminal():
   stream = io.StringIO()
-  clock = _Clock(progress.LINE_INTERVAL_SECS / 3)
+  clock = _ManualClock()
   reporter = progress.ProgressReporter(300, 10, stream=stream, clock=clock)
   reporter.start(0)
   for step in range(30, 301, 30):
+    clock.now += progress.LINE_INTERVAL_SECS / 3
     reporter.update(step, 1.0 / step, final=step == 300)
   reporter.evaluation({'global_step': 300, 'loss': float('nan')})
   reporter.close()
@@ -185,17 +217,100 @@ def test_plain_lines_when_not_a_terminal():
   assert '\r' not in stream.getvalue()
 
 
-def test_eta_from_examples_per_second():
+def test_eta_from_the_one_rate():
+  clock = _ManualClock()
+  training_clock = curves.TrainingClock(clock)
   reporter = progress.ProgressReporter(1000, 10, stream=io.StringIO(),
-                                       clock=_Clock(1.0))
+                                       clock=clock,
+                                       training_clock=training_clock)
   reporter.start(0)
+  clock.now = 1.0
   reporter.update(100, 0.5)  # From the session start: no rate yet.
   assert reporter.progress_line(100) == (
-      'Training: step 100/1000 (10%), ? examples/s, loss 0.5, ETA ?')
-  reporter.update(200, 0.25)  # 100 steps/s.
+      'Training: step 100/1000 (10%), loss 0.5')
+  clock.now = 2.0
+  reporter.update(200, 0.25)  # 100 steps/s of 10 examples.
   assert reporter.progress_line(200) == (
-      'Training: step 200/1000 (20%), 1,000 examples/s, loss 0.25, '
-      'ETA 0:00:08')
+      'Training: step 200/1000 (20%), 100 steps/s (1,000 examples/s), '
+      'loss 0.25, ETA 0:00:08')
+  # A 10 s evaluation: not in the rate, in the time left (300 steps took
+  # 13 s so far: 700 more take 30 s).
+  training_clock.stop()
+  clock.now = 12.0
+  training_clock.start()
+  clock.now = 13.0
+  reporter.update(300, 0.2)
+  assert reporter.progress_line(300) == (
+      'Training: step 300/1000 (30%), 100 steps/s (1,000 examples/s), '
+      'loss 0.2, ETA 0:00:30')
+
+
+def test_short_run_final_line_has_the_rate_without_evaluations():
+  """A 100-step training in plain lines: a first line (no rate yet, and no
+  '?'), evaluations every 20 steps inside training, and the final line
+  with the rate of training time alone and no '?'."""
+  stream = io.StringIO()
+  clock = _ManualClock()
+  training_clock = curves.TrainingClock(clock)
+  reporter = progress.ProgressReporter(100, 64, stream=stream, clock=clock,
+                                       training_clock=training_clock)
+  reporter.start(0)
+  clock.now = 2.0  # The first run: start-up.
+  reporter.update(20, 0.7)
+  for step in (40, 60, 80, 100):
+    clock.now += 0.2  # 20 steps of training...
+    training_clock.stop()
+    clock.now += 5.0  # ... and an evaluation.
+    reporter.evaluation({'global_step': step, 'loss': 0.5})
+    training_clock.start()
+  reporter.update(100, 0.4, final=True)
+  reporter.close()
+  lines = [line for line in stream.getvalue().splitlines()
+           if line.startswith('Training')]
+  assert lines == [
+      'Training: step 20/100 (20%), loss 0.7',
+      'Training: step 100/100 (100%), 100 steps/s (6,400 examples/s), '
+      'loss 0.4, ETA 0:00:00']
+
+
+def _read_all(descriptor):
+  """What the pty holds: reads until a read would wait."""
+  chunks = []
+  while select.select([descriptor], [], [], 1.0)[0]:
+    chunk = os.read(descriptor, 65536)
+    if not chunk:
+      break
+    chunks.append(chunk)
+  return b''.join(chunks).decode()
+
+
+def test_terminal_of_zero_columns_gets_plain_lines():
+  """`script` started from a non-terminal: a terminal of 0 x 0, on which
+  tqdm would draw nothing at all."""
+  primary, secondary = pty.openpty()
+  try:
+    with os.fdopen(secondary, 'w', closefd=False) as terminal:
+      assert terminal.isatty()
+      assert os.get_terminal_size(secondary).columns == 0
+      clock = _ManualClock()
+      reporter = progress.ProgressReporter(100, 8, stream=terminal,
+                                           clock=clock)
+      reporter.start(0)
+      clock.now = 1.0
+      reporter.update(50, 0.5)
+      clock.now = 2.0
+      reporter.update(100, 0.25, final=True)
+      reporter.close()
+      terminal.flush()
+      written = _read_all(primary)
+  finally:
+    os.close(primary)
+    os.close(secondary)
+  lines = written.replace('\r\n', '\n').splitlines()
+  assert lines == [
+      'Training: step 50/100 (50%), loss 0.5',
+      'Training: step 100/100 (100%), 50 steps/s (400 examples/s), loss '
+      '0.25, ETA 0:00:00']
 
 
 def test_console_context_sends_progress_to_the_given_stream():

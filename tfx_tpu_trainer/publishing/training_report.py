@@ -9,23 +9,27 @@ import math
 import numbers
 import os
 import re
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from absl import logging
 from tfx.dsl.io import fileio
 
 from tfx_tpu_trainer.publishing import training_events
+from tfx_tpu_trainer.training import curves
 
-__all__ = ['REPORT_FILE_NAME', 'PLOTS_DIR_NAME', 'EVAL_NAME', 'LOSS_TAG',
-           'STEP_RATE_TAG', 'EXAMPLE_RATE_TAG', 'Plot', 'report_path',
+__all__ = ['REPORT_FILE_NAME', 'PLOTS_DIR_NAME', 'EVAL_NAME', 'Plot',
+           'report_path',
            'write_report_safely', 'write_report', 'plot_png', 'render_html']
 
 REPORT_FILE_NAME = 'training_report.html'
 PLOTS_DIR_NAME = 'training_report'
 EVAL_NAME = 'eval'  # evaluation.EVAL_NAME: evaluations write eval_<name>/.
-LOSS_TAG = 'loss'
-STEP_RATE_TAG = 'global_step/sec'
-EXAMPLE_RATE_TAG = 'examples/sec'
+# The estimator's own curves, plotted for event files written before the
+# trainer wrote its own (curves.LOSS_TAG, STEP_RATE_TAG).
+ESTIMATOR_LOSS_TAG = 'loss'
+ESTIMATOR_STEP_RATE_TAG = 'global_step/sec'
+LOSS_TITLE = 'Training loss'
+SPEED_TITLE = 'Training speed (saves and evaluations left out; evaluations dotted)'
 # Eval summaries that are bookkeeping, not metrics.
 _NOT_METRICS = ('global_step',)
 
@@ -79,7 +83,8 @@ def write_report(model_run_dir: str,
   evals = training_events.read_scalars(
       os.path.join(model_run_dir, f'eval_{eval_name}'))
   problems = list(train.problems) + list(evals.problems)
-  plots = _train_plots(train, problems) + _eval_plots(evals, problems)
+  plots = (_train_plots(train, _evaluation_steps(evals), problems) +
+           _eval_plots(evals, problems))
   final = dict(final_metrics or {})
   if not final:
     problems.append('No final evaluation metrics were recorded.')
@@ -104,20 +109,47 @@ def write_report(model_run_dir: str,
   return path
 
 
-def _train_plots(train: training_events.Scalars,
+def _train_plots(train: training_events.Scalars, evaluation_steps: List[int],
                  problems: List[str]) -> List[Plot]:
+  """The loss, and the speed in steps/s with examples/s on its right axis."""
   plots = []
-  for tag, title, file_name in (
-      (LOSS_TAG, 'Training loss', 'loss.png'),
-      (STEP_RATE_TAG, 'Training speed (steps/s)', 'steps_per_sec.png'),
-      (EXAMPLE_RATE_TAG, 'Training speed (examples/s)', 'examples_per_sec.png')):
-    series = train.series.get(tag)
-    if series:
-      plots.append(Plot(title, file_name, plot_png(title, {tag: series})))
-    elif tag != EXAMPLE_RATE_TAG:  # Only TPUEstimator writes examples/sec.
-      problems.append(f'No training "{tag}" values in the event files: the '
-                      f'"{title}" plot is missing.')
+  loss_tag = _first_present(train, curves.LOSS_TAG,
+                            ESTIMATOR_LOSS_TAG)
+  if loss_tag:
+    plots.append(Plot(LOSS_TITLE, 'loss.png', plot_png(
+        LOSS_TITLE, {'loss': train.series[loss_tag]})))
+  else:
+    problems.append(f'No training "{curves.LOSS_TAG}" values in the '
+                    f'event files: the "{LOSS_TITLE}" plot is missing.')
+  steps_per_sec = train.series.get(curves.STEP_RATE_TAG)
+  if steps_per_sec:
+    examples = dict(train.series.get(curves.EXAMPLE_RATE_TAG) or [])
+    step, rate = steps_per_sec[0]
+    batch_size = examples[step] / rate if examples.get(step) else None
+    plots.append(Plot(SPEED_TITLE, 'steps_per_sec.png', plot_png(
+        SPEED_TITLE, {'steps/s': steps_per_sec}, marks=evaluation_steps,
+        right_axis=('examples/s', batch_size) if batch_size else None)))
+  elif train.series.get(ESTIMATOR_STEP_RATE_TAG):
+    title = 'Training speed (steps/s, evaluations included)'
+    plots.append(Plot(title, 'steps_per_sec.png', plot_png(
+        title, {'steps/s': train.series[ESTIMATOR_STEP_RATE_TAG]},
+        marks=evaluation_steps)))
+  else:
+    problems.append(
+        f'No training "{curves.STEP_RATE_TAG}" values in the event '
+        f'files (it needs two loss points): the "{SPEED_TITLE}" plot is '
+        'missing.')
   return plots
+
+
+def _first_present(scalars: training_events.Scalars,
+                   *tags: str) -> Optional[str]:
+  return next((tag for tag in tags if scalars.series.get(tag)), None)
+
+
+def _evaluation_steps(evals: training_events.Scalars) -> List[int]:
+  return sorted({step for tag, series in evals.series.items()
+                 if tag not in _NOT_METRICS for step, _ in series})
 
 
 def _eval_plots(evals: training_events.Scalars,
@@ -138,9 +170,21 @@ def _eval_plots(evals: training_events.Scalars,
           for tag, series in sorted(metrics.items())]
 
 
-def plot_png(title: str, series: Mapping[str, training_events.Series]
-            ) -> bytes:
-  """A line plot (value over step) of each series, as PNG bytes."""
+def plot_png(title: str, series: Mapping[str, training_events.Series],
+             marks: Sequence[int] = (),
+             right_axis: Optional[Tuple[str, float]] = None) -> bytes:
+  """A line plot (value over step) of each series, as PNG bytes.
+
+  Args:
+    title: the plot's title.
+    series: name -> [(step, value)].
+    marks: steps marked with a dotted vertical line (evaluations).
+    right_axis: (label, factor): a right axis showing the values times
+      factor (examples/s beside steps/s).
+
+  Returns:
+    The PNG.
+  """
   # Imported here: matplotlib loads only when a report is drawn, and a
   # failure to load it is a report failure (logged), not an executor one.
   from matplotlib import figure as figure_lib  # pylint: disable=g-import-not-at-top
@@ -153,8 +197,17 @@ def plot_png(title: str, series: Mapping[str, training_events.Series]
     values = [value for _, value in points]
     axes.plot(steps, values, marker='o' if len(points) <= 30 else None,
               markersize=3, label=name)
+  for step in marks:
+    axes.axvline(step, color='grey', linestyle=':', linewidth=1)
   axes.set_title(title)
   axes.set_xlabel('step')
+  if len(series) == 1:
+    axes.set_ylabel(next(iter(series)))
+  if right_axis:
+    label, factor = right_axis
+    right = axes.secondary_yaxis(
+        'right', functions=(lambda v: v * factor, lambda v: v / factor))
+    right.set_ylabel(label)
   axes.grid(True, alpha=0.3)
   if len(series) > 1:
     axes.legend()
@@ -185,9 +238,9 @@ def render_html(plots: Sequence[Plot], final_metrics: Mapping[str, Any],
     parts.append('<p>No curves: the event files held no values to plot.</p>')
   for plot in plots:
     data = base64.b64encode(plot.png).decode('ascii')
+    # The title is drawn in the image: no caption repeats it.
     parts.append(f'<figure><img alt="{_text(plot.title)}" '
-                 f'src="data:image/png;base64,{data}">'
-                 f'<figcaption>{_text(plot.title)}</figcaption></figure>')
+                 f'src="data:image/png;base64,{data}"></figure>')
   parts.append('<h2>Timings</h2>')
   parts.append(_table({name: _seconds(value)
                        for name, value in timings.items()},

@@ -2,7 +2,9 @@
 
 import contextlib
 import datetime
+import io
 import math
+import os
 import sys
 import time
 from typing import Any, Iterator, Mapping, Optional, TextIO
@@ -11,6 +13,7 @@ from absl import logging
 import tensorflow as tf
 import tqdm
 
+from tfx_tpu_trainer.training import curves
 from tfx_tpu_trainer.training import host_loop
 
 __all__ = ['TERMINAL_INTERVAL_SECS', 'LINE_INTERVAL_SECS', 'EXPORTER_NAME',
@@ -20,9 +23,13 @@ __all__ = ['TERMINAL_INTERVAL_SECS', 'LINE_INTERVAL_SECS', 'EXPORTER_NAME',
 # How often a terminal bar is redrawn, and how often a plain line is written.
 TERMINAL_INTERVAL_SECS = 0.5
 LINE_INTERVAL_SECS = 15.0
-# The weight of the newest interval in the smoothed examples/s.
+# The weight of the newest interval in the smoothed rate.
 _RATE_SMOOTHING = 0.3
 EXPORTER_NAME = 'tfx_tpu_trainer_progress'
+# The bar without tqdm's own rate and time left (they count evaluations):
+# the postfix carries the one rate and the ETA.
+_BAR_FORMAT = ('{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} '
+               '[{elapsed}{postfix}]')
 
 # Where progress goes when no stream is given: set by `console()`.
 _console: Optional[TextIO] = None
@@ -79,17 +86,22 @@ class ProgressReporter:
 
   def __init__(self, train_steps: int, batch_size: int,
                stream: Optional[TextIO] = None,
-               clock=time.monotonic):
+               clock=time.monotonic,
+               training_clock: Optional[curves.TrainingClock] = None):
     self.train_steps = train_steps
     self.batch_size = batch_size
     self._explicit_stream = stream or _console
     self._stream = self._explicit_stream or sys.stderr
     self._terminal = _is_terminal(self._stream)
     self._clock = clock
+    # Rates count training time only: the clock the CurvesHook stops for
+    # evaluations (without one, all the time since the start).
+    self._training_clock = training_clock or curves.TrainingClock(clock)
     self._bar = None
     self._first = None  # (time, step) when the first session started.
-    self._last = None  # (time, step) of the last update.
-    self._examples_per_sec = None
+    self._last = None  # (training seconds, step) of the last update.
+    self._last_time = None  # The clock at the last update.
+    self._steps_per_sec = None
     self._last_is_start = False
     self._loss = None
     self._last_line = -math.inf
@@ -110,14 +122,16 @@ class ProgressReporter:
   def start(self, step: int) -> None:
     """Training (re)starts at `step`."""
     now = self._clock()
+    self._training_clock.start()
     if self._first is None:
       self._first = (now, step)
       if self._terminal:
         self._bar = tqdm.tqdm(
             total=self.train_steps, initial=step, unit='step',
             file=self._stream, dynamic_ncols=True, mininterval=0,
-            smoothing=_RATE_SMOOTHING, desc='Training')
-    self._last = (now, step)
+            bar_format=_BAR_FORMAT, desc='Training')
+    self._last = (self._training_clock.seconds(), step)
+    self._last_time = now
     self._last_is_start = True
 
   def update(self, step: int, loss: Optional[float],
@@ -126,36 +140,38 @@ class ProgressReporter:
     now = self._clock()
     if self._last is None:
       self.start(step)
-    last_time, last_step = self._last
-    # Not from the session's start (its start-up), nor to its end (which
-    # follows the final checkpoint's evaluation).
-    if (not self._last_is_start and not final and now > last_time and
-        step > last_step):
-      rate = (step - last_step) * self.batch_size / (now - last_time)
-      self._examples_per_sec = (
-          rate if self._examples_per_sec is None else
+    last_seconds, last_step = self._last
+    seconds = self._training_clock.seconds()
+    # Not from the session's start (its start-up); evaluations are not in
+    # the training clock's seconds.
+    if not self._last_is_start and seconds > last_seconds and step > last_step:
+      rate = (step - last_step) / (seconds - last_seconds)
+      self._steps_per_sec = (
+          rate if self._steps_per_sec is None else
           _RATE_SMOOTHING * rate +
-          (1 - _RATE_SMOOTHING) * self._examples_per_sec)
+          (1 - _RATE_SMOOTHING) * self._steps_per_sec)
     self._last_is_start = False
-    self._last = (now, step)
+    self._last = (seconds, step)
+    self._last_time = now
     if loss is not None:
       self._loss = loss
     if self._bar is not None:
-      self._bar.set_postfix_str(self._postfix(), refresh=False)
+      self._bar.set_postfix_str(self._postfix(step), refresh=False)
       self._bar.update(max(0, step - self._bar.n))
     if final or now - self._last_line >= LINE_INTERVAL_SECS:
       self._last_line = now
       self._line(self.progress_line(step))
 
   def progress_line(self, step: int) -> str:
-    """`step S/T (P%), N examples/s, loss L, ETA H:MM:SS`."""
+    """`step S/T (P%), R steps/s (E examples/s), loss L, ETA H:MM:SS`.
+
+    The rate and the ETA appear once a rate is known, the loss once one was
+    fetched.
+    """
     percent = 100.0 * step / self.train_steps if self.train_steps else 100.0
-    eta = None
-    if self._examples_per_sec:
-      eta = ((self.train_steps - step) * self.batch_size /
-             self._examples_per_sec)
-    return (f'Training: step {step}/{self.train_steps} ({percent:.0f}%), '
-            f'{self._postfix()}, ETA {_duration(eta)}')
+    postfix = self._postfix(step)
+    return (f'Training: step {step}/{self.train_steps} ({percent:.0f}%)' +
+            (f', {postfix}' if postfix else ''))
 
   def evaluation(self, metrics: Mapping[str, Any]) -> None:
     """Prints a line for an evaluation's metrics."""
@@ -169,15 +185,34 @@ class ProgressReporter:
       self._bar.close()
       self._bar = None
     if self._first is not None and self._last is not None:
-      (start, first_step), (end, last_step) = self._first, self._last
-      logging.info('Training progress: steps %d to %d in %s.', first_step,
-                   last_step, _duration(end - start))
+      (start, first_step), (seconds, last_step) = self._first, self._last
+      logging.info('Training progress: steps %d to %d in %s (%s training).',
+                   first_step, last_step, _duration(self._last_time - start),
+                   _duration(seconds))
 
-  def _postfix(self) -> str:
-    rate = ('?' if self._examples_per_sec is None else
-            f'{self._examples_per_sec:,.0f}')
-    loss = '?' if self._loss is None else f'{self._loss:.4g}'
-    return f'{rate} examples/s, loss {loss}'
+  def _postfix(self, step: int) -> str:
+    """`R steps/s (E examples/s), loss L, ETA H:MM:SS`, the known parts."""
+    parts = []
+    if self._steps_per_sec:
+      parts.append(f'{_rate(self._steps_per_sec)} steps/s '
+                   f'({self._steps_per_sec * self.batch_size:,.0f} '
+                   'examples/s)')
+    if self._loss is not None:
+      parts.append(f'loss {self._loss:.4g}')
+    if self._steps_per_sec:
+      parts.append(f'ETA {_duration(self._eta(step))}')
+    return ', '.join(parts)
+
+  def _eta(self, step: int) -> float:
+    """The time left at the pace so far, evaluations and saves included.
+
+    (The rate shown leaves them out; the time left has them to come.)
+    """
+    (start, first_step), now = self._first, self._last_time
+    if step <= first_step or now <= start:
+      return max(0, self.train_steps - step) / self._steps_per_sec
+    return (max(0, self.train_steps - step) * (now - start) /
+            (step - first_step))
 
   def _line(self, text: str, always_to_stream: bool = False) -> None:
     """Logs `text`; shows it too unless it is a progress line under a bar."""
@@ -282,8 +317,24 @@ def _float(value) -> Optional[float]:
     return None
 
 
+def _rate(steps_per_sec: float) -> str:
+  return (f'{steps_per_sec:,.0f}' if steps_per_sec >= 100 else
+          f'{steps_per_sec:.3g}')
+
+
 def _is_terminal(stream) -> bool:
+  """A terminal a bar can be drawn on: one that reports its size.
+
+  A terminal of 0 columns or 0 rows (`script` started from a non-terminal)
+  makes tqdm draw nothing at all: it gets the plain lines.
+  """
   try:
-    return bool(stream.isatty())
+    if not stream.isatty():
+      return False
   except (AttributeError, ValueError):  # No isatty, or a closed stream.
     return False
+  try:
+    size = os.get_terminal_size(stream.fileno())
+  except (AttributeError, ValueError, OSError, io.UnsupportedOperation):
+    return True  # A terminal without a descriptor (a test's, a notebook's).
+  return size.columns > 0 and size.lines > 0

@@ -9,6 +9,7 @@ from tensorflow import estimator as tf_estimator
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer.data import input_fns
 from tfx_tpu_trainer.training import cluster
+from tfx_tpu_trainer.training import curves
 from tfx_tpu_trainer.training import evaluation
 from tfx_tpu_trainer.training import progress
 
@@ -29,8 +30,10 @@ def train_and_evaluate(estimator: tf.compat.v1.estimator.tpu.TPUEstimator,
   runs `train(max_steps)` and `evaluate(steps)` in turns, one cycle per
   `save_checkpoints_steps` (one cycle when unset), which avoids re-initialising
   the TPU system inside training. With `eval_every_steps`, both evaluate at
-  every checkpoint (train_and_evaluate: no throttle). With `show_progress`,
-  progress.py shows the steps and a line per evaluation.
+  every checkpoint (train_and_evaluate: no throttle). The chief writes the
+  loss and the training speed (evaluations left out) as summaries
+  (curves.py); with `show_progress`, progress.py shows the steps and a line
+  per evaluation.
 
   Args:
     estimator: the TPUEstimator.
@@ -46,16 +49,20 @@ def train_and_evaluate(estimator: tf.compat.v1.estimator.tpu.TPUEstimator,
     infinite metrics are refused); None where this task does not publish
     (a worker or evaluator of a distributed run).
   """
-  reporter = (progress.ProgressReporter(train_steps, config.train_batch_size)
+  training_clock = curves.TrainingClock()
+  reporter = (progress.ProgressReporter(train_steps, config.train_batch_size,
+                                        training_clock=training_clock)
               if config.show_progress else None)
+  hooks = _curves_hooks(estimator, config, train_steps, training_clock)
+  hooks += [reporter.hook()] if reporter else []
   try:
     if config.eval_strategy == 'alternate':
       metrics = _alternate(estimator, config, train_input_fn, eval_input_fn,
-                           train_steps, eval_steps, reporter)
+                           train_steps, eval_steps, reporter, hooks)
     else:
       train_spec = tf_estimator.TrainSpec(
-          train_input_fn, max_steps=train_steps,
-          hooks=[reporter.hook()] if reporter else [])
+          train_input_fn, max_steps=train_steps, hooks=hooks,
+          saving_listeners=[training_clock.saving_listener()])
       eval_spec = tf_estimator.EvalSpec(
           eval_input_fn, steps=eval_steps, name=EVAL_NAME, start_delay_secs=0,
           throttle_secs=_throttle_secs(config),
@@ -70,6 +77,17 @@ def train_and_evaluate(estimator: tf.compat.v1.estimator.tpu.TPUEstimator,
                                   eval_steps, metrics)
 
 
+def _curves_hooks(estimator, config: config_lib.TrainerConfig,
+                  train_steps: int, training_clock: curves.TrainingClock):
+  """The CurvesHook, on the chief only (the one that writes summaries)."""
+  if not estimator.config.is_chief:
+    return []
+  cadence = curves.cadence_steps(train_steps,
+                                 estimator.config.save_summary_steps)
+  return [curves.CurvesHook(estimator.model_dir, train_steps,
+                            config.train_batch_size, training_clock, cadence)]
+
+
 def _throttle_secs(config: config_lib.TrainerConfig) -> int:
   """With eval_every_steps, training evaluates every checkpoint it saves.
 
@@ -82,7 +100,7 @@ def _throttle_secs(config: config_lib.TrainerConfig) -> int:
 
 
 def _alternate(estimator, config, train_input_fn, eval_input_fn, train_steps,
-               eval_steps, reporter=None):
+               eval_steps, reporter=None, hooks=None):
   cycle = config.save_checkpoints_steps or train_steps
   current = _global_step(estimator)
   metrics = None
@@ -90,8 +108,7 @@ def _alternate(estimator, config, train_input_fn, eval_input_fn, train_steps,
     target = min(current + cycle, train_steps)
     logging.info('Training from step %d to %d of %d.', current, target,
                  train_steps)
-    estimator.train(train_input_fn, max_steps=target,
-                    hooks=[reporter.hook()] if reporter else None)
+    estimator.train(train_input_fn, max_steps=target, hooks=hooks)
     metrics = estimator.evaluate(eval_input_fn, steps=eval_steps,
                                  name=EVAL_NAME)
     logging.info('Evaluation at step %d: %s', target, metrics)

@@ -1,0 +1,103 @@
+"""The trainer's curves: the loss to the last step, the speed alone."""
+
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfx_tpu_trainer import config as config_lib
+from tfx_tpu_trainer.publishing import training_events
+from tfx_tpu_trainer.training import curves
+from tfx_tpu_trainer.training import estimator_builder
+from tfx_tpu_trainer.training import schedule
+
+# Each evaluation takes at least this long: with it in the intervals, no
+# interval of 20 steps could reach 20 / EVAL_SECONDS steps/s.
+EVAL_SECONDS = 2.0
+
+
+def _model_fn(features, labels, mode, params):
+  del params
+  weights = tf.compat.v1.get_variable('w', [1, 1])
+  loss = tf.reduce_mean(tf.square(tf.matmul(features['x'], weights) - labels))
+  train_op = tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(
+      loss, global_step=tf.compat.v1.train.get_global_step())
+  return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
+      mode, loss=loss, train_op=train_op,
+      eval_metrics=(lambda labels: {'mean_label': tf.compat.v1.metrics.mean(
+          labels)}, [labels]))
+
+
+def _input_fn(params):
+  x = np.ones((8, 1), np.float32)
+  return tf.data.Dataset.from_tensor_slices(({'x': x}, 2 * x)).repeat().batch(
+      params['batch_size'], drop_remainder=True)
+
+
+def _slow_eval_input_fn(params):
+  def wait(x):
+    time.sleep(EVAL_SECONDS)
+    return x
+  dataset = _input_fn(params)
+  return dataset.map(lambda features, label: (
+      features, tf.numpy_function(wait, [label], tf.float32,
+                                  stateful=True)))
+
+
+def _train(tmp_path, strategy, train_steps=100, eval_every_steps=20):
+  config = config_lib.TrainerConfig.from_custom_config(dict(
+      train_batch_size=4, eval_batch_size=4, use_tpu=False,
+      eval_every_steps=eval_every_steps, eval_strategy=strategy,
+      show_progress=False))
+  model_dir = str(tmp_path / 'model_run')
+  estimator = estimator_builder.build_estimator(
+      _model_fn, config, estimator_builder.build_run_config(config, model_dir),
+      {})
+  schedule.train_and_evaluate(estimator, config, _input_fn,
+                              _slow_eval_input_fn, train_steps, eval_steps=1)
+  return training_events.read_scalars(model_dir)
+
+
+@pytest.mark.parametrize('strategy', ['train_and_evaluate', 'alternate'])
+def test_loss_to_the_last_step_and_speed_without_evaluations(tmp_path,
+                                                             strategy):
+  scalars = _train(tmp_path, strategy)
+  loss_steps = [step for step, _ in scalars.series[curves.LOSS_TAG]]
+  # The cadence of a 100-step run is 10 steps; loops of 20 end at 20, 40...
+  assert curves.cadence_steps(100, 100) == 10
+  assert loss_steps == [20, 40, 60, 80, 100]
+  rates = scalars.series[curves.STEP_RATE_TAG]
+  # From the second point of each session on (no rate across a start-up).
+  assert [step for step, _ in rates][-1] == 100
+  assert len(rates) >= 2
+  # Every interval of 20 steps held an evaluation of >= EVAL_SECONDS: a
+  # rate above 20 / EVAL_SECONDS shows the evaluations were left out.
+  assert min(rate for _, rate in rates) > 2 * 20 / EVAL_SECONDS, rates
+  examples = dict(scalars.series[curves.EXAMPLE_RATE_TAG])
+  for step, rate in rates:
+    assert examples[step] == pytest.approx(4 * rate, rel=1e-5)
+  # The estimator's own step rate counts the evaluations (what the report
+  # no longer plots).
+  assert 'loss' in scalars.series
+
+
+@pytest.mark.parametrize('train_steps,summary_steps,expected', [
+    (1000, 100, 100), (100, 100, 10), (5, 100, 1), (1000, 20, 20),
+    (1000, None, 100)])
+def test_cadence(train_steps, summary_steps, expected):
+  assert curves.cadence_steps(train_steps, summary_steps) == expected
+
+
+def test_training_clock_leaves_out_stopped_time():
+  now = [0.0]
+  clock = curves.TrainingClock(lambda: now[0])
+  clock.start()
+  now[0] = 2.0
+  clock.stop()
+  now[0] = 100.0  # An evaluation.
+  assert clock.seconds() == 2.0
+  clock.start()
+  clock.start()  # Already running: no effect.
+  now[0] = 103.0
+  assert clock.seconds() == 5.0
