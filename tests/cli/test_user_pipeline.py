@@ -405,8 +405,10 @@ def test_run_pipeline_runs_the_user_pipeline_to_a_pushed_model(
   assert pushed.startswith(str(penguin_env / 'root' / 'serving_model'))
   assert os.path.isfile(os.path.join(pushed, 'saved_model.pb'))
   assert 'Pushed model tag sets:  {serve}, {serve, tpu}' in out
-  assert 'TPU preflight:          tfx-tpu-trainer preflight --module-file ' in (
-      out)
+  # The command a pasted line finds: the full path off PATH.
+  from tfx_tpu_trainer_cli import run  # pylint: disable=g-import-not-at-top
+  assert (f'TPU preflight:          {run.command_name()} preflight '
+          '--module-file ') in out
   # No metadata config in the pipeline: SQLite under --output-root.
   assert (output_root / 'metadata' / 'penguin-tpu' / 'metadata.db').exists()
 
