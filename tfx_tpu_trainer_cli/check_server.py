@@ -116,8 +116,19 @@ def _server_environment() -> Dict[str, str]:
 
 
 def serve() -> None:
-  """The server: one JSON request a line in, one child's exit code out."""
-  from tfx_tpu_trainer import user_module  # pylint: disable=g-import-not-at-top,unused-import
+  """The server: one JSON request a line in, one child's exit code out.
+
+  What a check imports is loaded here, once (user_module imports TFX only
+  inside its functions), so each forked check starts with TensorFlow and
+  TFX in memory and its output is the module's own.
+  """
+  # pylint: disable=g-import-not-at-top,unused-import
+  import tensorflow
+  from tfx.components.util import udf_utils
+  from tfx.types import standard_component_specs
+  from tfx.utils import io_utils
+  from tfx_tpu_trainer import user_module
+  # pylint: enable=g-import-not-at-top,unused-import
   for line in sys.stdin:
     request = json.loads(line)
     pid = os.fork()
