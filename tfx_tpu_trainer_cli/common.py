@@ -6,7 +6,7 @@ import difflib
 import os
 import re
 import sys
-from typing import List, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 EXIT_USAGE = 2
 
@@ -113,3 +113,26 @@ def output_to_log(log_path: str, enabled: bool = True):
       os.close(saved_out)
       os.close(saved_err)
       console.close()
+
+
+def evaluator_options(trainer_module_file: str, preprocessing_module_file: str,
+                      data_root: str, custom_config: Mapping[str, Any],
+                      label_key: Optional[str],
+                      prediction_key: Optional[str]) -> Dict[str, Any]:
+  """The taxi pipeline's Evaluator options, for `run` and `compile` alike.
+
+  Raises:
+    UsageError: naming the module and what to pass.
+  """
+  from tfx_tpu_trainer_cli import evaluator_keys  # pylint: disable=g-import-not-at-top
+  try:
+    return evaluator_keys.evaluator_options(
+        trainer_module_file, preprocessing_module_file, data_root,
+        custom_config, label_override=label_key,
+        prediction_override=prediction_key)
+  except evaluator_keys.EvaluatorKeyError as e:
+    raise UsageError(str(e)) from e
+  except Exception as e:  # pylint: disable=broad-except
+    raise UsageError(
+        f'--module-file: the Evaluator\'s keys could not be found from '
+        f'{trainer_module_file}: {type(e).__name__}: {e}') from e

@@ -24,6 +24,8 @@ _BUNDLED_ONLY = {
     '--pipeline-name': ('pipeline_name', None),
     '--module-file': ('module_file', None),
     '--preprocessing-module-file': ('preprocessing_module_file', None),
+    '--eval-label-key': ('eval_label_key', None),
+    '--eval-prediction-key': ('eval_prediction_key', None),
     '--train-steps': ('train_steps', 1000),
     '--eval-steps': ('eval_steps', 50),
     '--train-batch-size': ('train_batch_size', 64),
@@ -106,6 +108,16 @@ def add_parser(subparsers) -> None:
       'image; Transform imports its preprocessing_fn by module name, with '
       'the file\'s folder on every step\'s PYTHONPATH (default: '
       '/tfx-tpu-trainer/components/taxi_preprocessing.py).')
+  parser.add_argument(
+      '--eval-label-key', default=None,
+      help='The label the Evaluator reads, a transformed feature (default: '
+      'as `run` finds it from the module files, which must then be files on '
+      'this machine at the paths given; the bundled modules keep the raw '
+      'big_tipper label).')
+  parser.add_argument(
+      '--eval-prediction-key', default=None,
+      help='The output of the model\'s serving_default signature the '
+      'Evaluator reads (default: as `run` finds it from the module files).')
   parser.add_argument('--serving-model-dir', default=None,
                       help='Where Pusher pushes (default: '
                       '<pipeline root>/serving_model).')
@@ -421,6 +433,7 @@ def validate_compile_args(args):
                                                     '--module-file')
   if args.preprocessing_module_file is not None:
     module_files.update(_preprocessing_fn(args.preprocessing_module_file))
+  eval_options = _evaluator_options(args, kubeflow_compile)
   options = kubeflow_compile.CompileOptions(
       runner=runner,
       pipeline_root=_location(args.pipeline_root, '--pipeline-root'),
@@ -450,7 +463,7 @@ def validate_compile_args(args):
       tpu_runtime=args.tpu_runtime,
       tpu_check=args.tpu_check,
       vertex_job=args.vertex_job,
-      **module_files)
+      **module_files, **eval_options)
   try:
     # The TPU runtime, the Vertex AI job with a TPU, the trainer image.
     compiler.check_options(kubeflow_compile.kubeflow_options(options),
@@ -464,6 +477,38 @@ def validate_compile_args(args):
   except config_lib.ConfigError as e:
     raise common.UsageError(str(e)) from e
   return options
+
+
+def _evaluator_options(args, kubeflow_compile) -> dict:
+  """The Evaluator's keys as `run` finds them for the same module files.
+
+  The module files are named by their paths inside the image; they are
+  read from the same paths here (and the CSV columns from --data-root),
+  unless both keys are given.
+  """
+  if (args.module_file is None and args.preprocessing_module_file is None and
+      args.eval_label_key is None and args.eval_prediction_key is None):
+    return {}
+  from tfx_tpu_trainer_cli import paths  # pylint: disable=g-import-not-at-top
+  trainer = args.module_file or paths.TRAINER_MODULE_FILE
+  preprocessing = args.preprocessing_module_file or (
+      paths.PREPROCESSING_MODULE_FILE)
+  if not (args.eval_label_key and args.eval_prediction_key):
+    for flag, path in (('--module-file', trainer),
+                       ('--preprocessing-module-file', preprocessing)):
+      if _URI.match(path) or not os.path.isfile(path):
+        raise common.UsageError(
+            f'{flag} {path!r} is not a file on this machine, so the '
+            'Evaluator\'s label and prediction cannot be read from it as '
+            '`run` reads them: compile where the module files are at the '
+            'paths the image has them, or pass --eval-label-key and '
+            '--eval-prediction-key (e.g. --eval-label-key tips_xf '
+            '--eval-prediction-key probabilities).')
+  custom_config = {'train_batch_size': args.train_batch_size,
+                   'eval_batch_size': args.eval_batch_size}
+  return common.evaluator_options(trainer, preprocessing, args.data_root,
+                                  custom_config, args.eval_label_key,
+                                  args.eval_prediction_key)
 
 
 def _preprocessing_fn(path: str):

@@ -2,7 +2,6 @@
 
 import csv
 import dataclasses
-import glob
 import os
 import tempfile
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
@@ -40,11 +39,20 @@ def raw_feature_spec(data_root: str) -> Dict[str, Any]:
   Dtypes from the first rows: integers, floats, else strings.
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  path = sorted(glob.glob(os.path.join(data_root, '*.csv')))[0]
-  with open(path, newline='') as f:
-    reader = csv.reader(f)
-    header = next(reader)
-    rows = [row for _, row in zip(range(_SAMPLE_ROWS), reader)]
+  try:
+    found = sorted(tf.io.gfile.glob(os.path.join(data_root, '*.csv')))
+    if not found:
+      raise EvaluatorKeyError(f'no *.csv file under {data_root}')
+    with tf.io.gfile.GFile(found[0]) as f:
+      reader = csv.reader(f)
+      header = next(reader)
+      rows = [row for _, row in zip(range(_SAMPLE_ROWS), reader)]
+  except (tf.errors.OpError, OSError, StopIteration, EvaluatorKeyError) as e:
+    raise EvaluatorKeyError(
+        f'The CSV columns under {data_root} could not be read here '
+        f'({type(e).__name__}: {errors.first_line(e)}), so the Evaluator\'s '
+        'keys cannot be traced from the modules; pass --eval-label-key and '
+        '--eval-prediction-key.') from e
 
   def dtype(values):
     values = [v for v in values if v != '']
@@ -61,6 +69,18 @@ def raw_feature_spec(data_root: str) -> Dict[str, Any]:
           for i, name in enumerate(header)}
 
 
+def _as_transform_calls_it(preprocessing_fn):
+  """`preprocessing_fn(inputs)`, its `custom_config` bound as Transform does.
+
+  tfx/components/transform/executor_utils.MaybeBindCustomConfig binds the
+  component's custom_config (the taxi pipeline's Transform has none: {}).
+  """
+  from tfx.components.transform import executor_utils  # pylint: disable=g-import-not-at-top
+  from tfx.components.transform import labels  # pylint: disable=g-import-not-at-top
+  return executor_utils.MaybeBindCustomConfig(
+      {labels.CUSTOM_CONFIG: ['{}']}, preprocessing_fn)
+
+
 def transformed_features(preprocessing_module_file: str,
                          data_root: str) -> Dict[str, Any]:
   """Name -> traced output tensor of the module's preprocessing_fn."""
@@ -72,8 +92,8 @@ def transformed_features(preprocessing_module_file: str,
                                    '_evaluator_keys_preprocessing')
     try:
       _, _, outputs = impl_helper.trace_preprocessing_function(
-          module.preprocessing_fn, raw_feature_spec(data_root),
-          use_tf_compat_v1=True)
+          _as_transform_calls_it(module.preprocessing_fn),
+          raw_feature_spec(data_root), use_tf_compat_v1=True)
     except SystemExit as e:
       raise EvaluatorKeyError(
           f'preprocessing_fn of {preprocessing_module_file} raised '
@@ -156,6 +176,39 @@ def prediction_key(outputs: Sequence[str], override: Optional[str],
       f'{outputs[0] if outputs else "probabilities"}), or rename the output '
       'to probabilities (the Keras output layer\'s name, or the key in '
       'model_fn\'s predictions / export_outputs).')
+
+
+def evaluator_options(trainer_module_file: str,
+                      preprocessing_module_file: str, data_root: str,
+                      custom_config: Mapping[str, Any],
+                      label_override: Optional[str] = None,
+                      prediction_override: Optional[str] = None
+                     ) -> Dict[str, Any]:
+  """The taxi pipeline's Evaluator options for these modules (run, compile).
+
+  Both keys given: taken as they are, nothing traced. Else traced from the
+  modules (`evaluator_keys`).
+
+  Returns:
+    `TaxiPipelineOptions` fields: eval_label_key, eval_prediction_key,
+    eval_preprocessing_function_names.
+
+  Raises:
+    EvaluatorKeyError: as `evaluator_keys`, or the data cannot be read.
+    TPUTrainerError: a module fails to load or to build.
+  """
+  if label_override and prediction_override:
+    keys = EvaluatorKeys(
+        label_key=label_override, prediction_key=prediction_override,
+        preprocessing_function_names=(TRANSFORM_FEATURES_SIGNATURE,))
+  else:
+    keys = evaluator_keys(trainer_module_file, preprocessing_module_file,
+                          data_root, custom_config, label_override,
+                          prediction_override)
+  return dict(eval_label_key=keys.label_key,
+              eval_prediction_key=keys.prediction_key,
+              eval_preprocessing_function_names=(
+                  keys.preprocessing_function_names))
 
 
 def evaluator_keys(trainer_module_file: str, preprocessing_module_file: str,

@@ -71,6 +71,10 @@ class CompileOptions:
   tpu_check: bool = False
   # kubeflow_v2: write the Vertex AI job beside the KFP v2 spec.
   vertex_job: bool = True
+  # What the Evaluator reads (evaluator_keys.py finds them for other modules).
+  eval_label_key: str = taxi_pipeline.LABEL_KEY
+  eval_prediction_key: Optional[str] = taxi_pipeline.PREDICTION_KEY
+  eval_preprocessing_function_names: Tuple[str, ...] = ()
 
   @property
   def trainer_pod(self) -> scheduling.TrainerPod:
@@ -128,6 +132,10 @@ def pipeline_options(options: CompileOptions
       eval_steps=options.eval_steps,
       custom_config=trainer_custom_config(options),
       pipeline_name=pipeline_name(options),
+      eval_label_key=options.eval_label_key,
+      eval_prediction_key=options.eval_prediction_key,
+      eval_preprocessing_function_names=(
+          options.eval_preprocessing_function_names),
       metadata_connection_config=None,
       # The library's compile adds the cluster's Beam arguments.
       beam_pipeline_args=[])

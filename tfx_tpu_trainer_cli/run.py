@@ -276,23 +276,10 @@ def _evaluator_options(args, options) -> dict:
   if (args.module_file is None and args.preprocessing_module_file is None and
       args.eval_label_key is None and args.eval_prediction_key is None):
     return {}
-  from tfx_tpu_trainer_cli import evaluator_keys  # pylint: disable=g-import-not-at-top
-  try:
-    keys = evaluator_keys.evaluator_keys(
-        options['trainer_module_file'], options['preprocessing_module_file'],
-        options['data_root'], options['custom_config'],
-        label_override=args.eval_label_key,
-        prediction_override=args.eval_prediction_key)
-  except evaluator_keys.EvaluatorKeyError as e:
-    raise common.UsageError(str(e)) from e
-  except Exception as e:  # pylint: disable=broad-except
-    raise common.UsageError(
-        f'--module-file: the Evaluator\'s keys could not be found from '
-        f'{options["trainer_module_file"]}: {type(e).__name__}: {e}') from e
-  return dict(eval_label_key=keys.label_key,
-              eval_prediction_key=keys.prediction_key,
-              eval_preprocessing_function_names=(
-                  keys.preprocessing_function_names))
+  return common.evaluator_options(
+      options['trainer_module_file'], options['preprocessing_module_file'],
+      options['data_root'], options['custom_config'], args.eval_label_key,
+      args.eval_prediction_key)
 
 
 def _check_trainer_module(module_file: str,

@@ -105,3 +105,31 @@ def test_stock_taxi_utils_reaches_the_blessing_decision(tmp_path, capfd):
   assert 'Evaluator metrics:      ' in out and 'binary_accuracy=' in out
   assert 'Blessed:                yes' in out or (
       'Blessed:                no' in out)
+
+
+def _tfx_testdata_transform_module():
+  """TFX's own Transform test module: preprocessing_fn(inputs, custom_config)."""
+  import tfx as tfx_package  # pylint: disable=g-import-not-at-top
+  return os.path.join(os.path.dirname(tfx_package.__file__), 'components',
+                      'testdata', 'module_file', 'transform_module.py')
+
+
+def test_a_preprocessing_fn_taking_custom_config_is_traced_as_transform_calls_it():
+  options = _validated(['--module-file', TAXI_UTILS,
+                        '--preprocessing-module-file',
+                        _tfx_testdata_transform_module()])
+  assert options['eval_label_key'] == 'tips_xf'
+  assert options['eval_preprocessing_function_names'] == (
+      'transform_features',)
+
+
+def test_both_evaluator_keys_given_trace_nothing(tmp_path):
+  broken = tmp_path / 'broken_preprocessing.py'
+  broken.write_text('def preprocessing_fn(inputs):\n'
+                    '  raise RuntimeError("traced")\n')
+  options = _validated(['--module-file', TAXI_UTILS,
+                        '--preprocessing-module-file', str(broken),
+                        '--eval-label-key', 'tips_xf',
+                        '--eval-prediction-key', 'probabilities'])
+  assert (options['eval_label_key'], options['eval_prediction_key']) == (
+      'tips_xf', 'probabilities')
