@@ -1,0 +1,1 @@
+"""The TPU: its facts, runtimes, checks and worker servers."""
