@@ -48,7 +48,7 @@ setuptools.setup(
         include=['tfx_tpu_trainer', 'tfx_tpu_trainer.*', 'tfx_tpu_trainer_cli',
                  'tfx_tpu_trainer_cli.*']) + list(BUNDLED),
     package_dir=BUNDLED,
-    package_data={'tfx_tpu_trainer.kubeflow': ['proto/*.proto']},
+    package_data={'tfx_tpu_trainer.kubeflow': ['proto/*.proto', 'rbac/*.yaml']},
     install_requires=INSTALL_REQUIRES,
     # pytest-xdist: `make test` runs the suite in 2 processes (Makefile).
     extras_require={'test': ['pytest', 'pytest-xdist==3.8.0']},

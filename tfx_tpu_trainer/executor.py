@@ -33,6 +33,7 @@ from tfx_tpu_trainer.preflight import label_range
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
 from tfx_tpu_trainer.publishing import report as report_lib
+from tfx_tpu_trainer.tpu import worker_group
 from tfx_tpu_trainer.training import checkpoints
 from tfx_tpu_trainer.training import cluster
 from tfx_tpu_trainer.training import estimator_builder
@@ -69,6 +70,8 @@ class Executor(trainer_executor.GenericExecutor):
         (component.TPUTrainerSpec).
     """
     self._log_startup(input_dict, output_dict, exec_properties)
+    # A compiled multi-host step: the worker group's names, for the config.
+    worker_group.announce(worker_group.plan())
     # Check: every input, before anything is built.
     _check_splits(input_dict, exec_properties)
     fn_args = self._GetFnArgs(input_dict, output_dict, exec_properties)
@@ -149,8 +152,8 @@ def _train(fn_args: fn_args_utils.FnArgs, config: config_lib.TrainerConfig,
            run: prepare.PreparedRun, train_input_fn, eval_input_fn,
            model_dir: str):
   """Trains in `model_dir`; returns the estimator and the final metrics."""
-  with tpu_slice.driving(tpu_slice.worker_addresses(config), model_dir,
-                         checkpoints.latest_step):
+  with worker_group.launched(worker_group.plan()), tpu_slice.driving(
+      tpu_slice.worker_addresses(config), model_dir, checkpoints.latest_step):
     return _train_on(fn_args, config, run, train_input_fn, eval_input_fn,
                      model_dir)
 
