@@ -143,3 +143,30 @@ def test_single_host_topologies_stay_single_host_requests():
   assert isinstance(request, scheduling.TpuVmScheduling)
   assert request.chips == 8
   assert tpu_slices.tpu_slice('tpu-v5p-slice', '2x2x4').hosts == 4
+
+
+@pytest.mark.parametrize('argv,hosts', [
+    (['--topology', '2x2x2'], 2),
+    (['--accelerator', 'tpu-v5-lite-podslice', '--topology', '4x4'], 4),
+    (['--topology', '2x2x2', '--runner', 'kubeflow_v2', '--no-vertex-job'], 2),
+    (['--accelerator', 'tpu-v5-lite-podslice', '--topology', '4x4',
+      '--runner', 'kubeflow_v2', '--no-vertex-job'], 4),
+])
+def test_the_bundled_pipeline_compiles_a_slice_from_the_command_line(
+    tmp_path, capsys, argv, hosts):
+  from tfx_tpu_trainer_cli import main as cli  # pylint: disable=g-import-not-at-top
+  assert cli.main(['compile', '--pipeline-root', 'gs://b/root', '--data-root',
+                   'gs://b/data', '--output-dir', str(tmp_path)] + argv) == 0
+  out = capsys.readouterr().out
+  assert f'no TPU on this driver; it creates {hosts} worker pods' in out
+  assert tpu_slices.RBAC_MANIFEST in out
+
+
+def test_the_command_line_refuses_a_local_root_for_a_slice(tmp_path, capsys):
+  from tfx_tpu_trainer_cli import main as cli  # pylint: disable=g-import-not-at-top
+  assert cli.main(['compile', '--pipeline-root', str(tmp_path / 'root'),
+                   '--data-root', 'gs://b/data', '--output-dir',
+                   str(tmp_path / 'out'), '--topology', '2x2x2']) == 2
+  assert 'is a local path, but the worker pods of a multi-host slice' in (
+      capsys.readouterr().err)
+  assert not (tmp_path / 'out').exists() or not os.listdir(tmp_path / 'out')
