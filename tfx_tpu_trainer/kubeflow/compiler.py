@@ -97,7 +97,7 @@ from tfx_tpu_trainer.kubeflow import tpu_slices
 from tfx_tpu_trainer.kubeflow import v2_metrics
 from tfx_tpu_trainer.kubeflow import vertex_tpu
 from tfx_tpu_trainer.tpu import worker_group
-from tfx_tpu_trainer.training import tpu_slice as tpu_slice_paths
+from tfx_tpu_trainer.training import tpu_slice as tpu_slice_lib
 
 KUBEFLOW = 'kubeflow'
 KUBEFLOW_V2 = 'kubeflow_v2'
@@ -124,6 +124,8 @@ TPU_TRAINER_CLASS = 'tfx_tpu_trainer.component.TPUTrainer'
 USE_TPU_KEY = 'use_tpu'
 TPU_KEY = 'tpu'
 CUSTOM_CONFIG_KEY = 'custom_config'
+# How long a compiled multi-host driver waits for its worker pods.
+COMPILED_WORKER_WAIT_SECS = 1800
 
 
 class CompileError(errors.TPUTrainerError):
@@ -578,7 +580,7 @@ def _check_slice_paths(pipeline: tfx.dsl.Pipeline,
   paths += [(f'TPUTrainer {i!r} custom_config[\'checkpoint_dir\']',
              c.get('checkpoint_dir')) for i, c in custom_configs.items()]
   for what, path in paths:
-    if isinstance(path, str) and tpu_slice_paths.is_local_path(path):
+    if isinstance(path, str) and tpu_slice_lib.is_local_path(path):
       raise CompileError(
           f'{what} {path!r} is a local path, but the worker pods of a '
           'multi-host slice read the examples and write the checkpoints on '
@@ -600,8 +602,12 @@ def _slice_driver(options: KubeflowOptions, tpu_steps: 'TpuSteps'
       image=tpu_steps.image or options.image, env=tpu_steps.env,
       node_selector=pod.node_selector, tolerations=pod.tolerations)
   driver_pod = dataclasses.replace(pod, node_selector=(), tolerations=())
+  # GKE may have to create the slice's nodes first: the driver waits for
+  # the worker pods longer than by default.
   driver_steps = dataclasses.replace(
-      tpu_steps, image=None, env={worker_group.SPEC_ENV: spec.to_json()})
+      tpu_steps, image=None,
+      env={worker_group.SPEC_ENV: spec.to_json(),
+           tpu_slice_lib.WAIT_SECS_ENV: str(COMPILED_WORKER_WAIT_SECS)})
   return dataclasses.replace(options, trainer_pod=driver_pod), driver_steps
 
 

@@ -291,6 +291,11 @@ def wait_for_workers(links: Sequence[WorkerLink], wait_secs: float,
                      poll_secs: float = 2.0) -> None:
   """Returns once every worker took a probe; else names the missing ones.
 
+  Every worker is probed on every round, those that answered already too:
+  a probe is also their heartbeat while the others start (a worker ends
+  after its driver timeout without one), and one that stops answering is
+  missing again.
+
   Raises:
     SliceError: after `wait_secs`, naming each worker that did not answer
       and its last error.
@@ -299,14 +304,13 @@ def wait_for_workers(links: Sequence[WorkerLink], wait_secs: float,
   missing = {link.task: 'no answer yet' for link in links}
   while True:
     for link in links:
-      if link.task in missing:
-        reason = link.send(ALIVE)
-        if reason is None:
-          del missing[link.task]
-          logging.info('TPU %s answered after %.1f s.', link.describe(),
-                       time.monotonic() - start)
-        else:
-          missing[link.task] = reason
+      reason = link.send(ALIVE)
+      if reason is None and link.task in missing:
+        del missing[link.task]
+        logging.info('TPU %s answered after %.1f s.', link.describe(),
+                     time.monotonic() - start)
+      elif reason is not None:
+        missing[link.task] = reason
     if not missing:
       return
     if time.monotonic() - start >= wait_secs:
