@@ -1,14 +1,5 @@
-"""Multi-host TPU slices on GKE: the request, and the worker group it compiles to.
-
-A multi-host topology (e.g. v4 `2x2x2`: 8 chips on 2 hosts; v5e `4x4`: 16
-chips on 4 hosts) is served by one pod per host, each requesting its host's
-4 chips (GKE's multi-host TPU machine types, ct4p-hightpu-4t,
-ct5lp-hightpu-4t, ct5p-hightpu-4t, have 4 chips each; Google's "Plan TPUs
-in GKE" page, https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus).
-The trainer step stays the driver on a CPU pod: it gets no TPU, and
-carries the worker group's spec (`tpu/worker_group.py`) in its environment;
-it creates the group before training and deletes it after.
-"""
+"""Multi-host TPU slice requests on GKE and the worker group spec the trainer
+step (the driver, a CPU pod) carries."""
 
 import dataclasses
 import math

@@ -1,13 +1,5 @@
-"""`tpu-check` for a multi-host slice: every host's worker answers, its TPU listed.
-
-From the driver: each worker (training/tpu_slice.py) must take a probe
-within the wait (else it is named, with why); then one session on worker 0
-with the slice's cluster def lists every worker's devices, and with
-`require_tpu` each must have TPU devices and the TPU system must initialise
-across all of them (`tf.compat.v1.tpu.initialize_system`, as TPUEstimator
-runs it). The workers keep serving afterwards: the check sends no done
-signal.
-"""
+"""`tpu-check` for a multi-host slice: every host's worker answers and lists its
+TPU, the TPU system initialises across them, or the host is named."""
 
 import dataclasses
 import time

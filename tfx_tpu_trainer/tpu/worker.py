@@ -1,19 +1,5 @@
-"""`python -m tfx_tpu_trainer.tpu.worker`: one host's TPU worker server.
-
-What each worker pod of a multi-host slice runs (training/tpu_slice.py says
-how the driver uses it): a TensorFlow gRPC server on `--port` (the port the
-driver names, default 8470) that the driver's session calls
-`/job:worker/task:<i>`. The server boots standalone (job `localhost`):
-TensorFlow refuses a session whose cluster def names the job and task a
-server booted with ("The ClusterSpec names the job and task index to be the
-same names that were provided when the server booted"), and the driver's
-cluster def is what names the tasks.
-
-It logs its address, then waits for the driver's signals on its own
-server: it ends with status 0 on `DONE`, and with status `EXIT_DRIVER_GONE`
-when it has heard nothing for `--driver-timeout` seconds (the driver is
-gone): no worker runs forever.
-"""
+"""`python -m tfx_tpu_trainer.tpu.worker`: one host's TPU worker server for a
+slice's driver; it ends when the driver is done or gone."""
 
 import argparse
 import os
@@ -104,7 +90,15 @@ def task_index(given: Optional[int], environ=None) -> Optional[int]:
 
 
 def serve(port: int, driver_timeout: float, task: Optional[int]) -> int:
-  """Runs the server until the driver is done (0) or gone."""
+  """Runs the server until the driver is done (0) or gone.
+
+  The server boots standalone (job `localhost`); the driver's cluster def
+  names it `/job:worker/task:<i>`. TensorFlow refuses a session whose
+  cluster def names the job and task a server booted with ("The
+  ClusterSpec names the job and task index to be the same names that were
+  provided when the server booted"). The driver's signals arrive on a queue
+  of this server (`tpu_slice.signal_queue`).
+  """
   # Worker 0 is the driver's master: without this, a session it creates
   # while another worker is gone waits for that worker forever (its device
   # lookup waits for a gRPC channel to be ready); with it, the session fails

@@ -1,26 +1,5 @@
-"""The worker pods of a multi-host slice: their manifests, created per attempt.
-
-A compiled multi-host trainer step is the driver (a CPU pod); its
-environment carries the group's spec (`SPEC_ENV`, JSON of `WorkerGroupSpec`,
-written by the Kubeflow compile). Inside the trainer, before training,
-`launched()` creates the group with the Kubernetes API and deletes it after
-training, on success and on failure:
-
-- an Indexed Job (`completionMode: Indexed`, `parallelism` = `completions` =
-  hosts, `backoffLimit: 0`): pod i runs `python -m tfx_tpu_trainer.tpu.worker`
-  on the host's chips, with the slice's node selectors and tolerations;
-- a headless Service of the same name (`publishNotReadyAddresses`), the
-  pods' `subdomain`, so pod i is `<name>-<i>.<name>.<namespace>.svc`
-  (`hostnames`), the names the driver resolves (TPU_WORKER_HOSTNAMES).
-
-One group per attempt: its name comes from the driver pod's name (each Argo
-retry is a new pod), so a second creation in one attempt finds it and
-replaces it rather than adding a second group. Both objects are owned by
-the driver pod (`ownerReferences`): when the pod is deleted, Kubernetes
-deletes them. A driver killed before its clean-up leaves workers that end
-by themselves after `driver_timeout` seconds without a heartbeat (worker.py)
-and a Job deleted `ttlSecondsAfterFinished` later.
-"""
+"""The worker pods of a compiled multi-host step (Indexed Job, headless Service):
+manifests, DNS names, created per attempt and deleted after training."""
 
 import contextlib
 import dataclasses

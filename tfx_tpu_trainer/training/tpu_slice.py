@@ -1,35 +1,5 @@
-"""A multi-host TPU slice driven from one process: its workers and their signals.
-
-TensorFlow drives every host of a slice from one driver: each host runs a
-TPU worker server (`tfx_tpu_trainer.tpu.worker`, gRPC on `DEFAULT_PORT`),
-and the driver's session names them all in its cluster def
-(`TPUClusterResolver(tpu='grpc://h0:8470,grpc://h1:8470')`, the list
-tensorflow/python/tpu/client/client.py parses without the Cloud TPU API;
-master = the first worker). With `PER_HOST_V2` input TPUEstimator calls the
-input_fn once per host, on `/job:worker/task:i`, and the default input
-(data/input_fns.py) reads that host's share of the files.
-
-Where the workers are, first found first (`worker_addresses`):
-`custom_config['tpu_workers']`, then `TPU_WORKER_HOSTNAMES` (GKE's
-comma-separated host list) when it names more than one host. Host names
-without a port get `DEFAULT_PORT`.
-
-The driver and the workers talk through a queue on each worker's server
-(`signal_queue`): the driver sends `ALIVE` every `HEARTBEAT_SECS` while it
-drives the slice and `DONE` when it stops (after training, on success or
-failure); a worker ends on `DONE`, or when it has heard nothing for its
-driver timeout (the driver is gone), so no worker outlives its driver.
-
-Off TPU (`use_tpu=False`, the CPU rehearsal of the tests) the same driver
-places the graph on the workers: the variables spread over every worker
-(a replica device setter over `/job:worker`), the rest on worker 0, so a
-lost worker fails the next step as on a slice.
-
-Remote workers read the input and write the checkpoints themselves: every
-path they use must be on storage every host reaches (gs://); a local path
-is refused unless every worker runs on this machine
-(`check_shared_paths`).
-"""
+"""A multi-host TPU slice driven from this process: its workers, the wait, the
+heartbeats and the done signal (docs/kubeflow.md, "Multi-host slices")."""
 
 import contextlib
 import ctypes
