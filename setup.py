@@ -65,10 +65,12 @@ setuptools.setup(
         include=['tfx_tpu_trainer', 'tfx_tpu_trainer.*', 'tfx_tpu_trainer_cli',
                  'tfx_tpu_trainer_cli.*']),
     cmdclass={'build_py': BuildPy},
-    package_data={'tfx_tpu_trainer.kubeflow': ['proto/*.proto']},
+    package_data={'tfx_tpu_trainer.kubeflow': ['proto/*.proto', 'rbac/*.yaml']},
     install_requires=INSTALL_REQUIRES,
     # pytest-xdist: `make test` runs the suite in 2 processes (Makefile).
-    extras_require={'test': ['pytest', 'pytest-xdist==3.8.0']},
+    # jsonschema: the Kubernetes manifests checked against the API's schemas.
+    extras_require={'test': ['pytest', 'pytest-xdist==3.8.0',
+                             'jsonschema==4.26.0']},
     entry_points={
         'console_scripts': ['tfx-tpu-trainer=tfx_tpu_trainer_cli.main:main'],
     },

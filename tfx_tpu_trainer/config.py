@@ -18,6 +18,11 @@ __all__ = ['TPU_NAME_ENV', 'GKE_TPU_ENDPOINTS_ENV', 'PER_HOST_INPUT_MODES',
            'keys_table']
 
 TPU_NAME_ENV = 'TPU_NAME'
+# The port of a TPU worker server (training/tpu_slice.py).
+TPU_WORKER_PORT = 8470
+_HOST = re.compile(r'^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?$')
+# The hosts of a multi-host slice, comma-separated (GKE sets it on TPU pods).
+TPU_WORKER_HOSTNAMES_ENV = 'TPU_WORKER_HOSTNAMES'
 # Set by GKE in pods that requested a (non-VM) Cloud TPU node.
 GKE_TPU_ENDPOINTS_ENV = 'KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS'
 
@@ -45,6 +50,12 @@ AUTO_HOST_LOOP_MAX = 100
 # divides each one that is set). A key that sets checkpoint or evaluation
 # steps belongs here.
 HOST_LOOP_END_KEYS = ('save_checkpoints_steps',)
+
+
+def _hostnames(environ: Mapping[str, str]) -> List[str]:
+  """The hosts `TPU_WORKER_HOSTNAMES` names (GKE sets it on TPU pods)."""
+  return [h.strip() for h in environ.get(TPU_WORKER_HOSTNAMES_ENV, '').split(',')
+          if h.strip()]
 
 
 def tpu_entry(name: str, zone: Optional[str] = None,
@@ -182,6 +193,54 @@ def _tpu_spec(value: Any) -> Optional[TPUSpec]:
   return TPUSpec(**value)
 
 
+def _tpu_workers(key: str, value: Any) -> Tuple[str, ...]:
+  """A list of `host[:port]` worker addresses (training/tpu_slice.py)."""
+  if value is None:
+    return ()
+  if not isinstance(value, (list, tuple)) or not value:
+    raise ConfigError(
+        f'custom_config[{key!r}] must be a non-empty list of worker '
+        f'addresses HOST or HOST:PORT (one per host of the slice), got '
+        f'{value!r}.')
+  return worker_addresses(value, f'custom_config[{key!r}]')
+
+
+def worker_address(text: Any, where: str) -> str:
+  """`host` or `host:port` (or `grpc://host:port`) as `host:port`.
+
+  Raises:
+    ConfigError: naming `where` and the accepted form.
+  """
+  accepted = ('a worker address is HOST or HOST:PORT (e.g. '
+              f'trainer-workers-0.trainer-workers:{TPU_WORKER_PORT}); PORT '
+              f'defaults to {TPU_WORKER_PORT}.')
+  if not isinstance(text, str):
+    raise ConfigError(f'{where}: {text!r} is not a string; {accepted}')
+  address = text.strip()
+  if address.startswith('grpc://'):
+    address = address[len('grpc://'):]
+  host, sep, port = address.rpartition(':')
+  if not sep:
+    host, port = address, str(TPU_WORKER_PORT)
+  if not _HOST.match(host) or not port.isdigit() or not 0 < int(port) < 65536:
+    raise ConfigError(f'{where}: {text!r} is not a worker address; {accepted}')
+  return f'{host}:{int(port)}'
+
+
+def worker_addresses(values: Any, where: str) -> Tuple[str, ...]:
+  """Every address parsed (`worker_address`); a repeated one refused.
+
+  Raises:
+    ConfigError: naming `where` and the bad or repeated address.
+  """
+  addresses = tuple(worker_address(v, where) for v in values)
+  repeated = sorted({a for a in addresses if addresses.count(a) > 1})
+  if repeated:
+    raise ConfigError(f'{where} names {", ".join(repeated)} more than once: '
+                      'each host of the slice runs one worker.')
+  return addresses
+
+
 def _params(value: Any) -> Dict[str, Any]:
   if value is None:
     return {}
@@ -250,12 +309,20 @@ class TrainerConfig:
       False, check=lambda k, v: None if v is None else _bool(k, v),
       shown_default='auto',
       help='true when a TPU is named (`tpu.name`), or `TPU_NAME` / GKE\'s '
-      '`KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS` is set (then that names the TPU)')
+      '`KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS` is set (then that names the TPU), '
+      'or a multi-host slice is given (`tpu_workers`)')
   tpu: Optional[TPUSpec] = _key(
       None, check=lambda k, v: _tpu_spec(v), shown_default='none',
       help='`{name, zone, project}` for `TPUClusterResolver` (or just the '
       'name); passed as `master=`, never `cluster=`, so `train_and_evaluate` '
       'evaluates')
+  tpu_workers: Tuple[str, ...] = _key(
+      (), check=_tpu_workers, shown_default='`TPU_WORKER_HOSTNAMES` when it names several hosts, else none',
+      help='a multi-host slice: the TPU worker of each host, `HOST` or '
+      '`HOST:PORT` (port 8470 by default), in task order; each host runs '
+      '`python -m tfx_tpu_trainer.tpu.worker`, and this process drives them '
+      'all (training/tpu_slice.py). Data and checkpoints must then be on '
+      'storage every host reaches (gs://)')
   train_batch_size: int = _key(
       64, check=_positive_int,
       help='global training batch size; functions get the per-shard size in '
@@ -409,7 +476,8 @@ class TrainerConfig:
         tpu = TPUSpec(name=environ[variable])
     values['tpu'] = tpu
     if values.get('use_tpu') is None:
-      values['use_tpu'] = tpu is not None
+      values['use_tpu'] = (tpu is not None or bool(values.get('tpu_workers'))
+                           or len(_hostnames(environ)) > 1)
     values['save_checkpoints_steps'] = _save_checkpoints_steps(
         values.get('eval_every_steps'), values.get('save_checkpoints_steps'))
     config = cls(**values)

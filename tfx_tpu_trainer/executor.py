@@ -32,12 +32,14 @@ from tfx_tpu_trainer.publishing import metrics as metrics_lib
 from tfx_tpu_trainer.publishing import step_outputs as kfp_outputs
 from tfx_tpu_trainer.publishing import training_report
 from tfx_tpu_trainer.publishing import v2_metrics
+from tfx_tpu_trainer.tpu import worker_group
 from tfx_tpu_trainer.training import checkpoints
 from tfx_tpu_trainer.training import cluster
 from tfx_tpu_trainer.training import disk_full
 from tfx_tpu_trainer.training import estimator_builder
 from tfx_tpu_trainer.training import finite_variables
 from tfx_tpu_trainer.training import schedule
+from tfx_tpu_trainer.training import tpu_slice
 
 __all__ = ['is_chief', 'Executor']
 
@@ -70,11 +72,17 @@ class Executor(trainer_executor.GenericExecutor):
         (component.TPUTrainerSpec).
     """
     self._log_startup(input_dict, output_dict, exec_properties)
+    # A compiled multi-host step: the worker group's names, for the config.
+    worker_group.announce(worker_group.plan())
     # Check: every input, before anything is built.
     _check_splits(input_dict, exec_properties)
     fn_args = self._GetFnArgs(input_dict, output_dict, exec_properties)
     config = config_lib.TrainerConfig.from_custom_config(fn_args.custom_config)
     config.check_steps(fn_args.train_steps, fn_args.eval_steps)
+    tpu_slice.check_driver(config, {
+        'train data': fn_args.train_files, 'eval data': fn_args.eval_files,
+        'custom_config[\'checkpoint_dir\']': [config.checkpoint_dir],
+        'the model_run artifact': [fn_args.model_run_dir]})
     module = user_module_lib.load_user_module(exec_properties)
     schemas = schemas_lib.load_schemas(fn_args.schema_path,
                                        fn_args.transform_graph_path)
@@ -146,6 +154,14 @@ def _train(fn_args: fn_args_utils.FnArgs, config: config_lib.TrainerConfig,
            run: prepare.PreparedRun, train_input_fn, eval_input_fn,
            model_dir: str):
   """Trains in `model_dir`; returns the estimator and the final metrics."""
+  with worker_group.launched(worker_group.plan()), tpu_slice.driving(
+      tpu_slice.worker_addresses(config), model_dir, checkpoints.latest_step):
+    return _train_on(fn_args, config, run, train_input_fn, eval_input_fn,
+                     model_dir)
+
+
+def _train_on(fn_args, config, run, train_input_fn, eval_input_fn, model_dir):
+  """`_train` once a multi-host slice's workers answered."""
   estimator = _build_estimator(fn_args, config, run, model_dir)
   logging.info('Training from step %d to %d in %s (eval_strategy=%s, '
                'use_tpu=%s).', checkpoints.latest_step(model_dir),

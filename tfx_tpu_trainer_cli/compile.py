@@ -283,7 +283,8 @@ def _tpu_request(args):
         f'apply to --tpu-style {args.tpu_style}.')
   try:
     if args.tpu_style == 'tpu-vm':
-      return scheduling.tpu_vm(
+      from tfx_tpu_trainer.kubeflow import tpu_slices  # pylint: disable=g-import-not-at-top
+      return tpu_slices.tpu_request(  # Single-host, or a multi-host slice.
           accelerator=args.accelerator or scheduling.DEFAULT_ACCELERATOR,
           topology=args.topology, chips=args.chips)
     return scheduling.tpu_node(
@@ -697,8 +698,15 @@ def _print_notes(result, options) -> None:
           'TPU needs the TPU runtime (libtpu): build the Dockerfile target '
           f'{target} (`make tpu-image`), push it, and pass it as '
           '--trainer-image.')
-  if options.use_tpu and any('tpu' not in c
-                             for c in result.custom_configs.values()):
+  from tfx_tpu_trainer.kubeflow import tpu_slices  # pylint: disable=g-import-not-at-top
+  multi_host = isinstance(options.trainer_pod.tpu, tpu_slices.TPUSliceScheduling)
+  if multi_host:
+    print('  Note: a multi-host slice: the trainer step creates and deletes '
+          'its worker pods; its service account needs the Role in '
+          f'{tpu_slices.RBAC_MANIFEST} (docs/kubeflow.md, "Multi-host '
+          'slices").')
+  elif options.use_tpu and any('tpu' not in c
+                               for c in result.custom_configs.values()):
     print('  Note: no --tpu-name: the trainer takes the TPU from TPU_NAME, '
           'or else KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS (set by GKE for a TPU '
           'node), in its pod.')

@@ -24,12 +24,50 @@ def add_parser(subparsers) -> None:
       default=tpu_check.DEFAULT_TIMEOUT_SECS, metavar='SECONDS',
       help='How long the TPU system start and the round trip may take '
       f'together (default: {tpu_check.DEFAULT_TIMEOUT_SECS}).')
+  parser.add_argument(
+      '--workers', default=None, metavar='HOST[:PORT],...',
+      help='a multi-host slice: check from here that every host\'s worker '
+      '(python -m tfx_tpu_trainer.tpu.worker) answers, lists its TPU and '
+      'the TPU system initialises across them (default: '
+      'TPU_WORKER_HOSTNAMES when it names several hosts).')
   parser.set_defaults(handler=_tpu_check)
+
+
+def _slice_workers(args):
+  """The slice's worker addresses, or () for this machine's TPU."""
+  import os  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer import config as config_lib  # pylint: disable=g-import-not-at-top
+  text = args.workers
+  if text is None:
+    text = os.environ.get(config_lib.TPU_WORKER_HOSTNAMES_ENV, '')
+    if len([h for h in text.split(',') if h.strip()]) < 2:
+      return ()
+  try:
+    return config_lib.worker_addresses(
+        [h for h in text.split(',') if h.strip()] or [''], '--workers')
+  except config_lib.ConfigError as e:
+    raise common.UsageError(str(e)) from e
+
+
+def _slice_check(addresses, timeout) -> int:
+  """Checks every host of a slice from here."""
+  from tfx_tpu_trainer.tpu import slice_check  # pylint: disable=g-import-not-at-top
+  try:
+    lines = slice_check.check_slice(addresses, timeout)
+  except slice_check.SliceCheckError as e:
+    print(f'tfx-tpu-trainer tpu-check: {e}', file=sys.stderr)
+    return EXIT_FAILED
+  for line in lines:
+    print(f'tpu-check: {line}')
+  return 0
 
 
 def _tpu_check(args) -> int:
   """Runs the checks, printing each result as it comes."""
   from tfx_tpu_trainer.tpu import check as tpu_check  # pylint: disable=g-import-not-at-top
+  addresses = _slice_workers(args)
+  if addresses:
+    return _slice_check(addresses, args.timeout)
 
   def report(result):
     if result.ok:

@@ -199,20 +199,30 @@ def choose_cache(mode: str, files: List[str],
 
 def _records(files: List[str], training: bool, invocation_index: int,
              invocation_count: int) -> tf.data.Dataset:
-  """This invocation's share of the serialized records, read in parallel."""
+  """This invocation's share of the serialized records, read in parallel.
+
+  With fewer files than invocations, each invocation keeps every
+  `invocation_count`-th record of each file: the shares partition the split
+  whatever order each invocation reads the files in (a shard of the
+  interleaved stream would not: the order differs between invocations).
+  """
   share = _file_share(files, invocation_index, invocation_count)
   read = files if share is None else share
   dataset = tf.data.Dataset.from_tensor_slices(read)
   if training:
     dataset = dataset.shuffle(len(read))
-  dataset = dataset.interleave(
-      lambda path: tf.data.TFRecordDataset(path, compression_type='GZIP'),
+
+  def records_of(path):
+    records = tf.data.TFRecordDataset(path, compression_type='GZIP')
+    if share is None:
+      records = records.shard(invocation_count, invocation_index)
+    return records
+
+  return dataset.interleave(
+      records_of,
       cycle_length=tf.data.AUTOTUNE,
       num_parallel_calls=tf.data.AUTOTUNE,
       deterministic=not training)
-  if share is None:
-    dataset = dataset.shard(invocation_count, invocation_index)
-  return dataset
 
 
 def _column_layouts(feature_spec: Mapping[str, Any]

@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Sequence
 import yaml
 
 from tfx_tpu_trainer.tpu import runtimes
+from tfx_tpu_trainer.tpu import worker_group
 
 __all__ = ['KUBERNETES_PLATFORM', 'read_argo_workflow', 'argo_step_name',
            'argo_step', 'trainer_executor_label', 'container', 'containers',
@@ -146,6 +147,16 @@ def _describe(name: str, image: str, limits: Dict[str, Any],
                  if e.get('name') in runtimes.STEP_ENV_NAMES]
   if runtime_env:
     parts.append('TPU runtime env ' + ', '.join(runtime_env))
-  if not any('tpu' in str(k).lower() for k in limits):
+  group = [e.get('value') for e in env
+           if e.get('name') == worker_group.SPEC_ENV]
+  if group:  # A multi-host slice: the driver creates the worker pods.
+    spec = worker_group.WorkerGroupSpec.from_json(group[0])
+    parts.append(
+        f'no TPU on this driver; it creates {spec.hosts} worker pods (image '
+        f'{spec.image}, {worker_group.TPU_RESOURCE}: {spec.chips_per_host} '
+        'each, node selector ' + ', '.join(f'{k}={v}'
+                                           for k, v in spec.node_selector) +
+        ', runtime env ' + ', '.join(f'{k}={v}' for k, v in spec.env) + ')')
+  elif not any('tpu' in str(k).lower() for k in limits):
     parts.append('no TPU')
   return f'{name}: ' + '; '.join(parts)

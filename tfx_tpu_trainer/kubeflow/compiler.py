@@ -29,9 +29,12 @@ from tfx_tpu_trainer.kubeflow import kfp_v2_protos
 from tfx_tpu_trainer.kubeflow import options as kubeflow_options
 from tfx_tpu_trainer.kubeflow import scheduling
 from tfx_tpu_trainer.kubeflow import tpu_check_step
+from tfx_tpu_trainer.kubeflow import tpu_slices
 from tfx_tpu_trainer.kubeflow import vertex_tpu
 from tfx_tpu_trainer.publishing import v2_metrics
 from tfx_tpu_trainer.tpu import runtimes
+from tfx_tpu_trainer.tpu import worker_group
+from tfx_tpu_trainer.training import tpu_slice as tpu_slice_lib
 
 __all__ = ['KUBEFLOW', 'KUBEFLOW_V2', 'RUNNERS', 'DEFAULT_IMAGE',
            'NO_PACKAGING_ENV', 'CLUSTER_BEAM_PIPELINE_ARGS',
@@ -66,6 +69,8 @@ KUBERNETES_PLATFORM = compiled_files.KUBERNETES_PLATFORM
 USE_TPU_KEY = 'use_tpu'
 TPU_KEY = 'tpu'
 CUSTOM_CONFIG_KEY = 'custom_config'
+# How long a compiled multi-host driver waits for its worker pods.
+COMPILED_WORKER_WAIT_SECS = 1800
 
 
 class CompileError(errors.TPUTrainerError, ValueError):
@@ -252,7 +257,8 @@ def tpu_runtime(options: KubeflowOptions) -> Optional[runtimes.RuntimeChoice]:
       without a TPU VM request.
   """
   tpu = options.trainer_pod.tpu
-  if not isinstance(tpu, scheduling.TPUVMScheduling):
+  if not isinstance(tpu, (scheduling.TPUVMScheduling,
+                          tpu_slices.TPUSliceScheduling)):
     if options.tpu_runtime is not None:
       raise CompileError(
           f'tpu_runtime {options.tpu_runtime!r} needs a TPU VM request '
@@ -297,12 +303,18 @@ def check_cluster_options(options: KubeflowOptions
     raise CompileError(
         'tpu_check needs a TPU (trainer_pod.tpu): it checks the trainer\'s '
         'TPU.')
+  if options.tpu_check and isinstance(tpu, tpu_slices.TPUSliceScheduling):
+    raise CompileError(
+        'tpu_check checks the TPU of one host; a multi-host slice has no '
+        'pipeline step on its hosts (the trainer creates them). Compile '
+        'without tpu_check.')
   if not options.vertex_job and options.runner != KUBEFLOW_V2:
     raise CompileError('vertex_job=False needs runner kubeflow_v2.')
   runtime = tpu_runtime(options)
   trainer_image(options, runtime)
   if options.runner == KUBEFLOW_V2:
-    if tpu is not None and not isinstance(tpu, scheduling.TPUVMScheduling):
+    if tpu is not None and not isinstance(
+        tpu, (scheduling.TPUVMScheduling, tpu_slices.TPUSliceScheduling)):
       raise CompileError('kubeflow_v2 takes TPU VM requests only (tpu_vm()).')
     if options.vertex_job:
       vertex_accelerator_type(options)
@@ -416,6 +428,9 @@ def compile_pipeline(pipeline: tfx.dsl.Pipeline, output_path: str,
       trainer_ids=tuple(t.id for t in trainers),
       env=runtime.env if runtime else {},
       image=trainer_image(options, runtime))
+  if isinstance(options.trainer_pod.tpu, tpu_slices.TPUSliceScheduling):
+    _check_slice_paths(pipeline, custom_configs)
+    options, tpu_steps = _slice_driver(options, tpu_steps)
   if options.tpu_check:
     tpu_steps.check_id = _add_tpu_check(pipeline)
   for trainer in trainers:
@@ -498,6 +513,50 @@ class TPUSteps:
   @property
   def ids(self) -> List[str]:
     return list(self.trainer_ids) + ([self.check_id] if self.check_id else [])
+
+
+def _check_slice_paths(pipeline: tfx.dsl.Pipeline,
+                       custom_configs: Mapping[str, Mapping[str, Any]]) -> None:
+  """The slice's workers read the examples and write the checkpoints.
+
+  Raises:
+    CompileError: the pipeline root (where the examples and the default
+      checkpoints are) or a `checkpoint_dir` is a local path.
+  """
+  paths = [('the pipeline root (examples, model_run, checkpoints)',
+            pipeline.pipeline_info.pipeline_root)]
+  paths += [(f'TPUTrainer {i!r} custom_config[\'checkpoint_dir\']',
+             c.get('checkpoint_dir')) for i, c in custom_configs.items()]
+  for what, path in paths:
+    if isinstance(path, str) and tpu_slice_lib.is_local_path(path):
+      raise CompileError(
+          f'{what} {path!r} is a local path, but the worker pods of a '
+          'multi-host slice read the examples and write the checkpoints on '
+          'their own hosts ("File system scheme \'[local]\' not implemented", '
+          'tensorflow/tensorflow#32651): use storage every host reaches '
+          '(gs://...).')
+
+
+def _slice_driver(options: KubeflowOptions, tpu_steps: 'TPUSteps'
+                 ) -> Tuple[KubeflowOptions, 'TPUSteps']:
+  """A multi-host slice: the trainer step drives it from a CPU pod.
+
+  The worker pods get the TPU image, runtime environment, selectors and
+  tolerations (tpu/worker_group.py); the driver gets the pipeline image,
+  no TPU and no placement, and the group's spec in its environment.
+  """
+  pod = options.trainer_pod
+  spec = pod.tpu.worker_group_spec(
+      image=tpu_steps.image or options.image, env=tpu_steps.env,
+      node_selector=pod.node_selector, tolerations=pod.tolerations)
+  driver_pod = dataclasses.replace(pod, node_selector=(), tolerations=())
+  # GKE may have to create the slice's nodes first: the driver waits for
+  # the worker pods longer than by default.
+  driver_steps = dataclasses.replace(
+      tpu_steps, image=None,
+      env={worker_group.SPEC_ENV: spec.to_json(),
+           tpu_slice_lib.WAIT_SECS_ENV: str(COMPILED_WORKER_WAIT_SECS)})
+  return dataclasses.replace(options, trainer_pod=driver_pod), driver_steps
 
 
 def _add_tpu_check(pipeline: tfx.dsl.Pipeline) -> str:

@@ -232,8 +232,10 @@ def tpu_vm(accelerator: str = DEFAULT_ACCELERATOR,
     raise TPUSchedulingError(
         f'topology {topology!r} of {accelerator} is a multi-host slice '
         f'({topology_chips} chips; one host has at most '
-        f'{spec.max_chips_per_host}), and a Kubeflow step runs one pod on one '
-        f'host; accepted values: {", ".join(spec.single_host_topologies)}.')
+        f'{spec.max_chips_per_host}): request it with '
+        f'tpu_slices.tpu_slice({accelerator!r}, {topology!r}) (one worker pod '
+        'per host, driven by the trainer step); single-host values: '
+        f'{", ".join(spec.single_host_topologies)}.')
   if topology not in spec.single_host_topologies:
     raise TPUSchedulingError(
         f'topology {topology!r} is not a single-host topology of '
@@ -466,7 +468,7 @@ class TrainerPod:
     if self.memory_request:
       resources['memoryRequest'] = quantity_value(self.memory_request) / 1e9
       resources['resourceMemoryRequest'] = self.memory_request
-    if self.tpu is not None:
+    if self.tpu is not None and self.tpu.resource_limits:
       (name, count), = self.tpu.resource_limits.items()
       resources['accelerator'] = {'type': name, 'count': count,
                                   'resourceType': name, 'resourceCount': count}
@@ -494,7 +496,7 @@ class TrainerPod:
       resources['cpuLimit'] = quantity_value(self.cpu_request)
     if self.memory_request:
       resources['memoryLimit'] = quantity_value(self.memory_request) / 1e9
-    if self.tpu is not None:
+    if self.tpu is not None and self.tpu.resource_limits:
       (_, count), = self.tpu.resource_limits.items()
       resources['accelerator'] = {'type': accelerator_type, 'count': count}
     return resources

@@ -80,8 +80,11 @@ def check_cluster(use_tpu: bool,
     raise ClusterError(
         f'{TF_CONFIG_ENV} names several training tasks (cluster: {layout}) '
         'but use_tpu is true: a TPU is driven by one host program. Run one '
-        'task (chief), or set use_tpu=False for multi-worker CPU/GPU '
-        'training.')
+        'task (chief); for a multi-host TPU slice, that task drives every '
+        'host: name their workers in custom_config[\'tpu_workers\'] (or '
+        'TPU_WORKER_HOSTNAMES), each host running python -m '
+        'tfx_tpu_trainer.tpu.worker. Or set use_tpu=False for multi-worker '
+        'CPU/GPU training.')
   if jobs.get(WORKER) and not jobs.get(CHIEF) and not jobs.get(MASTER):
     raise ClusterError(
         f'{TF_CONFIG_ENV} names worker tasks but no chief (cluster: '

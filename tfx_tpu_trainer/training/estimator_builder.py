@@ -9,6 +9,7 @@ from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer.training import cluster
 from tfx_tpu_trainer.training import host_loop
+from tfx_tpu_trainer.training import tpu_slice
 
 __all__ = ['ResolverFactory', 'build_run_config', 'build_estimator']
 
@@ -49,7 +50,13 @@ def build_run_config(
   cluster.check_cluster(config.use_tpu)
   master = None
   session_config = None
-  if config.use_tpu and config.tpu is not None:
+  # A multi-host slice: master, cluster def (and off TPU the device_fn).
+  slice_args = tpu_slice.run_config_args(
+      config.use_tpu, tpu_slice.worker_addresses(config))
+  if slice_args:
+    master = slice_args.pop('master')
+    session_config = slice_args.pop('session_config')
+  elif config.use_tpu and config.tpu is not None:
     try:
       resolver = resolver_factory(
           tpu=config.tpu.name, zone=config.tpu.zone,
@@ -92,6 +99,7 @@ def build_run_config(
     optional['keep_checkpoint_max'] = config.keep_checkpoint_max
   # With TF_CONFIG workers: variables on the chief (cluster.py).
   optional.update(cluster.run_config_overrides())
+  optional.update(slice_args)
   session_config = optional.pop('session_config', session_config)
   return tf.compat.v1.estimator.tpu.RunConfig(
       tpu_config=tpu_config,

@@ -1,0 +1,173 @@
+"""The driver of a multi-host slice: workers, resolver, RunConfig, refusals."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+
+from tfx_tpu_trainer import config as config_lib
+from tfx_tpu_trainer.training import estimator_builder
+from tfx_tpu_trainer.training import tpu_slice
+
+from tests.conftest import REPO_ROOT
+from tests.fixtures import slice_workers
+
+from_custom_config = config_lib.TrainerConfig.from_custom_config
+WORKERS = ['trainer-workers-0.trainer-workers', 'trainer-workers-1.trainer-workers:8471']
+
+
+def test_tpu_workers_are_parsed_with_the_default_port():
+  config = from_custom_config({'tpu_workers': WORKERS}, environ={})
+  assert config.tpu_workers == ('trainer-workers-0.trainer-workers:8470',
+                                'trainer-workers-1.trainer-workers:8471')
+  assert config.use_tpu  # A slice is a TPU unless use_tpu says otherwise.
+  assert tpu_slice.worker_addresses(config, environ={}) == config.tpu_workers
+
+
+@pytest.mark.parametrize('value,message', [
+    ([], 'must be a non-empty list of worker addresses'),
+    ('h0,h1', 'must be a non-empty list of worker addresses'),
+    (['h0', 'h0:8470'], 'names h0:8470 more than once'),
+    (['h 0'], "'h 0' is not a worker address"),
+    (['h0:99999'], "'h0:99999' is not a worker address"),
+    ([7], '7 is not a string'),
+])
+def test_bad_tpu_workers_are_named(value, message):
+  with pytest.raises(config_lib.ConfigError) as raised:
+    from_custom_config({'tpu_workers': value}, environ={})
+  assert "custom_config['tpu_workers']" in str(raised.value)
+  assert message in str(raised.value)
+
+
+def test_gke_hostnames_make_a_slice_only_with_several_hosts():
+  config = from_custom_config({}, environ={'TPU_WORKER_HOSTNAMES': 'h0,h1'})
+  assert config.use_tpu
+  assert tpu_slice.worker_addresses(
+      config, {'TPU_WORKER_HOSTNAMES': 'h0,h1'}) == ('h0:8470', 'h1:8470')
+  single = from_custom_config({}, environ={'TPU_WORKER_HOSTNAMES': 'h0'})
+  assert tpu_slice.worker_addresses(single, {'TPU_WORKER_HOSTNAMES': 'h0'}) == ()
+  with pytest.raises(tpu_slice.SliceError, match='TPU_WORKER_HOSTNAMES'):
+    tpu_slice.worker_addresses(single, {'TPU_WORKER_HOSTNAMES': 'h0,h 1'})
+
+
+def test_tensorflow_resolves_the_grpc_list_to_worker_0_and_every_worker():
+  addresses = ('h0.svc:8470', 'h1.svc:8470', 'h2.svc:8470', 'h3.svc:8470')
+  resolver = tpu_slice.resolver_for(addresses)
+  # tensorflow/python/tpu/client/client.py parses the list, no Cloud API.
+  assert resolver.master() == 'grpc://h0.svc:8470'
+  assert resolver.cluster_spec().as_dict() == {'worker': list(addresses)}
+
+
+def test_run_config_of_a_tpu_slice_names_every_worker():
+  config = from_custom_config({'tpu_workers': WORKERS, 'use_tpu': True},
+                              environ={})
+  run_config = estimator_builder.build_run_config(config, '/tmp/model')
+  assert run_config.master == 'grpc://trainer-workers-0.trainer-workers:8470'
+  assert run_config.evaluation_master == run_config.master
+  cluster = tf.train.ClusterSpec(run_config.session_config.cluster_def)
+  assert cluster.as_dict() == {'worker': list(config.tpu_workers)}
+  assert run_config.device_fn is None  # TPUEstimator places the TPU graph.
+  assert run_config.tpu_config.per_host_input_for_training == (
+      tf.compat.v1.estimator.tpu.InputPipelineConfig.PER_HOST_V2)
+
+
+def test_off_tpu_the_variables_spread_over_every_worker():
+  config = from_custom_config({'tpu_workers': WORKERS, 'use_tpu': False},
+                              environ={})
+  run_config = estimator_builder.build_run_config(config, '/tmp/model')
+  with tf.Graph().as_default(), tf.compat.v1.device(run_config.device_fn):
+    variables = [tf.compat.v1.get_variable(f'v{i}', [1]) for i in range(4)]
+    ops = tf.constant(1.0)
+  assert [v.device for v in variables] == [
+      '/job:worker/task:0', '/job:worker/task:1', '/job:worker/task:0',
+      '/job:worker/task:1']
+  assert ops.device == '/job:worker/task:0'
+
+
+@pytest.mark.parametrize('what,path', [
+    ('train data', '/data/Split-train/*'),
+    ("custom_config['checkpoint_dir']", '/mnt/checkpoints'),
+    ('the model_run artifact', 'file:///pipeline/model_run/1'),
+])
+def test_local_paths_of_a_remote_slice_are_refused_naming_them(what, path):
+  config = from_custom_config({'tpu_workers': WORKERS}, environ={})
+  paths = {'train data': ['gs://b/train/*'],
+           "custom_config['checkpoint_dir']": ['gs://b/checkpoints'],
+           'the model_run artifact': ['gs://b/model_run/1']}
+  tpu_slice.check_driver(config, paths, environ={})  # All on gs://: fine.
+  paths[what] = [path]
+  with pytest.raises(tpu_slice.SliceError) as raised:
+    tpu_slice.check_driver(config, paths, environ={})
+  message = str(raised.value)
+  assert f'{what} {path!r} is a local path' in message
+  assert 'gs://' in message and '2-host slice' in message
+
+
+def test_local_paths_are_kept_when_every_worker_runs_here():
+  config = from_custom_config(
+      {'tpu_workers': ['localhost:1234', '127.0.0.1:1235']}, environ={})
+  tpu_slice.check_driver(config, {'train data': ['/data/train/*']},
+                         environ={})
+
+
+def test_a_tf_config_cluster_beside_a_slice_is_refused():
+  config = from_custom_config({'tpu_workers': WORKERS}, environ={})
+  environ = {'TF_CONFIG': json.dumps(
+      {'cluster': {'chief': ['c:1'], 'worker': ['w:1']},
+       'task': {'type': 'chief', 'index': 0}})}
+  with pytest.raises(tpu_slice.SliceError, match='driver of a slice is one'):
+    tpu_slice.check_driver(config, {}, environ=environ)
+
+
+def test_the_wait_names_the_worker_that_did_not_answer(tmp_path,
+                                                       monkeypatch):
+  workers = slice_workers.LocalSlice(str(tmp_path), count=1)
+  absent = f'localhost:{slice_workers.free_ports(1)[0]}'
+  monkeypatch.setenv(tpu_slice.WAIT_SECS_ENV, '3')
+  try:
+    workers.wait_until_serving()
+    with pytest.raises(tpu_slice.SliceError) as raised:
+      with tpu_slice.driving(workers.addresses + [absent], str(tmp_path)):
+        pass
+    # The worker that answered was told the driver is done, and ended.
+    assert workers.wait() == [0]
+  finally:
+    workers.stop()
+  message = str(raised.value)
+  assert '1 of the 2 TPU workers of the slice did not answer' in message
+  assert f'worker 1 ({absent})' in message
+  assert f'worker 0 ({workers.addresses[0]})' not in message
+  assert 'python -m tfx_tpu_trainer.tpu.worker' in message
+
+
+def _worker(args, env=None):
+  return subprocess.run(
+      [sys.executable, '-m', 'tfx_tpu_trainer.tpu.worker'] + args,
+      cwd=REPO_ROOT, capture_output=True, text=True,
+      env=dict(os.environ, **(env or {})))
+
+
+@pytest.mark.parametrize('args,env,message', [
+    (['--port', '0'], {}, "argument --port: '0' is not a port"),
+    (['--driver-timeout', '-5'], {},
+     "argument --driver-timeout: '-5' is not a positive number"),
+    (['--task-index', '-1'], {}, '--task-index -1 is negative'),
+    ([], {'JOB_COMPLETION_INDEX': 'x'},
+     "JOB_COMPLETION_INDEX='x' is not a task index"),
+])
+def test_bad_worker_arguments_exit_2_naming_them(args, env, message):
+  result = _worker(args, env)
+  assert result.returncode == 2
+  assert message in result.stderr
+
+
+def test_a_worker_whose_driver_is_gone_ends(tmp_path):
+  port = slice_workers.free_ports(1)[0]
+  result = _worker(['--port', str(port), '--driver-timeout', '1'],
+                   {'JOB_COMPLETION_INDEX': '3'})
+  assert result.returncode == 3
+  assert 'TPU worker 3 serving at' in result.stderr
+  assert 'no word from the driver' in result.stderr

@@ -1,0 +1,162 @@
+"""`python -m tfx_tpu_trainer.tpu.worker`: one host's TPU worker server for a
+slice's driver; it ends when the driver is done or gone."""
+
+import argparse
+import os
+import socket
+import sys
+import time
+from typing import Optional, Sequence
+
+from absl import logging
+
+from tfx_tpu_trainer import errors
+from tfx_tpu_trainer.training import tpu_slice
+
+EXIT_DRIVER_GONE = 3
+EXIT_BAD_ARGUMENTS = 2
+# Where a GKE TPU pod and an Indexed Job pod find their index.
+TASK_INDEX_ENVS = ('TPU_WORKER_ID', 'JOB_COMPLETION_INDEX')
+POLL_SECS = 30
+# Read by TensorFlow's gRPC runtime: `true` fails a call to an unreachable
+# task at once instead of waiting for it (`use_caller`, its default, lets
+# the master's device lookup wait).
+GRPC_FAIL_FAST_ENV = 'GRPC_FAIL_FAST'
+
+
+class WorkerArgumentError(errors.TPUTrainerError, ValueError):
+  """A worker argument is invalid."""
+
+
+def _positive(text: str) -> float:
+  try:
+    value = float(text)
+  except ValueError:
+    value = 0
+  if value <= 0:
+    raise argparse.ArgumentTypeError(
+        f'{text!r} is not a positive number of seconds')
+  return value
+
+
+def _port(text: str) -> int:
+  if not text.isdigit() or not 0 < int(text) < 65536:
+    raise argparse.ArgumentTypeError(f'{text!r} is not a port (1-65535)')
+  return int(text)
+
+
+def parser() -> argparse.ArgumentParser:
+  """The worker's arguments."""
+  result = argparse.ArgumentParser(
+      prog='python -m tfx_tpu_trainer.tpu.worker',
+      description='Runs this host\'s TPU worker server for a driver of a '
+      'multi-host slice; ends when the driver says it is done or is gone.')
+  result.add_argument(
+      '--port', type=_port, default=tpu_slice.DEFAULT_PORT,
+      help=f'the gRPC port the driver calls (default {tpu_slice.DEFAULT_PORT})')
+  result.add_argument(
+      '--task-index', type=int, default=None,
+      help='this host\'s index in the slice, for the log (default: '
+      f'{" or ".join(TASK_INDEX_ENVS)})')
+  result.add_argument(
+      '--driver-timeout', type=_positive,
+      default=tpu_slice.DEFAULT_DRIVER_TIMEOUT_SECS, metavar='SECONDS',
+      help='end when the driver has sent nothing for this long (default '
+      f'{tpu_slice.DEFAULT_DRIVER_TIMEOUT_SECS}; the driver sends a heartbeat '
+      f'every {tpu_slice.HEARTBEAT_SECS} s while it trains)')
+  return result
+
+
+def task_index(given: Optional[int], environ=None) -> Optional[int]:
+  """`--task-index`, else the pod's index from its environment.
+
+  Raises:
+    WorkerArgumentError: a negative or non-integer index.
+  """
+  environ = os.environ if environ is None else environ
+  if given is None:
+    for name in TASK_INDEX_ENVS:
+      text = environ.get(name)
+      if text is not None:
+        if not text.strip().isdigit():
+          raise WorkerArgumentError(
+              f'{name}={text!r} is not a task index (an integer >= 0).')
+        return int(text)
+    return None
+  if given < 0:
+    raise WorkerArgumentError(
+        f'--task-index {given} is negative; the first host is 0.')
+  return given
+
+
+def serve(port: int, driver_timeout: float, task: Optional[int]) -> int:
+  """Runs the server until the driver is done (0) or gone.
+
+  The server boots standalone (job `localhost`); the driver's cluster def
+  names it `/job:worker/task:<i>`. TensorFlow refuses a session whose
+  cluster def names the job and task a server booted with ("The
+  ClusterSpec names the job and task index to be the same names that were
+  provided when the server booted"). The driver's signals arrive on a queue
+  of this server (`tpu_slice.signal_queue`).
+  """
+  # Worker 0 is the driver's master: without this, a session it creates
+  # while another worker is gone waits for that worker forever (its device
+  # lookup waits for a gRPC channel to be ready); with it, the session fails
+  # with UnavailableError and the driver names the lost worker.
+  os.environ.setdefault(GRPC_FAIL_FAST_ENV, 'true')
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  name = 'worker' + (f' {task}' if task is not None else '')
+  try:
+    server = tf.distribute.Server(
+        tf.train.ClusterSpec({'localhost': [f'localhost:{port}']}),
+        job_name='localhost', task_index=0, protocol='grpc', start=True)
+  except tf.errors.OpError as e:
+    logging.error('TPU %s: could not start the gRPC server on port %d (%s); '
+                  'is the port taken?', name, port, errors.first_line(e))
+    return 1
+  logging.info('TPU %s serving at %s:%d (%s); the driver names it '
+               'grpc://<this host>:%d.', name, socket.getfqdn(), port,
+               server.target, port)
+  graph = tf.Graph()
+  with graph.as_default():
+    receive = tpu_slice.signal_queue(tf).dequeue()
+  session = tf.compat.v1.Session(server.target, graph=graph)
+  last_heard = time.monotonic()
+  while True:
+    try:
+      message = session.run(receive, options=tf.compat.v1.RunOptions(
+          timeout_in_ms=int(min(POLL_SECS, driver_timeout) * 1000)))
+    except tf.errors.DeadlineExceededError:
+      silent = time.monotonic() - last_heard
+      if silent >= driver_timeout:
+        logging.error('TPU %s: no word from the driver for %.0f s '
+                      '(--driver-timeout %.0f): the driver is gone; ending.',
+                      name, silent, driver_timeout)
+        return EXIT_DRIVER_GONE
+      continue
+    last_heard = time.monotonic()
+    if message == tpu_slice.DONE:
+      logging.info('TPU %s: the driver is done; ending.', name)
+      return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+  """Parses the arguments, serves, and ends the process with the status."""
+  args = parser().parse_args(argv)
+  logging.set_verbosity(logging.INFO)
+  logging.use_absl_handler()
+  try:
+    task = task_index(args.task_index)
+  except WorkerArgumentError as e:
+    print(f'python -m tfx_tpu_trainer.tpu.worker: {e}', file=sys.stderr)
+    sys.exit(EXIT_BAD_ARGUMENTS)
+  status = serve(args.port, args.driver_timeout, task)
+  sys.stdout.flush()
+  sys.stderr.flush()
+  # The gRPC server cannot be stopped (TensorFlow's Server has no stop):
+  # end the process without waiting for it.
+  os._exit(status)  # pylint: disable=protected-access
+
+
+if __name__ == '__main__':
+  main()
