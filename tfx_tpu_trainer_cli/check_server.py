@@ -117,7 +117,14 @@ def _server_environment() -> Dict[str, str]:
 
 def serve() -> None:
   """The server: one JSON request a line in, one child's exit code out."""
-  from tfx_tpu_trainer import user_module  # pylint: disable=g-import-not-at-top,unused-import
+  # What load_user_module imports (TFX, and TensorFlow with it), once, before
+  # any fork: a check then costs the module's own import.
+  # pylint: disable=g-import-not-at-top,unused-import
+  from tfx.components.util import udf_utils
+  from tfx.types import standard_component_specs
+  from tfx.utils import io_utils
+  from tfx_tpu_trainer import user_module
+  # pylint: enable=g-import-not-at-top,unused-import
   for line in sys.stdin:
     request = json.loads(line)
     pid = os.fork()
