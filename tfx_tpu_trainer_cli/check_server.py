@@ -116,14 +116,10 @@ def _server_environment() -> Dict[str, str]:
 
 
 def serve() -> None:
-  """The server: one JSON request a line in, one child's exit code out.
-
-  What a check imports is loaded here, once (user_module imports TFX only
-  inside its functions), so each forked check starts with TensorFlow and
-  TFX in memory and its output is the module's own.
-  """
+  """The server: one JSON request a line in, one child's exit code out."""
+  # What load_user_module imports (TFX, and TensorFlow with it), once, before
+  # any fork: a check then costs the module's own import.
   # pylint: disable=g-import-not-at-top,unused-import
-  import tensorflow
   from tfx.components.util import udf_utils
   from tfx.types import standard_component_specs
   from tfx.utils import io_utils
