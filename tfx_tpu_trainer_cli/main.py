@@ -55,6 +55,14 @@ def main(argv: Optional[List[str]] = None) -> int:
   except common.UsageError as e:
     print(f'tfx-tpu-trainer {args.command}: error: {e}', file=sys.stderr)
     return common.EXIT_USAGE
+  except common.Interrupted as e:
+    print(f'tfx-tpu-trainer {args.command}: interrupted: {e}',
+          file=sys.stderr)
+    return common.EXIT_INTERRUPTED
+  except KeyboardInterrupt:
+    print(f'tfx-tpu-trainer {args.command}: interrupted (KeyboardInterrupt).',
+          file=sys.stderr)
+    return common.EXIT_INTERRUPTED
 
 
 def _refuse_unknown_options(parser: argparse.ArgumentParser,
