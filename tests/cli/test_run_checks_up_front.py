@@ -83,7 +83,49 @@ def test_one_row_csv_exits_2_naming_the_batch_it_cannot_fill(tmp_path,
   assert ('--train-batch-size 64 is larger than the train split: --data-root '
           f"{str(data)!r} holds 1 data row(s), of which ExampleGen puts about "
           '0 (67%) in train') in err, err
-  assert 'at least 97 rows for this batch size' in err
+  assert ('No batch size fits: add data (at least 97 rows for this batch '
+          'size; any batch size needs at least 2).') in err, err
+  assert 'at most 0' not in err  # Item 12.
+  assert not (tmp_path / 'out').exists()
+
+
+# Item 12: a byte order mark is named as such.
+def test_csv_with_a_byte_order_mark_exits_2_naming_the_bom(tmp_path, capsys):
+  data = tmp_path / 'data'
+  data.mkdir()
+  path = data / 'data.csv'
+  path.write_bytes(b'\xef\xbb\xbf' + (
+      run_command_tests._header() +  # pylint: disable=protected-access
+      run_command_tests._row() * 300).encode())  # pylint: disable=protected-access
+  assert _exit_code(['run', '--data-root', str(data), '--output-root',
+                     str(tmp_path / 'out')]) == 2
+  err = capsys.readouterr().err
+  assert (f'--data-root: {path} starts with a UTF-8 byte order mark (BOM, '
+          'bytes ef bb bf), which CsvExampleGen would read as part of the '
+          "first column's name: save it as UTF-8 without a BOM") in err, err
+  assert not (tmp_path / 'out').exists()
+
+
+# Item 12: a preprocessing_fn that raises is blamed on its own flag.
+def test_preprocessing_fn_error_names_the_preprocessing_module(tmp_path,
+                                                               capsys):
+  data = tmp_path / 'data'
+  data.mkdir()
+  (data / 'data.csv').write_text(run_command_tests._header() +  # pylint: disable=protected-access
+                                 run_command_tests._row() * 300)  # pylint: disable=protected-access
+  module = tmp_path / 'broken_preprocessing.py'
+  module.write_text('def preprocessing_fn(inputs):\n'
+                    '  raise ValueError("no such feature: fare_xf")\n')
+  assert _exit_code(['run', '--data-root', str(data), '--output-root',
+                     str(tmp_path / 'out'), '--preprocessing-module-file',
+                     str(module), '--train-steps', '5',
+                     '--eval-steps', '1']) == 2
+  err = capsys.readouterr().err
+  assert ('tfx-tpu-trainer run: error: --preprocessing-module-file: '
+          f'preprocessing_fn of {module} raised ValueError: no such feature: '
+          'fare_xf while it was traced on the CSV columns, before any '
+          'component ran') in err, err
+  assert 'error: --module-file' not in err
   assert not (tmp_path / 'out').exists()
 
 
