@@ -378,6 +378,8 @@ def _run(args) -> int:
       return local_runner.run(local_runner.local_options(output_root,
                                                          **options),
                               printer=printer)
+  # Every module is checked: the server's memory goes back to the run.
+  check_server.stop_server()
   # The process id keeps concurrent runs started in one second apart.
   log_path = os.path.join(output_root, 'logs',
                           time.strftime('run-%Y%m%d-%H%M%S') +
