@@ -637,7 +637,17 @@ def _print_summary(result) -> None:
   for trainer_id in result.trainer_ids:
     prefix = '' if len(result.trainer_ids) == 1 else f'{trainer_id}: '
     print(f'  custom_config:  {prefix}{result.custom_configs[trainer_id]}')
-  print(f'  Beam args:      {" ".join(map(str, result.beam_pipeline_args))}')
+  from tfx_tpu_trainer.publishing import secrets  # pylint: disable=g-import-not-at-top
+  print('  Beam args:      ' + ' '.join(
+      str(secrets.masked_arg(a)) for a in result.beam_pipeline_args))
+  hidden = [secrets.masked_arg(a) for a in result.beam_pipeline_args
+            if secrets.masked_arg(a) != a]
+  if hidden:
+    print(f'  Warning: the compiled file carries the secret(s) '
+          f'{", ".join(hidden)} in plain text (masked here): anyone who can '
+          'read the file or the pipeline in the KFP UI can read them. Pass '
+          'secrets from a Kubernetes secret instead (docs/kubeflow.md, '
+          '"Secrets").')
 
 
 def _print_notes(result, options) -> None:
