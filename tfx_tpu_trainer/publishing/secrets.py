@@ -3,7 +3,7 @@
 import re
 from typing import Any, Mapping
 
-__all__ = ['MASK', 'is_secret_name', 'masked', 'masked_arg']
+__all__ = ['MASK', 'is_secret_name', 'masked', 'masked_arg', 'secret_names']
 
 MASK = '***'
 _SECRET_WORDS = frozenset(
@@ -45,3 +45,15 @@ def masked_arg(arg: Any) -> Any:
     if is_secret_name(name):
       return f'{name}={MASK}'
   return arg
+
+
+def secret_names(config: Mapping[str, Any], prefix: str = '') -> list:
+  """Dotted names of the secret-named entries of `config`, nested too."""
+  names = []
+  for name, value in config.items():
+    dotted = f'{prefix}{name}'
+    if is_secret_name(name):
+      names.append(dotted)
+    elif isinstance(value, Mapping):
+      names.extend(secret_names(value, f'{dotted}.'))
+  return names
