@@ -159,10 +159,15 @@ def _penguin_pipeline_file(tmp_path, pipeline_name='penguin-tpu'):
       f'sys.path.insert(0, {_EXAMPLE_DIR!r})\n'
       'import penguin_pipeline\n\n'
       'def create_pipeline():\n'
+      # The module stays imported for later tests in this process.
+      '  default = penguin_pipeline.PIPELINE_NAME\n'
       f'  penguin_pipeline.PIPELINE_NAME = {pipeline_name!r}\n'
-      '  return penguin_pipeline.create_pipeline(\n'
-      f'      data_root={str(tmp_path / "data")!r},\n'
-      f'      pipeline_root={str(tmp_path / "root")!r})\n')
+      '  try:\n'
+      '    return penguin_pipeline.create_pipeline(\n'
+      f'        data_root={str(tmp_path / "data")!r},\n'
+      f'        pipeline_root={str(tmp_path / "root")!r})\n'
+      '  finally:\n'
+      '    penguin_pipeline.PIPELINE_NAME = default\n')
   return f'{path}:create_pipeline'
 
 
