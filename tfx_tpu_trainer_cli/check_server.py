@@ -11,7 +11,7 @@ import threading
 import traceback
 from typing import Any, Dict, Optional
 
-__all__ = ['check_in_child', 'start_server', 'serve']
+__all__ = ['check_in_child', 'start_server', 'stop_server', 'serve']
 
 _SERVE = 'from tfx_tpu_trainer_cli import check_server; check_server.serve()'
 _LAST_LINES = 3
@@ -61,6 +61,12 @@ def start_server() -> None:
   """Starts the check server now (it imports TensorFlow and TFX)."""
   with _server_lock:
     _running_server()
+
+
+def stop_server() -> None:
+  """Ends the check server (about 0.8 GB) once the checks are done."""
+  with _server_lock:
+    _stop_server()
 
 
 def _run_in_child(request: Dict[str, Any]) -> int:

@@ -9,10 +9,16 @@ import sys
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 EXIT_USAGE = 2
+# What a shell reports for a command ended by Ctrl-C (128 + SIGINT).
+EXIT_INTERRUPTED = 130
 
 
 class UsageError(Exception):
   """A command-line argument is invalid; nothing has been written."""
+
+
+class Interrupted(Exception):
+  """A KeyboardInterrupt (Ctrl-C, or raised by user code), with its place."""
 
 
 def positive_int(text: str) -> int:

@@ -680,10 +680,35 @@ def _print_summary(result) -> None:
   if result.tpu_check_id:
     print(f'  TPU check:      step {result.tpu_check_id} first, scheduled like '
           'the trainer (tfx-tpu-trainer tpu-check)')
+  from tfx_tpu_trainer.publishing import secrets  # pylint: disable=g-import-not-at-top
+  secret_warnings = []
   for trainer_id in result.trainer_ids:
     prefix = '' if len(result.trainer_ids) == 1 else f'{trainer_id}: '
-    print(f'  custom_config:  {prefix}{result.custom_configs[trainer_id]}')
-  print(f'  Beam args:      {" ".join(map(str, result.beam_pipeline_args))}')
+    custom_config = result.custom_configs[trainer_id]
+    if isinstance(custom_config, dict):
+      names = secrets.secret_names(custom_config)
+      if names:
+        secret_warnings.append(
+            f'  Warning: TPUTrainer {trainer_id!r} has custom_config '
+            f'{", ".join(names)}: the compiled file carries the value(s) in '
+            'plain text (masked here) for anyone who can read it or the '
+            'pipeline in the KFP UI. Pass secrets from a Kubernetes secret '
+            'instead (docs/kubeflow.md, "Secrets").')
+      custom_config = secrets.masked(custom_config)
+    print(f'  custom_config:  {prefix}{custom_config}')
+  from tfx_tpu_trainer.publishing import secrets  # pylint: disable=g-import-not-at-top
+  print('  Beam args:      ' + ' '.join(
+      str(secrets.masked_arg(a)) for a in result.beam_pipeline_args))
+  hidden = [secrets.masked_arg(a) for a in result.beam_pipeline_args
+            if secrets.masked_arg(a) != a]
+  if hidden:
+    print(f'  Warning: the compiled file carries the secret(s) '
+          f'{", ".join(hidden)} in plain text (masked here): anyone who can '
+          'read the file or the pipeline in the KFP UI can read them. Pass '
+          'secrets from a Kubernetes secret instead (docs/kubeflow.md, '
+          '"Secrets").')
+  for warning in secret_warnings:
+    print(warning)
 
 
 def _print_notes(result, options) -> None:

@@ -100,12 +100,16 @@ def check_rows_for_batches(rows: int, batch_sizes: Sequence[Tuple[str, int]],
   for (split, share), (flag, size) in zip(DEFAULT_SPLIT_SHARES, batch_sizes):
     expected = int(rows * share)
     if size > expected:
+      needed = f'at least {int(size / share) + 1} rows for this batch size'
+      remedy = (f'Use a {flag} of at most {expected} (or add data: {needed}).'
+                if expected else
+                f'No batch size fits: add data ({needed}; any batch size '
+                f'needs at least {int(1 / share) + 1}).')
       raise CsvDataError(
           f'{flag} {size} is larger than the {split} split: {where} holds '
           f'{rows} data row(s), of which ExampleGen puts about {expected} '
           f'({share:.0%}) in {split}, and training reads whole batches only. '
-          f'Use a {flag} of at most {expected} (or add data: at least '
-          f'{int(size / share) + 1} rows for this batch size).')
+          + remedy)
 
 
 def count_data_rows(path: str) -> int:
@@ -115,8 +119,35 @@ def count_data_rows(path: str) -> int:
   return max(lines - 1, 0)
 
 
+# Byte order marks a CSV file may start with: (bytes, encoding).
+_BYTE_ORDER_MARKS = ((codecs.BOM_UTF8, 'UTF-8'),
+                     (codecs.BOM_UTF32_LE, 'UTF-32'),
+                     (codecs.BOM_UTF32_BE, 'UTF-32'),
+                     (codecs.BOM_UTF16_LE, 'UTF-16'),
+                     (codecs.BOM_UTF16_BE, 'UTF-16'))
+
+
+def _byte_order_mark_problem(path: str) -> Optional[str]:
+  """A byte order mark at the start (CsvExampleGen reads it as text)."""
+  with open(path, 'rb') as f:
+    start = f.read(4)
+  for mark, encoding in _BYTE_ORDER_MARKS:
+    if start.startswith(mark):
+      fix = ("save it as UTF-8 without a BOM, e.g. `sed -i '1s/^\\xEF\\xBB"
+             "\\xBF//' FILE`" if encoding == 'UTF-8' else
+             f're-encode it, e.g. `iconv -f {encoding} -t utf-8` (and drop '
+             'the BOM)')
+      return (f'starts with a {encoding} byte order mark (BOM, bytes '
+              f'{mark.hex(" ")}), which CsvExampleGen would read as part of '
+              f'the first column\'s name: {fix}.')
+  return None
+
+
 def _encoding_problem(path: str) -> Optional[str]:
   """Where the first byte that is not UTF-8 lies (None: all UTF-8)."""
+  problem = _byte_order_mark_problem(path)
+  if problem:
+    return problem
   decoder = codecs.getincrementaldecoder('utf-8')()
   line = 1
   with open(path, 'rb') as f:

@@ -101,6 +101,12 @@ def transformed_features(preprocessing_module_file: str,
           'find what the Evaluator reads, before any component ran. Module '
           'code must return or raise an exception, never exit the process.'
       ) from e
+    except Exception as e:  # pylint: disable=broad-except
+      raise EvaluatorKeyError(
+          f'--preprocessing-module-file: preprocessing_fn of '
+          f'{preprocessing_module_file} raised {type(e).__name__}: {e} while '
+          'it was traced on the CSV columns, before any component ran; '
+          'Transform would fail the same way: fix the function.') from e
   return dict(outputs)
 
 

@@ -3,6 +3,7 @@
 import argparse
 import os
 import sys
+import traceback
 from typing import List, Optional
 
 # TensorFlow's C++ start-up chatter hides the progress lines; set before any
@@ -11,6 +12,7 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from tfx_tpu_trainer import version
+from tfx_tpu_trainer.training import leftover_threads
 from tfx_tpu_trainer_cli import common
 from tfx_tpu_trainer_cli import compile as compile_command
 from tfx_tpu_trainer_cli import preflight as preflight_command
@@ -23,6 +25,10 @@ __all__ = ['build_parser', 'main']
 
 _SUBCOMMANDS = (run_command, compile_command, preflight_command,
                 tpu_check_command)
+# Subcommands that import user code (a module file, a pipeline file) in this
+# process: a non-daemon thread it leaves would keep the finished command
+# from exiting.
+_USER_CODE_IN_PROCESS = ('compile', 'preflight')
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,10 +57,38 @@ def main(argv: Optional[List[str]] = None) -> int:
     # The subcommand's usage, with a "did you mean" (exits with status 2).
     _subcommand_parser(parser, args.command).unrecognized(extras)
   try:
-    return args.handler(args)
+    code = _handle(args)
   except common.UsageError as e:
     print(f'tfx-tpu-trainer {args.command}: error: {e}', file=sys.stderr)
-    return common.EXIT_USAGE
+    code = common.EXIT_USAGE
+  except common.Interrupted as e:
+    print(f'tfx-tpu-trainer {args.command}: interrupted: {e}',
+          file=sys.stderr)
+    return common.EXIT_INTERRUPTED
+  except KeyboardInterrupt:
+    print(f'tfx-tpu-trainer {args.command}: interrupted (KeyboardInterrupt).',
+          file=sys.stderr)
+    return common.EXIT_INTERRUPTED
+  if args.command in _USER_CODE_IN_PROCESS:
+    # `run` does this itself, before its summary's last word.
+    leftover_threads.end_process_if_threads_left(
+        code, f'tfx-tpu-trainer {args.command}')
+  return code
+
+
+def _handle(args) -> int:
+  """The subcommand's handler; a failure also ends threads user code left."""
+  try:
+    return args.handler(args)
+  except (common.UsageError, common.Interrupted, KeyboardInterrupt):
+    raise
+  except BaseException:  # pylint: disable=broad-except
+    if (args.command in _USER_CODE_IN_PROCESS and
+        leftover_threads.non_daemon_threads()):
+      traceback.print_exc()  # The process may end before Python prints it.
+      leftover_threads.end_process_if_threads_left(
+          1, f'tfx-tpu-trainer {args.command} (failed)')
+    raise
 
 
 def _refuse_unknown_options(parser: argparse.ArgumentParser,

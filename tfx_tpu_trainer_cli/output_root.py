@@ -12,6 +12,26 @@ class OutputRootError(errors.TPUTrainerError, OSError):
   """The output root cannot be created or written."""
 
 
+def check_pipeline_name(name: str, flag: str = '--pipeline-name') -> None:
+  """Raises OutputRootError unless `name` is one folder name.
+
+  The local run writes `metadata/NAME/`, `pipelines/NAME/` and
+  `serving_model/NAME/` under the output root: a name with a separator, or
+  `.`/`..`, would put them elsewhere (`../../escaped` outside it).
+
+  Args:
+    name: the pipeline name.
+    flag: where the name came from, for the message.
+  """
+  if (name in ('', '.', '..') or '/' in name or '\\' in name or
+      '\0' in name or os.sep in name):
+    raise OutputRootError(
+        f'{flag} {name!r} is not a plain name: the run keeps each pipeline\'s '
+        'outputs in a folder of that name under the output root, and this '
+        'one would leave it (or be no folder). Use letters, digits, "-" and '
+        '"_", e.g. taxi_tpu.')
+
+
 def check_writable(output_root: str, flag: str = '--output-root') -> None:
   """Raises OutputRootError unless files can be created under `output_root`.
 

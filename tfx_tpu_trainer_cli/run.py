@@ -212,6 +212,8 @@ def _eval_every_steps(args) -> Optional[int]:
 def _validate_run_args(args) -> dict:
   """Checks every argument before anything is written; returns the options."""
   _bundled_only_options(args)
+  if args.pipeline_name is not None:
+    _check_pipeline_name(args.pipeline_name, '--pipeline-name')
   data_root = os.path.abspath(args.data_root or paths.embedded_data_root())
   if not os.path.isdir(data_root):
     raise common.UsageError(f'--data-root {data_root!r} is not a directory.')
@@ -221,12 +223,8 @@ def _validate_run_args(args) -> dict:
     raise common.UsageError(
         f'--min-accuracy must lie in [0, 1], got {args.min_accuracy}.')
   output_root = os.path.abspath(args.output_root)
-  if os.path.exists(output_root) and not os.path.isdir(output_root):
-    raise common.UsageError(f'--output-root {output_root!r} is not a directory.')
-  try:
-    output_root_lib.check_writable(output_root)
-  except output_root_lib.OutputRootError as e:
-    raise common.UsageError(str(e)) from e
+  _check_output_root(output_root)
+  _check_output_outside_data(output_root, data_root)
   custom_config = _run_custom_config(args)
   try:
     config = config_lib.TrainerConfig.from_custom_config(custom_config)
@@ -255,6 +253,36 @@ def _validate_run_args(args) -> dict:
                  args.label_key)
   options |= _evaluator_options(args, options)
   return options
+
+
+def _check_output_root(output_root: str) -> None:
+  """A directory this run can write: taxi run and `--pipeline` alike."""
+  if os.path.exists(output_root) and not os.path.isdir(output_root):
+    raise common.UsageError(f'--output-root {output_root!r} is not a directory.')
+  try:
+    output_root_lib.check_writable(output_root)
+  except output_root_lib.OutputRootError as e:
+    raise common.UsageError(str(e)) from e
+
+
+def _check_output_outside_data(output_root: str, data_root: str) -> None:
+  """The run's own files must not land among the CSV files it reads."""
+  real_output, real_data = (os.path.realpath(output_root),
+                            os.path.realpath(data_root))
+  if os.path.commonpath([real_output, real_data]) == real_data:
+    raise common.UsageError(
+        f'--output-root {output_root!r} is inside --data-root {data_root!r}: '
+        'ExampleGen reads the data folder, and the run would write its '
+        'outputs (CSV files among them) into it, so this run or the next '
+        'would read them as data. Choose an --output-root outside the data '
+        'folder.')
+
+
+def _check_pipeline_name(name: str, flag: str) -> None:
+  try:
+    output_root_lib.check_pipeline_name(name, flag)
+  except output_root_lib.OutputRootError as e:
+    raise common.UsageError(str(e)) from e
 
 
 def _check_modules(module_file: str, preprocessing_module_file: str,
@@ -337,6 +365,8 @@ def _run(args) -> int:
       return local_runner.run(local_runner.local_options(output_root,
                                                          **options),
                               printer=printer)
+  # Every module is checked: the server's memory goes back to the run.
+  check_server.stop_server()
   # The process id keeps concurrent runs started in one second apart.
   log_path = os.path.join(output_root, 'logs',
                           time.strftime('run-%Y%m%d-%H%M%S') +
@@ -377,10 +407,11 @@ def _prepare_user_pipeline(args, output_root: str):
   from tfx_tpu_trainer_cli import user_pipeline  # pylint: disable=g-import-not-at-top
   _bundled_only_options(args)
   user_pipeline.parse_spec(args.pipeline)  # Before TFX loads.
-  if os.path.exists(output_root) and not os.path.isdir(output_root):
-    raise common.UsageError(f'--output-root {output_root!r} is not a directory.')
+  _check_output_root(output_root)
   from tfx_tpu_trainer import component  # pylint: disable=g-import-not-at-top
   pipeline = user_pipeline.load_pipeline(args.pipeline)
+  _check_pipeline_name(pipeline.pipeline_info.pipeline_name,
+                       f'{user_pipeline.FLAG} {args.pipeline}: pipeline_name')
   if args.beam_arg:
     from tfx.dsl.components.base import executor_spec  # pylint: disable=g-import-not-at-top
     for node in pipeline.components:

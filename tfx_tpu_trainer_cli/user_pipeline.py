@@ -1,14 +1,51 @@
 """`--pipeline FILE:FUNCTION`: a user's pipeline factory, loaded and checked."""
 
+import contextlib
 import inspect
 import os
-from typing import Callable, Tuple
+from typing import Callable, Iterator, Tuple
 
 from tfx_tpu_trainer import user_module
 from tfx_tpu_trainer_cli import common
 
 FLAG = '--pipeline'
 _MODULE_NAME = '_tfx_tpu_trainer_user_pipeline'
+
+
+class _ProcessExit(BaseException):
+  """`os._exit(code)` called by the pipeline file, turned into an error."""
+
+  def __init__(self, code: int):
+    super().__init__(code)
+    self.code = code
+
+  def __str__(self) -> str:
+    return f'it called os._exit({self.code!r})'
+
+
+@contextlib.contextmanager
+def _exit_refused() -> Iterator[None]:
+  """`os._exit` raises instead of ending this process, for the block.
+
+  The pipeline file runs in this process (its pipeline is what runs), so an
+  `os._exit()` in it would end `run` or `compile` with its code and no word;
+  raised instead, it becomes a usage error naming the file.
+  """
+  original = os._exit  # pylint: disable=protected-access
+
+  def refuse(code):
+    raise _ProcessExit(code)
+
+  os._exit = refuse  # pylint: disable=protected-access
+  try:
+    yield
+  finally:
+    os._exit = original  # pylint: disable=protected-access
+
+
+def _interrupted(path: str, where: str) -> common.Interrupted:
+  return common.Interrupted(
+      f'{FLAG}: KeyboardInterrupt was raised {where} {path}; nothing ran.')
 
 
 def parse_spec(spec: str) -> Tuple[str, str]:
@@ -36,8 +73,17 @@ def load_function(path: str, function: str) -> Callable[[], object]:
   """
   name = os.path.basename(path)
   try:
-    module = user_module.load_file(path, _MODULE_NAME, f'{FLAG}: {path}')
+    with _exit_refused():
+      module = user_module.load_file(path, _MODULE_NAME, f'{FLAG}: {path}')
   except user_module.UserModuleError as e:
+    if isinstance(e.__cause__, KeyboardInterrupt):
+      raise _interrupted(path, 'while importing') from e
+    if isinstance(e.__cause__, _ProcessExit):
+      raise common.UsageError(
+          f'{FLAG}: {path} failed to import: {e.__cause__} while being '
+          'imported. A pipeline file must not end the process: remove the '
+          'exit, or move script code under `if __name__ == "__main__":`.'
+      ) from e
     raise common.UsageError(str(e)) from e
   factory = getattr(module, function, None)
   if factory is None:
@@ -86,7 +132,14 @@ def load_pipeline(spec: str):
   name = os.path.basename(path)
   with user_module.first_on_path(os.path.dirname(path)):
     try:
-      pipeline = factory()
+      with _exit_refused():
+        pipeline = factory()
+    except KeyboardInterrupt as e:
+      raise _interrupted(path, f'in {function}() of') from e
+    except _ProcessExit as e:
+      raise common.UsageError(
+          f'{FLAG}: {function}() in {name} {e}: the function must return '
+          'the pipeline, never end the process.') from e
     except (Exception, SystemExit) as e:  # pylint: disable=broad-except
       raise common.UsageError(
           f'{FLAG}: {function}() in {name} raised {type(e).__name__}: {e}'

@@ -57,3 +57,28 @@ def test_a_script_without_a_main_guard_checks_twice(tmp_path):
                           capture_output=True, text=True, check=False)
   assert result.returncode == 0, result.stderr[-3000:]
   assert result.stdout.splitlines() == ['checked', 'checked']
+
+
+def test_run_ends_the_check_server_once_the_checks_are_done(tmp_path, capsys):
+  """Item 12 of issue 38: the server (about 0.8 GB) no longer lives as long
+  as the pipeline; here the run fails fast at ExampleGen (no data)."""
+  from tfx_tpu_trainer_cli import main as cli  # pylint: disable=g-import-not-at-top
+  example_dir = os.path.join(
+      os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+          __file__)))), 'examples', 'penguin_tpu')
+  (tmp_path / 'data').mkdir()
+  path = tmp_path / 'my_pipeline.py'
+  path.write_text(
+      f'import sys\nsys.path.insert(0, {example_dir!r})\n'
+      'import penguin_pipeline\n\n'
+      'def create_pipeline():\n'
+      '  return penguin_pipeline.create_pipeline(\n'
+      f'      data_root={str(tmp_path / "data")!r},\n'
+      f'      pipeline_root={str(tmp_path / "root")!r})\n')
+  code = cli.main(['run', '--pipeline', f'{path}:create_pipeline',
+                   '--output-root', str(tmp_path / 'out')])
+  captured = capsys.readouterr()
+  assert code == 1, captured.err
+  assert 'does not match any files' in captured.out + captured.err
+  # The module was checked in the server's child, then the server ended.
+  assert check_server._server is None  # pylint: disable=protected-access

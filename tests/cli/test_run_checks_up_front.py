@@ -83,7 +83,49 @@ def test_one_row_csv_exits_2_naming_the_batch_it_cannot_fill(tmp_path,
   assert ('--train-batch-size 64 is larger than the train split: --data-root '
           f"{str(data)!r} holds 1 data row(s), of which ExampleGen puts about "
           '0 (67%) in train') in err, err
-  assert 'at least 97 rows for this batch size' in err
+  assert ('No batch size fits: add data (at least 97 rows for this batch '
+          'size; any batch size needs at least 2).') in err, err
+  assert 'at most 0' not in err  # Item 12.
+  assert not (tmp_path / 'out').exists()
+
+
+# Item 12: a byte order mark is named as such.
+def test_csv_with_a_byte_order_mark_exits_2_naming_the_bom(tmp_path, capsys):
+  data = tmp_path / 'data'
+  data.mkdir()
+  path = data / 'data.csv'
+  path.write_bytes(b'\xef\xbb\xbf' + (
+      run_command_tests._header() +  # pylint: disable=protected-access
+      run_command_tests._row() * 300).encode())  # pylint: disable=protected-access
+  assert _exit_code(['run', '--data-root', str(data), '--output-root',
+                     str(tmp_path / 'out')]) == 2
+  err = capsys.readouterr().err
+  assert (f'--data-root: {path} starts with a UTF-8 byte order mark (BOM, '
+          'bytes ef bb bf), which CsvExampleGen would read as part of the '
+          "first column's name: save it as UTF-8 without a BOM") in err, err
+  assert not (tmp_path / 'out').exists()
+
+
+# Item 12: a preprocessing_fn that raises is blamed on its own flag.
+def test_preprocessing_fn_error_names_the_preprocessing_module(tmp_path,
+                                                               capsys):
+  data = tmp_path / 'data'
+  data.mkdir()
+  (data / 'data.csv').write_text(run_command_tests._header() +  # pylint: disable=protected-access
+                                 run_command_tests._row() * 300)  # pylint: disable=protected-access
+  module = tmp_path / 'broken_preprocessing.py'
+  module.write_text('def preprocessing_fn(inputs):\n'
+                    '  raise ValueError("no such feature: fare_xf")\n')
+  assert _exit_code(['run', '--data-root', str(data), '--output-root',
+                     str(tmp_path / 'out'), '--preprocessing-module-file',
+                     str(module), '--train-steps', '5',
+                     '--eval-steps', '1']) == 2
+  err = capsys.readouterr().err
+  assert ('tfx-tpu-trainer run: error: --preprocessing-module-file: '
+          f'preprocessing_fn of {module} raised ValueError: no such feature: '
+          'fare_xf while it was traced on the CSV columns, before any '
+          'component ran') in err, err
+  assert 'error: --module-file' not in err
   assert not (tmp_path / 'out').exists()
 
 
@@ -102,3 +144,92 @@ def test_latin1_byte_past_row_2_names_file_line_and_byte(tmp_path, capsys):
           'byte 0xe9 (invalid continuation byte)') in err, err
   assert 'iconv -f latin1 -t utf-8' in err
   assert not (tmp_path / 'out').exists()
+
+
+_EXAMPLE_DIR = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+        __file__)))), 'examples', 'penguin_tpu')
+
+
+def _penguin_pipeline_file(tmp_path, pipeline_name='penguin-tpu'):
+  """A `--pipeline` file: the README's penguin pipeline, `pipeline_name`."""
+  path = tmp_path / 'my_pipeline.py'
+  path.write_text(
+      'import sys\n'
+      f'sys.path.insert(0, {_EXAMPLE_DIR!r})\n'
+      'import penguin_pipeline\n\n'
+      'def create_pipeline():\n'
+      # The module stays imported for later tests in this process.
+      '  default = penguin_pipeline.PIPELINE_NAME\n'
+      f'  penguin_pipeline.PIPELINE_NAME = {pipeline_name!r}\n'
+      '  try:\n'
+      '    return penguin_pipeline.create_pipeline(\n'
+      f'        data_root={str(tmp_path / "data")!r},\n'
+      f'        pipeline_root={str(tmp_path / "root")!r})\n'
+      '  finally:\n'
+      '    penguin_pipeline.PIPELINE_NAME = default\n')
+  return f'{path}:create_pipeline'
+
+
+# Item 5: a pipeline name that leaves the output root.
+@pytest.mark.parametrize('name', ['../../escaped', '..', 'a/b'])
+def test_pipeline_name_leaving_the_output_root_exits_2_writing_nothing(
+    tmp_path, capsys, name):
+  data = tmp_path / 'data'
+  data.mkdir()
+  (data / 'data.csv').write_text(run_command_tests._header() +  # pylint: disable=protected-access
+                                 run_command_tests._row() * 300)  # pylint: disable=protected-access
+  output_root = tmp_path / 'a' / 'b' / 'out'
+  assert _exit_code(['run', '--data-root', str(data), '--output-root',
+                     str(output_root), '--pipeline-name', name,
+                     '--train-steps', '5', '--eval-steps', '1']) == 2
+  err = capsys.readouterr().err
+  assert (f'tfx-tpu-trainer run: error: --pipeline-name {name!r} is not a '
+          'plain name: the run keeps each pipeline\'s outputs in a folder of '
+          'that name under the output root') in err, err
+  assert sorted(os.listdir(tmp_path)) == ['data']
+
+
+def test_user_pipeline_name_leaving_the_output_root_exits_2_writing_nothing(
+    tmp_path, capsys):
+  spec = _penguin_pipeline_file(tmp_path, '../../escaped')
+  output_root = tmp_path / 'a' / 'b' / 'out'
+  assert _exit_code(['run', '--pipeline', spec, '--output-root',
+                     str(output_root)]) == 2
+  err = capsys.readouterr().err
+  assert (f"tfx-tpu-trainer run: error: --pipeline {spec}: pipeline_name "
+          "'../../escaped' is not a plain name") in err, err
+  assert sorted(os.listdir(tmp_path)) == ['my_pipeline.py']
+
+
+# Item 6: `run --pipeline` with a read-only output root, as the taxi run.
+def test_read_only_output_root_with_pipeline_exits_2_naming_it(tmp_path,
+                                                               capsys):
+  spec = _penguin_pipeline_file(tmp_path)
+  with _read_only_dir(tmp_path / 'ro') as read_only:
+    assert _exit_code(['run', '--pipeline', spec, '--output-root',
+                       str(read_only)]) == 2
+    err = capsys.readouterr().err
+    assert (f"tfx-tpu-trainer run: error: --output-root {str(read_only)!r} "
+            'is not writable') in err, err
+    assert 'Traceback' not in err
+    assert os.listdir(read_only) == []
+
+
+# Item 9: the output root inside the data root.
+@pytest.mark.parametrize('below', ['', 'out', 'runs/out'])
+def test_output_root_inside_data_root_exits_2_writing_nothing(
+    tmp_path, capsys, below):
+  data = tmp_path / 'data'
+  data.mkdir()
+  (data / 'data.csv').write_text(run_command_tests._header() +  # pylint: disable=protected-access
+                                 run_command_tests._row() * 300)  # pylint: disable=protected-access
+  output_root = os.path.join(str(data), below) if below else str(data)
+  assert _exit_code(['run', '--data-root', str(data), '--output-root',
+                     output_root, '--train-steps', '5',
+                     '--eval-steps', '1']) == 2
+  err = capsys.readouterr().err
+  assert (f'tfx-tpu-trainer run: error: --output-root {output_root!r} is '
+          f'inside --data-root {str(data)!r}: ExampleGen reads the data '
+          'folder') in err, err
+  assert os.listdir(data) == ['data.csv']

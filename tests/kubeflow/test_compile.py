@@ -761,3 +761,21 @@ def test_beam_args_defaults_and_overrides():
   assert kubeflow_compile.beam_pipeline_args(
       ['--runner=FlinkRunner', '--flink_master=host:8081']) == [
           '--runner=FlinkRunner', '--flink_master=host:8081']
+
+
+# Issue 38 item 11: a token in a --beam-arg is masked in the summary, and
+# the summary warns that the compiled file carries it.
+def test_secret_beam_arg_is_masked_in_the_summary_with_a_warning(
+    tmp_path_factory, capsys):
+  path = _compile(tmp_path_factory, 'secret',
+                  '--beam-arg=--s3_secret_access_key=s3cr3t-value',
+                  '--beam-arg=--direct_num_workers=2', '--output-file',
+                  'secret.yaml')
+  out = capsys.readouterr().out
+  assert 's3cr3t-value' not in out, out
+  assert '--s3_secret_access_key=***' in out, out
+  assert '--direct_num_workers=2' in out, out
+  assert ('Warning: the compiled file carries the secret(s) '
+          '--s3_secret_access_key=*** in plain text (masked here)') in out, out
+  with open(path) as f:
+    assert 's3cr3t-value' in f.read()  # What the step needs, as given.

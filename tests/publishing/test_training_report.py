@@ -246,3 +246,20 @@ def test_event_files_of_the_estimator_alone_still_plot(tmp_path):
   assert [plot.title for plot in plots] == [
       'Training loss', 'Training speed (steps/s, evaluations included)']
   assert problems == []
+
+
+def test_config_table_masks_values_of_secret_named_options(tmp_path):
+  """Issue 38 item 11: the KFP UI shows the report inline."""
+  model_run = str(tmp_path / 'model_run')
+  _training(model_run)
+  path = report.write_report(
+      model_run, config={'custom_config.params': {
+          'api_token': 'tok-123', 'dbPassword': 'pw-456',
+          'private_key': 'pk-789', 'hidden_units': 8},
+                         'label_key': 'tips'})
+  html = open(path).read()
+  for value in ('tok-123', 'pw-456', 'pk-789'):
+    assert value not in html
+  assert 'api_token' in html and '***' in html
+  assert "&#x27;hidden_units&#x27;: 8" in html or "'hidden_units': 8" in html
+  assert '<tr><th>label_key</th><td>tips</td></tr>' in html

@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from absl import logging
 from tfx.dsl.io import fileio
 
+from tfx_tpu_trainer.publishing import secrets
 from tfx_tpu_trainer.publishing import training_events
 from tfx_tpu_trainer.training import curves
 
@@ -246,7 +247,8 @@ def render_html(plots: Sequence[Plot], final_metrics: Mapping[str, Any],
                        for name, value in timings.items()},
                       'No timings were recorded.'))
   parts.append('<h2>Config</h2>')
-  parts.append(_table(config, 'No config was given.'))
+  # The KFP UI shows the report inline: no token or password in it.
+  parts.append(_table(secrets.masked(config), 'No config was given.'))
   parts.append('</body></html>')
   return '\n'.join(parts)
 
