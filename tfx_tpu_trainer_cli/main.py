@@ -3,6 +3,7 @@
 import argparse
 import os
 import sys
+import threading
 import traceback
 from typing import List, Optional
 
@@ -56,8 +57,10 @@ def main(argv: Optional[List[str]] = None) -> int:
   if extras:
     # The subcommand's usage, with a "did you mean" (exits with status 2).
     _subcommand_parser(parser, args.command).unrecognized(extras)
+  # Threads running before the command are not its (tests run it in-process).
+  existing = threading.enumerate()
   try:
-    code = _handle(args)
+    code = _handle(args, existing)
   except common.UsageError as e:
     print(f'tfx-tpu-trainer {args.command}: error: {e}', file=sys.stderr)
     code = common.EXIT_USAGE
@@ -72,11 +75,11 @@ def main(argv: Optional[List[str]] = None) -> int:
   if args.command in _USER_CODE_IN_PROCESS:
     # `run` does this itself, before its summary's last word.
     leftover_threads.end_process_if_threads_left(
-        code, f'tfx-tpu-trainer {args.command}')
+        code, f'tfx-tpu-trainer {args.command}', existing=existing)
   return code
 
 
-def _handle(args) -> int:
+def _handle(args, existing) -> int:
   """The subcommand's handler; a failure also ends threads user code left."""
   try:
     return args.handler(args)
@@ -84,10 +87,10 @@ def _handle(args) -> int:
     raise
   except BaseException:  # pylint: disable=broad-except
     if (args.command in _USER_CODE_IN_PROCESS and
-        leftover_threads.non_daemon_threads()):
+        leftover_threads.non_daemon_threads(existing)):
       traceback.print_exc()  # The process may end before Python prints it.
       leftover_threads.end_process_if_threads_left(
-          1, f'tfx-tpu-trainer {args.command} (failed)')
+          1, f'tfx-tpu-trainer {args.command} (failed)', existing=existing)
     raise
 
 

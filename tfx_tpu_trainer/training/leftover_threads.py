@@ -5,7 +5,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import List
+from typing import Collection, List
 
 from absl import logging
 
@@ -21,16 +21,18 @@ GRACE_SECS = 5.0
 _ENDED_AT_EXIT = ('concurrent.futures.',)
 
 
-def non_daemon_threads() -> List[threading.Thread]:
+def non_daemon_threads(
+    existing: Collection[threading.Thread] = ()) -> List[threading.Thread]:
   """Live non-daemon threads that would keep the process from exiting.
 
-  Not the main thread or the caller, nor the workers of thread pools that
+  Not the main thread or the caller, nor those in `existing` (running before
+  the work began: not the work's), nor the workers of thread pools that
   interpreter shutdown ends itself.
   """
   return [thread for thread in threading.enumerate()
           if thread is not threading.main_thread() and
           thread is not threading.current_thread() and not thread.daemon and
-          thread.is_alive() and
+          thread.is_alive() and thread not in existing and
           not (_target_module(thread) or '').startswith(_ENDED_AT_EXIT)]
 
 
@@ -46,19 +48,23 @@ def _describe(thread: threading.Thread) -> str:
   return f'{thread.name!r} ({where}.{name})' if where else repr(thread.name)
 
 
-def end_process_if_threads_left(exit_code: int, what: str,
-                                grace_secs: float = GRACE_SECS) -> None:
+def end_process_if_threads_left(
+    exit_code: int, what: str, grace_secs: float = GRACE_SECS,
+    existing: Collection[threading.Thread] = ()) -> None:
   """Ends the process now if non-daemon threads outlive `grace_secs`.
 
   Args:
     exit_code: the code the process exits with.
     what: what finished, for the message ('The pipeline').
     grace_secs: how long the threads may take to end on their own.
+    existing: threads that ran before the work began, left alone (a
+      command run in-process, as the tests do, is not the process's only
+      work).
   """
   deadline = time.monotonic() + grace_secs
-  for thread in non_daemon_threads():
+  for thread in non_daemon_threads(existing):
     thread.join(max(0.0, deadline - time.monotonic()))
-  left = non_daemon_threads()
+  left = non_daemon_threads(existing)
   if not left:
     return
   message = (
