@@ -183,7 +183,7 @@ def test_the_screenshots_page_shows_the_defaults_and_the_sample():
   assert config['train_args.num_steps'] == str(DEFAULT_TRAIN_STEPS)
   # The report as the code writes it now: no caption repeating a title.
   assert '<figcaption>' not in page
-  from tfx_tpu_trainer.publishing import report  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.publishing import training_report as report  # pylint: disable=g-import-not-at-top
   assert f'alt="{html.escape(report.SPEED_TITLE)}"' in page
   # The README's sample summary is that run's.
   final = _page_table(page, 'Final metrics')

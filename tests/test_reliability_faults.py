@@ -211,7 +211,10 @@ def test_unwritable_checkpoint_dir_is_one_clear_error(tmp_path):
 def test_checkpoint_dir_is_created_and_probed(tmp_path):
   model_dir = checkpoints.resumable_model_dir(
       _context('run-1'), '/p/T/model/1', str(tmp_path / 'ckpt'))
-  assert os.path.isdir(model_dir) and os.listdir(model_dir) == []
+  # The probe is gone; the run's start is recorded (earlier runs are told
+  # from later ones by it).
+  assert os.path.isdir(model_dir) and os.listdir(model_dir) == [
+      checkpoints.STARTED_MARKER]
 
 
 @pytest.mark.slow

@@ -18,9 +18,9 @@ from tfx_tpu_trainer.publishing import secrets
 from tfx_tpu_trainer.publishing import training_events
 from tfx_tpu_trainer.training import curves
 
-__all__ = ['REPORT_FILE_NAME', 'PLOTS_DIR_NAME', 'EVAL_NAME', 'Plot',
-           'report_path',
-           'write_report_safely', 'write_report', 'plot_png', 'render_html']
+__all__ = ['REPORT_FILE_NAME', 'PLOTS_DIR_NAME', 'EVAL_NAME', 'SPEED_TITLE',
+           'Plot', 'report_path', 'write_report_safely', 'write_report',
+           'plot_png', 'render_html']
 
 REPORT_FILE_NAME = 'training_report.html'
 PLOTS_DIR_NAME = 'training_report'
