@@ -6,7 +6,7 @@ from typing import Optional
 
 import tensorflow as tf
 
-from tfx_tpu_trainer.training import host_loop
+from tfx_tpu_trainer.training import step_fetch
 
 __all__ = ['LOSS_TAG', 'STEP_RATE_TAG', 'EXAMPLE_RATE_TAG',
            'DEFAULT_CADENCE_STEPS', 'MIN_POINTS', 'cadence_steps',
@@ -82,57 +82,38 @@ class CurvesHook(tf.compat.v1.train.SessionRunHook):
     self._batch_size = batch_size
     self._training_clock = training_clock
     self._cadence = cadence
-    self._fetches = None
+    self._fetch = step_fetch.StepFetch()
     self._writer = None
-    self._step = None  # At the last fetch.
-    self._runs = 0  # Since the last fetch.
-    self._steps_per_run = 1.0
     self._next_point = 0
     self._last_point = None  # (step, training seconds) of the last point.
 
   def begin(self):
-    reads = tf.compat.v1.get_collection(host_loop.GLOBAL_STEP_READ_KEY)
-    global_step = (reads[0] if len(reads) == 1 else
-                   tf.compat.v1.train.get_global_step())
-    self._fetches = {'step': global_step}
-    losses = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.LOSSES)
-    if losses:
-      self._fetches['loss'] = losses[-1]
+    self._fetch.begin()
     self._writer = tf.compat.v1.summary.FileWriterCache.get(self._model_dir)
 
   def after_create_session(self, session, coord):
     del coord
-    self._step = int(session.run(self._fetches['step']))
-    self._runs = 0
     # The first run writes a point. A rate spans sessions (the alternating
     # schedule's, one per evaluation): the clock leaves out what lies
     # between them.
-    self._next_point = self._step
+    self._next_point = self._fetch.start(session)
     self._training_clock.start()
 
   def before_run(self, run_context):
     del run_context
     self._training_clock.start()
-    self._runs += 1
-    # A run of margin: the step fetched may be read before the run's steps.
-    reach = self._step + (self._runs + 1) * self._steps_per_run
+    reach = self._fetch.reach()
     if reach < self._next_point and reach < self._train_steps:
       return None
-    return tf.compat.v1.train.SessionRunArgs(self._fetches)
+    return self._fetch.run_args()
 
   def after_run(self, run_context, run_values):
     del run_context
-    results = run_values.results
-    if results is None:
-      return
-    step = int(results['step'])
-    if step > self._step:
-      self._steps_per_run = (step - self._step) / self._runs
-    self._step, self._runs = step, 0
-    if step < self._next_point and step < self._train_steps:
+    step = self._fetch.fetched(run_values.results)
+    if step is None or (step < self._next_point and step < self._train_steps):
       return
     self._next_point = (step // self._cadence + 1) * self._cadence
-    self._write(step, results.get('loss'))
+    self._write(step, run_values.results.get('loss'))
 
   def end(self, session):
     del session

@@ -14,7 +14,7 @@ import tensorflow as tf
 import tqdm
 
 from tfx_tpu_trainer.training import curves
-from tfx_tpu_trainer.training import host_loop
+from tfx_tpu_trainer.training import step_fetch
 
 __all__ = ['TERMINAL_INTERVAL_SECS', 'LINE_INTERVAL_SECS', 'EXPORTER_NAME',
            'console', 'format_metrics', 'ProgressReporter', 'ProgressHook',
@@ -237,58 +237,35 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
     self._reporter = reporter
     self._clock = clock
     self._next_fetch = 0.0
-    self._fetches = None
-    self._step = None  # The step at the last fetch.
-    self._runs = 0  # Runs since the last fetch.
-    self._steps_per_run = 1.0
+    self._fetch = step_fetch.StepFetch()
 
   def begin(self):
-    # The step as the estimator's own hooks read it: in a host loop
-    # (host_loop.py) the step after the run's loop, which a plain read of the
-    # variable would race (and see the step before it).
-    reads = tf.compat.v1.get_collection(host_loop.GLOBAL_STEP_READ_KEY)
-    global_step = (reads[0] if len(reads) == 1 else
-                   tf.compat.v1.train.get_global_step())
-    losses = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.LOSSES)
-    self._fetches = {'step': global_step}
-    if losses:
-      self._fetches['loss'] = losses[-1]
+    self._fetch.begin()
 
   def after_create_session(self, session, coord):
     del coord
-    self._step = int(session.run(self._fetches['step']))
-    self._runs = 0
-    self._reporter.start(self._step)
+    self._reporter.start(self._fetch.start(session))
     self._next_fetch = 0.0  # The first run fetches.
 
   def before_run(self, run_context):
     del run_context
-    self._runs += 1
-    # The step fetched with a run may be read before the run's steps (as
-    # StopAtStepHook notes): a run of margin, so the last run is not missed.
-    if (self._clock() < self._next_fetch and
-        self._step + (self._runs + 1) * self._steps_per_run <
-        self._reporter.train_steps):
+    if (self._fetch.reach() < self._reporter.train_steps and
+        self._clock() < self._next_fetch):
       return None
-    return tf.compat.v1.train.SessionRunArgs(self._fetches)
+    return self._fetch.run_args()
 
   def after_run(self, run_context, run_values):
     del run_context
-    results = run_values.results
-    if results is None:
+    step = self._fetch.fetched(run_values.results)
+    if step is None:
       return
-    step = int(results['step'])
-    if step > self._step:
-      self._steps_per_run = (step - self._step) / self._runs
-    self._step, self._runs = step, 0
     self._next_fetch = self._clock() + self._reporter.interval_secs
-    self._reporter.update(step, _float(results.get('loss')))
+    self._reporter.update(step, _float(run_values.results.get('loss')))
 
   def end(self, session):
     # The step only: running the loss again would compute another batch (in
     # a host loop, train another loop); the last fetched loss stands.
-    self._reporter.update(int(session.run(self._fetches['step'])), None,
-                          final=True)
+    self._reporter.update(self._fetch.read_step(session), None, final=True)
 
 
 class EvaluationReporter(tf.estimator.Exporter):
