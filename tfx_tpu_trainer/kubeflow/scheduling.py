@@ -14,9 +14,10 @@ from tfx.orchestration.kubeflow import kubeflow_dag_runner
 
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer.publishing import step_outputs
+from tfx_tpu_trainer.tpu import facts
 from tfx_tpu_trainer.tpu import runtimes
 
-__all__ = ['OpFunc', 'TPU_VM_RESOURCE', 'ACCELERATOR_LABEL',
+__all__ = ['OpFunc', 'ACCELERATOR_LABEL',
            'TOPOLOGY_LABEL', 'TPU_VM_TPU_NAME', 'GKETPUAccelerator',
            'GKE_TPU_ACCELERATORS', 'DEFAULT_ACCELERATOR',
            'TPU_NODE_RESOURCE_PREFIX', 'TPU_NODE_ANNOTATION', 'TPU_NODE_CORES',
@@ -33,7 +34,6 @@ OpFunc = Callable[[dsl.ContainerOp], Optional[dsl.ContainerOp]]
 
 
 # TPU VM style.
-TPU_VM_RESOURCE = 'google.com/tpu'
 ACCELERATOR_LABEL = 'cloud.google.com/gke-tpu-accelerator'
 TOPOLOGY_LABEL = 'cloud.google.com/gke-tpu-topology'
 TPU_VM_TPU_NAME = 'local'
@@ -137,7 +137,7 @@ class TPUVMScheduling:
 
   @property
   def resource_limits(self) -> Dict[str, str]:
-    return {TPU_VM_RESOURCE: str(self.chips)}
+    return {facts.TPU_RESOURCE: str(self.chips)}
 
   @property
   def node_selector(self) -> Dict[str, str]:
@@ -146,7 +146,7 @@ class TPUVMScheduling:
   @property
   def tolerations(self) -> List[k8s_client.V1Toleration]:
     return [k8s_client.V1Toleration(
-        key=TPU_VM_RESOURCE, operator='Exists', effect='NoSchedule')]
+        key=facts.TPU_RESOURCE, operator='Exists', effect='NoSchedule')]
 
   def apply(self, op: dsl.ContainerOp) -> dsl.ContainerOp:
     """Puts the limit, node selectors and toleration on `op`."""
@@ -159,7 +159,7 @@ class TPUVMScheduling:
     return op
 
   def describe(self) -> str:
-    return (f'{TPU_VM_RESOURCE}: {self.chips} on {self.accelerator} '
+    return (f'{facts.TPU_RESOURCE}: {self.chips} on {self.accelerator} '
             f'{self.topology} (TPU VM)')
 
 
@@ -315,7 +315,7 @@ class Toleration:
                                    value=self.value, effect=self.effect)
 
 
-TPU_TOLERATION = Toleration(key=TPU_VM_RESOURCE, effect='NoSchedule')
+TPU_TOLERATION = Toleration(key=facts.TPU_RESOURCE, effect='NoSchedule')
 
 
 def parse_toleration(text: str) -> Toleration:

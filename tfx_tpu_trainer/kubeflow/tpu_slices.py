@@ -9,6 +9,7 @@ from kfp import dsl
 
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer.kubeflow import scheduling
+from tfx_tpu_trainer.tpu import facts
 from tfx_tpu_trainer.tpu import worker_group
 
 __all__ = ['CHIPS_PER_HOST', 'RBAC_MANIFEST', 'MULTI_HOST_TOPOLOGIES',
@@ -58,7 +59,7 @@ class TPUSliceScheduling:
     return op
 
   def describe(self) -> str:
-    return (f'{self.hosts} worker pods x {scheduling.TPU_VM_RESOURCE}: '
+    return (f'{self.hosts} worker pods x {facts.TPU_RESOURCE}: '
             f'{CHIPS_PER_HOST} on {self.accelerator} {self.topology} '
             '(multi-host slice; the trainer step drives them from a CPU pod)')
 

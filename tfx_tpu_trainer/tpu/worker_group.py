@@ -13,9 +13,10 @@ from absl import logging
 
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
+from tfx_tpu_trainer.tpu import facts
 
 __all__ = ['SPEC_ENV', 'POD_NAME_ENV', 'NAMESPACE_FILE', 'NAME_PREFIX',
-           'GROUP_LABEL', 'DRIVER_LABEL', 'TPU_RESOURCE', 'JOB_TTL_SECS',
+           'GROUP_LABEL', 'DRIVER_LABEL', 'JOB_TTL_SECS',
            'DELETE_WAIT_SECS', 'WorkerGroupError', 'WorkerGroupSpec',
            'attempt_name', 'hostnames', 'job_manifest', 'service_manifest',
            'pod_owner', 'RBAC_RULES', 'RBAC_NAME', 'rbac_manifests', 'Plan',
@@ -28,7 +29,6 @@ NAMESPACE_FILE = '/var/run/secrets/kubernetes.io/serviceaccount/namespace'
 NAME_PREFIX = 'tpu-workers-'
 GROUP_LABEL = 'tfx-tpu-trainer/worker-group'
 DRIVER_LABEL = 'tfx-tpu-trainer/driver-pod'
-TPU_RESOURCE = 'google.com/tpu'
 JOB_TTL_SECS = 600
 DELETE_WAIT_SECS = 120
 
@@ -116,7 +116,7 @@ def job_manifest(spec: WorkerGroupSpec, name: str, namespace: str,
                   '--port', str(spec.port),
                   '--driver-timeout', str(spec.driver_timeout)],
       'ports': [{'containerPort': spec.port, 'name': 'tpu-worker'}],
-      'resources': {'limits': {TPU_RESOURCE: str(spec.chips_per_host)}},
+      'resources': {'limits': {facts.TPU_RESOURCE: str(spec.chips_per_host)}},
       'env': [{'name': k, 'value': v} for k, v in spec.env],
   }
   pod_spec = {
