@@ -252,7 +252,19 @@ def _validate_run_args(args) -> dict:
   _check_modules(options['trainer_module_file'], preprocessing_module_file,
                  args.label_key)
   options |= _evaluator_options(args, options)
+  _check_tpu_answers(config)
   return options
+
+
+def _check_tpu_answers(config) -> None:
+  """A TPU named by address answers now, not after Transform (bounded wait)."""
+  if not config.use_tpu:
+    return
+  from tfx_tpu_trainer.training import tpu_connect  # pylint: disable=g-import-not-at-top
+  try:
+    tpu_connect.wait_for_tpu(config)
+  except tpu_connect.TPUUnreachableError as e:
+    raise common.UsageError(str(e)) from e
 
 
 def _check_output_root(output_root: str) -> None:
