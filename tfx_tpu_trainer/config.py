@@ -316,6 +316,12 @@ class TrainerConfig:
       help='`{name, zone, project}` for `TPUClusterResolver` (or just the '
       'name); passed as `master=`, never `cluster=`, so `train_and_evaluate` '
       'evaluates')
+  tpu_wait_secs: int = _key(
+      60, check=_positive_int,
+      help='how long, in seconds, to wait before training for a TPU named by '
+      'address or Cloud TPU name (`tpu.name`, `TPU_NAME`) to answer and list '
+      'its TPU devices; then the run fails naming the address '
+      '(training/tpu_connect.py)')
   tpu_workers: Tuple[str, ...] = _key(
       (), check=_tpu_workers, shown_default='`TPU_WORKER_HOSTNAMES` when it names several hosts, else none',
       help='a multi-host slice: the TPU worker of each host, `HOST` or '

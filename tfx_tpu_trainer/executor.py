@@ -39,6 +39,7 @@ from tfx_tpu_trainer.training import disk_full
 from tfx_tpu_trainer.training import estimator_builder
 from tfx_tpu_trainer.training import finite_variables
 from tfx_tpu_trainer.training import schedule
+from tfx_tpu_trainer.training import tpu_connect
 from tfx_tpu_trainer.training import tpu_slice
 
 __all__ = ['is_chief', 'Executor']
@@ -83,6 +84,9 @@ class Executor(trainer_executor.GenericExecutor):
         'train data': fn_args.train_files, 'eval data': fn_args.eval_files,
         'custom_config[\'checkpoint_dir\']': [config.checkpoint_dir],
         'the model_run artifact': [fn_args.model_run_dir]})
+    # A TPU named by address answers before anything is built (a bounded
+    # wait, custom_config['tpu_wait_secs']), not at step 0.
+    tpu_connect.wait_for_tpu(config)
     module = user_module_lib.load_user_module(exec_properties)
     schemas = schemas_lib.load_schemas(fn_args.schema_path,
                                        fn_args.transform_graph_path)

@@ -16,6 +16,7 @@ from tfx.orchestration.portable import runtime_parameter_utils
 from tfx.orchestration.portable import tfx_runner
 from tfx.types import artifact_utils
 
+from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
@@ -24,7 +25,7 @@ from tfx_tpu_trainer.training import checkpoints
 from tfx_tpu_trainer_cli import paths
 from tfx_tpu_trainer_cli import run_temp_dir
 
-__all__ = ['BEAM_PIPELINE_ARGS', 'OutputLayout', 'RunSummary',
+__all__ = ['BEAM_PIPELINE_ARGS', 'OutputLayout', 'RunSummary', 'TrainerSummary',
            'ComponentProgress', 'run', 'run_pipeline',
            'mark_running_executions_failed', 'local_options', 'run_outputs']
 
@@ -62,11 +63,33 @@ class OutputLayout:
 
 
 @dataclasses.dataclass
+class TrainerSummary:
+  """What one TPUTrainer of a run produced, and what became of its model.
+
+  `blessed` is None when no Evaluator read the model; the pusher is the one
+  that pushed (or was given) this trainer's model, None without one. Local
+  paths are absolute.
+  """
+  trainer_id: str
+  metrics: Dict[str, Any]
+  model_path: str
+  tensorboard_dir: str
+  report_path: Optional[str]
+  evaluator_metrics: Dict[str, float]
+  blessed: Optional[bool]
+  pusher_id: Optional[str]
+  pushed: bool
+  pushed_model_path: Optional[str]
+  pushed_model_tag_sets: List[Tuple[str, ...]]
+
+
+@dataclasses.dataclass
 class RunSummary:
   """What a finished local run produced.
 
-  `blessed` is None without an Evaluator; the Transform paths are None
-  without a Transform.
+  The first fields are those of the first TPUTrainer that ran; `trainers`
+  holds every TPUTrainer's, in the order they ran. `blessed` is None without
+  an Evaluator; the Transform paths are None without a Transform.
   """
   trainer_metrics: Dict[str, Any]
   evaluator_metrics: Dict[str, float]
@@ -80,6 +103,7 @@ class RunSummary:
   report_path: Optional[str] = None
   transform_graph_path: Optional[str] = None
   transformed_examples_path: Optional[str] = None
+  trainers: List[TrainerSummary] = dataclasses.field(default_factory=list)
 
 
 # What TFX's launcher logs when it reuses a cached execution's outputs.
@@ -355,38 +379,137 @@ def run_outputs(store, run_id: str) -> Dict[str, Any]:
 
 
 def _summarize(connection_config, run_id: str, seconds: float) -> RunSummary:
+  """The run's summary, read from MLMD (this pipeline run's executions only)."""
   with metadata.Metadata(connection_config) as store:
-    outputs = run_outputs(store, run_id)
-    model = outputs.get('Model')
-    model_run = outputs.get('ModelRun')
-    blessing = outputs.get('ModelBlessing')
-    evaluation = outputs.get('ModelEvaluation')
-    pushed_model = outputs.get('PushedModel')
-    transform_graph = outputs.get('TransformGraph')
+    run = _RunGraph(store, run_id)
+    trainers = [_trainer_summary(run, execution)
+                for execution in run.executions
+                if {'Model', 'ModelRun'} <= set(run.output_types(execution))]
+    transform_graph = run_outputs(store, run_id).get('TransformGraph')
     transformed_examples = _transformed_examples(store, run_id)
-  trainer_metrics = {
-      name[len(metrics_lib.CUSTOM_PROPERTY_PREFIX):]: model.get_custom_property(name)
-      for name in model.mlmd_artifact.custom_properties
-      if name.startswith(metrics_lib.CUSTOM_PROPERTY_PREFIX)
-  }
-  pushed = bool(pushed_model and pushed_model.get_int_custom_property('pushed'))
-  pushed_path = (pushed_model.get_string_custom_property('pushed_destination')
-                 if pushed else None)
+  if not trainers:
+    raise ValueError(f'Pipeline run {run_id!r} recorded no trainer output '
+                     '(Model and ModelRun) in MLMD.')
+  first = trainers[0]
   return RunSummary(
-      trainer_metrics=trainer_metrics,
-      evaluator_metrics=_evaluator_metrics(evaluation.uri) if evaluation else {},
+      trainer_metrics=first.metrics,
+      evaluator_metrics=first.evaluator_metrics,
+      blessed=first.blessed,
+      pushed=first.pushed,
+      pushed_model_path=first.pushed_model_path,
+      pushed_model_tag_sets=first.pushed_model_tag_sets,
+      model_path=first.model_path,
+      tensorboard_dir=first.tensorboard_dir,
+      seconds=seconds,
+      report_path=first.report_path,
+      transform_graph_path=(_absolute(transform_graph.uri) if transform_graph
+                            else None),
+      transformed_examples_path=_absolute(transformed_examples),
+      trainers=trainers)
+
+
+class _RunGraph:
+  """The executions of one pipeline run, their nodes and artifacts (MLMD)."""
+
+  def __init__(self, store, run_id: str):
+    context = store.store.get_context_by_type_and_name(_PIPELINE_RUN_CONTEXT,
+                                                       run_id)
+    executions = (store.store.get_executions_by_context(context.id)
+                  if context else [])
+    self.executions = sorted(executions, key=lambda e: e.id)
+    self.node_ids = {}
+    for execution in self.executions:
+      contexts = {c.type: c.name for c in
+                  store.store.get_contexts_by_execution(execution.id)}
+      # `<pipeline context name>.<node id>` (TFX's node_context_name).
+      node = contexts.get(constants.NODE_CONTEXT_TYPE_NAME, '')
+      prefix = contexts.get(constants.PIPELINE_CONTEXT_TYPE_NAME, '') + '.'
+      self.node_ids[execution.id] = (node[len(prefix):]
+                                     if node.startswith(prefix) else node)
+    events = store.store.get_events_by_execution_ids(
+        [e.id for e in self.executions])
+    self._inputs = {}
+    self._outputs = {}
+    for event in events:
+      if event.type == metadata_store_pb2.Event.INPUT:
+        self._inputs.setdefault(event.execution_id, []).append(
+            event.artifact_id)
+      elif event.type in (metadata_store_pb2.Event.OUTPUT,
+                          metadata_store_pb2.Event.DECLARED_OUTPUT):
+        self._outputs.setdefault(event.execution_id, []).append(
+            event.artifact_id)
+    ids = sorted({e.artifact_id for e in events})
+    protos = store.store.get_artifacts_by_id(ids)
+    types = {t.id: t for t in store.store.get_artifact_types_by_id(
+        sorted({p.type_id for p in protos}))}
+    self.artifacts = {
+        p.id: artifact_utils.deserialize_artifact(types[p.type_id], p)
+        for p in protos}
+
+  def output_types(self, execution) -> Dict[str, Any]:
+    """Type name -> the newest output artifact of `execution`."""
+    return self._by_type(self._outputs.get(execution.id, []))
+
+  def readers(self, artifact_id: int, output_type: str) -> List[Any]:
+    """The executions that read the artifact and output an `output_type`."""
+    return [e for e in self.executions
+            if artifact_id in self._inputs.get(e.id, []) and
+            output_type in self.output_types(e)]
+
+  def _by_type(self, artifact_ids) -> Dict[str, Any]:
+    by_type = {}
+    for artifact_id in sorted(artifact_ids):
+      artifact = self.artifacts[artifact_id]
+      by_type[artifact.type_name] = artifact
+    return by_type
+
+
+def _trainer_summary(run: _RunGraph, execution) -> TrainerSummary:
+  """One TPUTrainer's outputs, and the Evaluator and Pusher of its model."""
+  outputs = run.output_types(execution)
+  model, model_run = outputs['Model'], outputs['ModelRun']
+  evaluators = run.readers(model.id, 'ModelBlessing') or run.readers(
+      model.id, 'ModelEvaluation')
+  evaluated = run.output_types(evaluators[-1]) if evaluators else {}
+  blessing = evaluated.get('ModelBlessing')
+  evaluation = evaluated.get('ModelEvaluation')
+  pushers = run.readers(model.id, 'PushedModel')
+  pushed_model = (run.output_types(pushers[-1])['PushedModel'] if pushers
+                  else None)
+  pushed = bool(pushed_model and pushed_model.get_int_custom_property('pushed'))
+  pushed_path = (_absolute(pushed_model.get_string_custom_property(
+      'pushed_destination')) if pushed else None)
+  tensorboard_dir = _absolute(model_run.uri)
+  return TrainerSummary(
+      trainer_id=run.node_ids.get(execution.id, ''),
+      metrics={
+          name[len(metrics_lib.CUSTOM_PROPERTY_PREFIX):]:
+              model.get_custom_property(name)
+          for name in model.mlmd_artifact.custom_properties
+          if name.startswith(metrics_lib.CUSTOM_PROPERTY_PREFIX)},
+      model_path=_absolute(model.uri),
+      tensorboard_dir=tensorboard_dir,
+      report_path=_existing(training_report.report_path(tensorboard_dir)),
+      evaluator_metrics=(_evaluator_metrics(evaluation.uri) if evaluation
+                         else {}),
       blessed=(bool(blessing.get_int_custom_property('blessed'))
                if blessing else None),
+      pusher_id=run.node_ids.get(pushers[-1].id) if pushers else None,
       pushed=pushed,
       pushed_model_path=pushed_path,
       pushed_model_tag_sets=(export.saved_model_tag_sets(pushed_path)
-                             if pushed_path else []),
-      model_path=model.uri,
-      tensorboard_dir=model_run.uri,
-      seconds=seconds,
-      report_path=_existing(training_report.report_path(model_run.uri)),
-      transform_graph_path=transform_graph.uri if transform_graph else None,
-      transformed_examples_path=transformed_examples)
+                             if pushed_path else []))
+
+
+def _absolute(path: Optional[str]) -> Optional[str]:
+  """A local path made absolute, against the directory the run ran in.
+
+  A pipeline file may change the directory (`os.chdir`) and give relative
+  paths; the summary's paths must still work from the user's directory.
+  """
+  if not path or config_lib.is_uri(path):
+    return path
+  return os.path.abspath(path)
 
 
 def _existing(path: str) -> Optional[str]:

@@ -252,7 +252,19 @@ def _validate_run_args(args) -> dict:
   _check_modules(options['trainer_module_file'], preprocessing_module_file,
                  args.label_key)
   options |= _evaluator_options(args, options)
+  _check_tpu_answers(config)
   return options
+
+
+def _check_tpu_answers(config) -> None:
+  """A TPU named by address answers now, not after Transform (bounded wait)."""
+  if not config.use_tpu:
+    return
+  from tfx_tpu_trainer.training import tpu_connect  # pylint: disable=g-import-not-at-top
+  try:
+    tpu_connect.wait_for_tpu(config)
+  except tpu_connect.TPUUnreachableError as e:
+    raise common.UsageError(str(e)) from e
 
 
 def _check_output_root(output_root: str) -> None:
@@ -350,7 +362,8 @@ def _run(args) -> int:
     pipeline, module_file = _prepare_user_pipeline(args, output_root)
     heading = (f'Running pipeline {pipeline.pipeline_info.pipeline_name!r} '
                f'from {args.pipeline}\n'
-               f'  outputs under {pipeline.pipeline_info.pipeline_root} (its '
+               '  outputs under '
+               f'{os.path.abspath(pipeline.pipeline_info.pipeline_root)} (its '
                'pipeline root)')
 
     def run_it(local_runner, printer):
@@ -419,6 +432,10 @@ def _prepare_user_pipeline(args, output_root: str):
         node.executor_spec.beam_pipeline_args = _beam_args(
             args.beam_arg, pipeline.pipeline_info.pipeline_root,
             node.executor_spec.beam_pipeline_args)
+  # Each Pusher's push a version of its own (two into one serving folder in
+  # one second would otherwise publish one model for both).
+  from tfx_tpu_trainer.publishing import pusher as pusher_lib  # pylint: disable=g-import-not-at-top
+  pusher_lib.own_versions_for_stock_pushers(pipeline.components)
   module_files = []
   for trainer in component.tpu_trainers(pipeline):
     module_file = trainer.exec_properties.get('module_file')
@@ -442,28 +459,15 @@ def _quiet_tensorflow() -> None:
 
 
 def _print_summary(summary, module_file: Optional[str] = None) -> None:
-  def metrics_line(metrics):
-    return ', '.join(f'{name}={value:.4g}' if isinstance(value, float) else
-                     f'{name}={value}' for name, value in sorted(metrics.items()))
+  """The run's outcome; with several TPUTrainers, a block for each."""
   print(f'\nPipeline finished in {summary.seconds:.0f}s.')
-  print(f'  Trainer eval metrics:   {metrics_line(summary.trainer_metrics)}')
-  if summary.blessed is None:
-    print('  Blessed:                n/a (no Evaluator)')
+  trainers = summary.trainers
+  if len(trainers) > 1:
+    for trainer in trainers:
+      print(f'  TPUTrainer {trainer.trainer_id!r}:')
+      _print_trainer(trainer, indent='    ')
   else:
-    print(f'  Evaluator metrics:      {metrics_line(summary.evaluator_metrics)}')
-    print(f'  Blessed:                {"yes" if summary.blessed else "no"}')
-  if summary.pushed:
-    print(f'  Pushed model:           {summary.pushed_model_path}')
-    print('  Pushed model tag sets:  ' + ', '.join(
-        '{' + ', '.join(tags) + '}' for tags in summary.pushed_model_tag_sets))
-  elif summary.blessed is False:
-    print('  Pushed model:           none (the model was not blessed)')
-  else:
-    print('  Pushed model:           none')
-  print(f'  Trained model:          {summary.model_path}')
-  print(f'  TensorBoard logs:       tensorboard --logdir '
-        f'{shlex.quote(summary.tensorboard_dir)}')
-  print(f'  Training report:        {summary.report_path or "none (see the log)"}')
+    _print_trainer(trainers[0] if trainers else _first_trainer(summary))
   if summary.transform_graph_path:
     print(f'  Transform graph:        {summary.transform_graph_path}')
   if summary.transformed_examples_path:
@@ -471,9 +475,50 @@ def _print_summary(summary, module_file: Optional[str] = None) -> None:
   if (module_file and summary.transform_graph_path and
       summary.transformed_examples_path):
     print(f'  TPU preflight:          {command_name()} preflight --module-file '
-          f'{shlex.quote(module_file)} --examples '
+          f'{shlex.quote(os.path.abspath(module_file))} --examples '
           f'{shlex.quote(summary.transformed_examples_path)} '
           f'--transform-graph {shlex.quote(summary.transform_graph_path)}')
+
+
+def _first_trainer(summary):
+  """The summary's own fields as one trainer's (a summary built by hand)."""
+  from tfx_tpu_trainer_cli import local_runner  # pylint: disable=g-import-not-at-top
+  return local_runner.TrainerSummary(
+      trainer_id='', metrics=summary.trainer_metrics,
+      model_path=summary.model_path, tensorboard_dir=summary.tensorboard_dir,
+      report_path=summary.report_path,
+      evaluator_metrics=summary.evaluator_metrics, blessed=summary.blessed,
+      pusher_id=None, pushed=summary.pushed,
+      pushed_model_path=summary.pushed_model_path,
+      pushed_model_tag_sets=summary.pushed_model_tag_sets)
+
+
+def _print_trainer(trainer, indent: str = '  ') -> None:
+  """One TPUTrainer's lines: metrics, blessing, push, model and report."""
+  def metrics_line(metrics):
+    return ', '.join(f'{name}={value:.4g}' if isinstance(value, float) else
+                     f'{name}={value}' for name, value in sorted(metrics.items()))
+
+  def line(label, value):
+    print(f'{indent}{label + ":":<24}{value}')
+  line('Trainer eval metrics', metrics_line(trainer.metrics))
+  if trainer.blessed is None:
+    line('Blessed', 'n/a (no Evaluator)')
+  else:
+    line('Evaluator metrics', metrics_line(trainer.evaluator_metrics))
+    line('Blessed', 'yes' if trainer.blessed else 'no')
+  if trainer.pushed:
+    line('Pushed model', trainer.pushed_model_path)
+    line('Pushed model tag sets', ', '.join(
+        '{' + ', '.join(tags) + '}' for tags in trainer.pushed_model_tag_sets))
+  elif trainer.blessed is False:
+    line('Pushed model', 'none (the model was not blessed)')
+  else:
+    line('Pushed model', 'none')
+  line('Trained model', trainer.model_path)
+  line('TensorBoard logs',
+       f'tensorboard --logdir {shlex.quote(trainer.tensorboard_dir)}')
+  line('Training report', trainer.report_path or 'none (see the log)')
 
 
 def command_name() -> str:

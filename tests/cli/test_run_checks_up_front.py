@@ -233,3 +233,22 @@ def test_output_root_inside_data_root_exits_2_writing_nothing(
           f'inside --data-root {str(data)!r}: ExampleGen reads the data '
           'folder') in err, err
   assert os.listdir(data) == ['data.csv']
+
+
+# Item 8: TPU_NAME naming an address where no TPU answers.
+def test_a_tpu_name_that_does_not_answer_exits_2_before_any_component(
+    tmp_path, capsys, monkeypatch):
+  import socket  # pylint: disable=g-import-not-at-top
+  with socket.socket() as closed:
+    closed.bind(('127.0.0.1', 0))
+    address = f'grpc://127.0.0.1:{closed.getsockname()[1]}'
+  monkeypatch.setenv('TPU_NAME', address)
+  output_root = tmp_path / 'out'
+  assert _exit_code(['run', '--output-root', str(output_root),
+                     '--train-steps', '10']) == 2
+  err = capsys.readouterr().err
+  assert (f'tfx-tpu-trainer run: error: TPU {address} did not answer within '
+          "custom_config['tpu_wait_secs']=60 s") in err, err
+  assert f'TPU_NAME={address} in the environment' in err
+  assert 'unset TPU_NAME or set custom_config' in err
+  assert not output_root.exists() or not os.listdir(output_root)

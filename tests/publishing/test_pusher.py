@@ -168,3 +168,51 @@ def test_a_push_removes_what_killed_pushes_left_and_keeps_running_ones(
   assert not _staging(base)
   versions_pushed = [n for n in os.listdir(base) if n.isdigit()]
   assert len(versions_pushed) == 2
+
+
+def test_stock_pushers_of_a_user_pipeline_each_get_their_own_version(
+    tmp_path):
+  from tfx import v1 as tfx  # pylint: disable=g-import-not-at-top
+  from tfx.components.pusher import executor as stock_executor  # pylint: disable=g-import-not-at-top
+  from tfx.dsl.components.base import executor_spec  # pylint: disable=g-import-not-at-top
+  from tfx.types import channel as channel_types  # pylint: disable=g-import-not-at-top
+  base = tmp_path / 'serving'
+
+  def stock_pusher(name):
+    return tfx.components.Pusher(
+        model=channel_types.Channel(type=standard_artifacts.Model),
+        push_destination=tfx.proto.PushDestination(
+            filesystem=tfx.proto.PushDestination.Filesystem(
+                base_directory=str(base)))).with_id(name)
+
+  first, second = stock_pusher('FirstPusher'), stock_pusher('SecondPusher')
+  second.executor_spec.add_extra_flags(['--flag'])
+  custom = stock_pusher('CustomPusher')
+  other = tfx.components.SchemaGen(
+      statistics=channel_types.Channel(
+          type=standard_artifacts.ExampleStatistics))
+  custom.executor_spec = executor_spec.ExecutorClassSpec(pusher.Executor)
+  assert first.executor_spec.executor_class is stock_executor.Executor
+  assert pusher.own_versions_for_stock_pushers(
+      [first, second, custom, other]) == ['FirstPusher', 'SecondPusher']
+  assert second.executor_spec.extra_flags == ['--flag']
+  # Both push in one second (taken ones around it), each its own model.
+  now = int(time.time())
+  for version in range(now, now + 121):
+    (base / str(version)).mkdir(parents=True)
+  destinations = []
+  for node, value in ((first, 1), (second, 2)):
+    assert node.executor_spec.executor_class is pusher.Executor
+    model = standard_artifacts.Model()
+    model.uri = str(tmp_path / f'model{value}')
+    _saved_model(model.uri, value)
+    pushed = standard_artifacts.PushedModel()
+    pushed.uri = str(tmp_path / f'pushed{value}')
+    node.executor_spec.executor_class().Do(
+        {'model': [model]}, {'pushed_model': [pushed]},
+        {'push_destination': '{"filesystem": {"baseDirectory": "%s"}}' %
+                             base})
+    destinations.append(pushed.get_string_custom_property(
+        'pushed_destination'))
+  assert destinations[0] != destinations[1]
+  assert [_served_value(d) for d in destinations] == [1.0, 2.0]

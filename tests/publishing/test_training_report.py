@@ -4,6 +4,7 @@ import base64
 import html as html_lib
 import os
 import re
+import shutil
 
 import pytest
 import tensorflow as tf
@@ -263,3 +264,63 @@ def test_config_table_masks_values_of_secret_named_options(tmp_path):
   assert 'api_token' in html and '***' in html
   assert "&#x27;hidden_units&#x27;: 8" in html or "'hidden_units': 8" in html
   assert '<tr><th>label_key</th><td>tips</td></tr>' in html
+
+
+_REPORT_WRITER = '''
+import sys
+from tfx_tpu_trainer.publishing import training_report
+while True:
+  training_report.write_report(sys.argv[1], final_metrics={'accuracy': 0.8})
+'''
+
+
+def _kill_writer_mid_write(model_run, plots_dir, prefix, attempts=20):
+  """SIGKILLs a process writing the report while a `prefix*.tmp` file exists.
+
+  Returns:
+    The temporary files the killed writer left.
+  """
+  import signal  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  for _ in range(attempts):
+    writer = subprocess.Popen([sys.executable, '-c', _REPORT_WRITER,
+                               model_run])
+    try:
+      while writer.poll() is None:
+        names = os.listdir(plots_dir) if os.path.isdir(plots_dir) else []
+        if any(n.startswith(prefix) and n.endswith('.tmp') for n in names):
+          os.kill(writer.pid, signal.SIGKILL)
+          break
+    finally:
+      if writer.poll() is None:
+        writer.kill()
+      writer.wait()
+    assert writer.returncode == -signal.SIGKILL, writer.returncode
+    left = [n for n in os.listdir(plots_dir) if n.endswith('.tmp')]
+    if any(n.startswith(prefix) for n in left):
+      return left
+  raise AssertionError(f'no writer was killed mid-write in {attempts} tries')
+
+
+@pytest.mark.slow
+def test_a_killed_report_writer_leaves_nothing_after_the_next_write(tmp_path):
+  model_run = str(tmp_path / 'model_run')
+  _training(model_run)
+  _evaluations(model_run)
+  plots_dir = os.path.join(model_run, report.PLOTS_DIR_NAME)
+  # Killed while writing an evaluation curve ...
+  left = _kill_writer_mid_write(model_run, plots_dir, 'eval_')
+  assert all(n.endswith('.png.tmp') for n in left), left
+  # ... and while writing the page.
+  with open(report.report_path(model_run) + '.tmp', 'w') as f:
+    f.write('<html><body>partial')
+  # The next report has no evaluation curves (e.g. a retry that wrote none),
+  # so no write of its own replaces the temporary files.
+  shutil.rmtree(os.path.join(model_run, 'eval_eval'))
+  report.write_report(model_run, final_metrics={'accuracy': 0.8})
+  assert not [n for n in os.listdir(plots_dir) if n.endswith('.tmp')]
+  assert not [n for n in os.listdir(model_run) if n.endswith('.tmp')]
+  for name in os.listdir(plots_dir):
+    with open(os.path.join(plots_dir, name), 'rb') as f:
+      assert f.read().startswith(PNG_SIGNATURE), name

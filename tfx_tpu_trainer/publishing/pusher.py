@@ -1,11 +1,12 @@
 """A Pusher executor whose every push gets its own model version."""
 
 import os
-from typing import Any, Dict, List
+from typing import Any, Dict, Iterable, List
 
 from absl import logging
 from tfx import types
 from tfx.components.pusher import executor as pusher_executor
+from tfx.dsl.components.base import executor_spec
 from tfx.proto import pusher_pb2
 from tfx.types import artifact_utils
 from tfx.types import standard_component_specs
@@ -14,7 +15,7 @@ from tfx.utils import proto_utils
 
 from tfx_tpu_trainer.publishing import versions
 
-__all__ = ['Executor']
+__all__ = ['Executor', 'own_versions_for_stock_pushers']
 
 
 class Executor(pusher_executor.Executor):
@@ -45,3 +46,26 @@ class Executor(pusher_executor.Executor):
     self._MarkPushed(model_push, pushed_destination=serving_path,
                      pushed_version=os.path.basename(serving_path))
     logging.info('Model pushed to %s.', model_push.uri)
+
+
+def own_versions_for_stock_pushers(components: Iterable[Any]) -> List[str]:
+  """Gives TFX's stock Pushers among `components` this Executor.
+
+  TFX's own Pusher names a version by the second it pushes in and skips
+  the push when that folder exists: two Pushers into one serving directory
+  in the same second publish one model, and the second is marked pushed
+  with the first one's version. With this Executor each claims its own.
+
+  Returns:
+    The ids of the Pushers changed.
+  """
+  changed = []
+  for node in components:
+    spec = getattr(node, 'executor_spec', None)
+    if (isinstance(spec, executor_spec.ExecutorClassSpec) and
+        spec.executor_class is pusher_executor.Executor):
+      own = executor_spec.ExecutorClassSpec(Executor)
+      own.extra_flags = list(spec.extra_flags)
+      node.executor_spec = own
+      changed.append(node.id)
+  return changed

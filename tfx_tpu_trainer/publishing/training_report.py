@@ -23,6 +23,8 @@ __all__ = ['REPORT_FILE_NAME', 'PLOTS_DIR_NAME', 'EVAL_NAME', 'SPEED_TITLE',
            'plot_png', 'render_html']
 
 REPORT_FILE_NAME = 'training_report.html'
+# What a file is written as before its rename into place.
+_TEMPORARY_SUFFIX = '.tmp'
 PLOTS_DIR_NAME = 'training_report'
 EVAL_NAME = 'eval'  # evaluation.EVAL_NAME: evaluations write eval_<name>/.
 # The estimator's own curves, plotted for event files written before the
@@ -99,6 +101,7 @@ def write_report(model_run_dir: str,
                        train.last_wall_time - train.first_wall_time)
   plots_dir = os.path.join(model_run_dir, PLOTS_DIR_NAME)
   fileio.makedirs(plots_dir)
+  _remove_stale_temporaries(model_run_dir, plots_dir)
   for plot in plots:
     _write_atomically(os.path.join(plots_dir, plot.file_name), plot.png)
   page = render_html(plots, final, dict(config or {}), timings, problems,
@@ -292,8 +295,26 @@ def _file_part(tag: str) -> str:
   return re.sub(r'[^A-Za-z0-9_.-]+', '_', tag).strip('_') or 'metric'
 
 
+def _remove_stale_temporaries(model_run_dir: str, plots_dir: str) -> None:
+  """Removes the `.tmp` files a killed report writer left.
+
+  A report is written by its execution alone, so a temporary file present
+  before the write was left by an earlier writer that never renamed it.
+  """
+  stale = [os.path.join(plots_dir, name) for name in fileio.listdir(plots_dir)
+           if name.endswith(_TEMPORARY_SUFFIX)]
+  report_temporary = report_path(model_run_dir) + _TEMPORARY_SUFFIX
+  if fileio.exists(report_temporary):
+    stale.append(report_temporary)
+  for path in stale:
+    fileio.remove(path)
+  if stale:
+    logging.warning('Removed %d file(s) that an interrupted training report '
+                    'writer left: %s.', len(stale), ', '.join(sorted(stale)))
+
+
 def _write_atomically(path: str, data: bytes) -> None:
-  temporary = path + '.tmp'
+  temporary = path + _TEMPORARY_SUFFIX
   with fileio.open(temporary, 'wb') as f:
     f.write(data)
   fileio.rename(temporary, path, overwrite=True)
