@@ -74,9 +74,10 @@ def _placeholder_dataset(options: Any,
       shape = getattr(spec, 'shape', None)
       features[name] = tf.zeros([1] + list(shape or []), spec.dtype)
   label_key = getattr(options, 'label_key', None)
-  if label_key is not None and label_key in features:
-    return tf.data.Dataset.from_tensors((features, features.pop(label_key)))
-  return tf.data.Dataset.from_tensors(features)
+  label = features.pop(label_key, tf.zeros([1])) if label_key else None
+  features = features or tf.zeros([1])  # No schema: any element will do.
+  return tf.data.Dataset.from_tensors(
+      features if label is None else (features, label))
 
 
 def _recording_accessor(data_accessor: Optional[fn_args_utils.DataAccessor],
