@@ -190,3 +190,20 @@ def test_fit_and_save_are_the_originals_outside_the_call(tmp_path):
   module = _load(_path('keras_run_fn_module.py'))
   keras_run_fn.take_fit_call(module.run_fn, _fn_args(tmp_path))
   assert tf.keras.Model.fit is fit and tf.keras.Model.save is save
+
+
+def test_taken_model_passes_the_tpu_preflight(tmp_path):
+  from tfx_tpu_trainer import config as config_lib  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.preflight import checks as preflight  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.preflight import sample as preflight_sample  # pylint: disable=g-import-not-at-top
+  module = _load(_path('keras_run_fn_module.py'))
+  taken = keras_run_fn.run_fn_model(module.run_fn, _fn_args(tmp_path))
+  spec = {name: tf.io.FixedLenFeature([], tf.float32)
+          for name in ('x_xf', 'y_xf')}
+  spec['label_xf'] = tf.io.FixedLenFeature([], tf.int64)
+  report = preflight.run_preflight(
+      taken.model_fn, config_lib.TrainerConfig(), {},
+      preflight_sample.from_feature_spec(spec, taken.label_key, 8,
+                                         'synthetic'),
+      module.module_file)
+  assert not report.errors, [f.message for f in report.errors]

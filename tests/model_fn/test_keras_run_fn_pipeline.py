@@ -1,16 +1,19 @@
-"""TFX's native-Keras penguin module, as the tfx wheel ships it, unchanged.
+"""TFX's native-Keras penguin and mnist modules, as the tfx wheel ships them.
 
 penguin_utils_keras.py and penguin_utils_base.py are copied out of the
 installed wheel (not edited) beside a pipeline shaped as TFX's
 penguin_pipeline_local.py (its Evaluator config), with `Trainer(` changed to
 `TPUTrainer(`; `tfx-tpu-trainer run --pipeline` runs it to a pushed model,
-which serves raw examples without the label.
+which serves raw examples without the label. mnist_utils_native_keras.py
+(+ its base) trains through the executor on real Transform output of
+mnist-shaped examples (the wheel ships no mnist data).
 """
 
 import os
 import shutil
 import textwrap
 
+import numpy as np
 import pytest
 import tensorflow as tf
 import tfx as tfx_package
@@ -18,8 +21,8 @@ import tfx as tfx_package
 from tests.fixtures import serving_data
 from tfx_tpu_trainer_cli import main as cli
 
-PENGUIN_DIR = os.path.join(os.path.dirname(tfx_package.__file__), 'examples',
-                           'penguin')
+EXAMPLES_DIR = os.path.join(os.path.dirname(tfx_package.__file__), 'examples')
+PENGUIN_DIR = os.path.join(EXAMPLES_DIR, 'penguin')
 PENGUIN_MODULES = ('penguin_utils_keras.py', 'penguin_utils_base.py')
 
 _PIPELINE = '''
@@ -140,3 +143,68 @@ def test_penguin_utils_keras_runs_unchanged_to_a_pushed_model(tmp_path,
   assert set(transformed) == {'culmen_length_mm_xf', 'culmen_depth_mm_xf',
                               'flipper_length_mm_xf', 'body_mass_g_xf',
                               'species_xf'}
+
+
+# --- mnist_utils_native_keras.py, through the executor ---------------------
+
+MNIST_MODULES = ('mnist_utils_native_keras.py',
+                 'mnist_utils_native_keras_base.py')
+
+
+def _write_digits(directory: str, rows: int) -> str:
+  """mnist-shaped tf.Examples: 784 floats in [-0.5, 0.5], a class 0-9.
+
+  Each class lights its own band of pixels, so a few steps learn it.
+  """
+  os.makedirs(directory, exist_ok=True)
+  generator = np.random.default_rng(0)
+  with tf.io.TFRecordWriter(os.path.join(directory, 'data.tfrecord')) as f:
+    for index in range(rows):
+      label = index % 10
+      image = generator.uniform(-0.5, -0.3, 784)
+      image[label * 78:(label + 1) * 78] = 0.5
+      f.write(tf.train.Example(features=tf.train.Features(feature={
+          'image_floats': tf.train.Feature(
+              float_list=tf.train.FloatList(value=image.tolist())),
+          'image_class': tf.train.Feature(
+              int64_list=tf.train.Int64List(value=[label])),
+      })).SerializeToString())
+  return directory
+
+
+@pytest.mark.slow
+@pytest.mark.heavy
+def test_mnist_utils_native_keras_runs_unchanged_through_the_executor(
+    tmp_path):
+  from tfx.utils import path_utils  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer import executor  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.publishing import export  # pylint: disable=g-import-not-at-top
+  from tests.fixtures import pipeline_outputs  # pylint: disable=g-import-not-at-top
+  modules = tmp_path / 'modules'
+  modules.mkdir()
+  for name in MNIST_MODULES:
+    shutil.copy(os.path.join(EXAMPLES_DIR, 'mnist', name), modules)
+  module_file = str(modules / MNIST_MODULES[0])
+  data = serving_data.run_data_components(
+      str(tmp_path / 'pipeline'), _write_digits(str(tmp_path / 'data'), 200),
+      module_file, infer_feature_shape=True, tf_records=True)
+  run = pipeline_outputs.trainer_run(
+      data, str(tmp_path / 'trainer'), module_file,
+      custom_config={'train_batch_size': 20, 'eval_batch_size': 20},
+      train_steps=60, eval_steps=2)
+  executor.Executor().Do(run.input_dict, run.output_dict, run.exec_properties)
+  path = path_utils.serving_model_path(run.model.uri)
+  assert export.saved_model_tag_sets(path) == [('serve',), ('serve', 'tpu')]
+
+  raw = pipeline_outputs.read_serialized_examples(data.raw_examples, 'eval',
+                                                  20)
+  requests = [serving_data.strip_feature(r, 'image_class') for r in raw]
+  loaded = tf.saved_model.load(path, tags=['serve'])
+  # The module's serving function returns one tensor: 'output_0'.
+  served = loaded.signatures['serving_default'](
+      examples=tf.constant(requests))
+  assert list(served) == ['output_0']
+  labels = [tf.train.Example.FromString(r).features.feature['image_class']
+            .int64_list.value[0] for r in raw]
+  predicted = tf.argmax(served['output_0'], axis=-1).numpy().tolist()
+  assert sum(p == l for p, l in zip(predicted, labels)) >= 0.6 * len(labels)
