@@ -195,8 +195,8 @@ def take_fit_call(run_fn: user_module_lib.ModuleFunction,
 
   Raises:
     UserModuleError: run_fn raised before its fit.
-    KerasRunFnError: run_fn returned without calling fit, or fit was called
-      on something that is no Keras model.
+    KerasRunFnError: run_fn returned without calling fit, or called it more
+      than once.
   """
   label_keys, calls = [], _Calls()
   scratch = tempfile.mkdtemp(prefix='tpu-trainer-run-fn-')
@@ -270,10 +270,6 @@ def run_fn_model(run_fn: user_module_lib.ModuleFunction,
   """
   fit_call = take_fit_call(run_fn, fn_args)
   model = fit_call.model
-  if not isinstance(model, tf.keras.Model):
-    raise run_fn.error(
-        f'calls fit on a {type(model).__name__}, not a tf.keras Model.',
-        KerasRunFnError)
   source = f'the {type(model).__name__} that {run_fn.where} fits'
   logging.info(
       'Took %s at its model.fit: TPUTrainer trains it with TPUEstimator and '
