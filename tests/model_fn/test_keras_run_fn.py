@@ -207,3 +207,17 @@ def test_taken_model_passes_the_tpu_preflight(tmp_path):
                                          'synthetic'),
       module.module_file)
   assert not report.errors, [f.message for f in report.errors]
+
+
+def test_model_built_after_fit_is_refused(tmp_path):
+  path = _path('keras_run_fn_model_after_fit_module.py')
+  module = _load(path)  # One fit: only running run_fn shows the second model.
+  with pytest.raises(keras_run_fn.KerasRunFnError) as error:
+    keras_run_fn.take_fit_call(module.run_fn, _fn_args(tmp_path))
+  assert str(error.value) == (
+      f'run_fn in {path} saves another model than the one it fits (a model '
+      'built after fit), so TPUTrainer cannot tell which model to train and '
+      'export. Define build_keras_model(params) returning the compiled model '
+      'to train instead, e.g. `def build_keras_model(params): return '
+      '_build_keras_model()`.')
+  assert not os.listdir(tmp_path)

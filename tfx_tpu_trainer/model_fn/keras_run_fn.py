@@ -3,6 +3,7 @@
 import contextlib
 import dataclasses
 import shutil
+import sys
 import tempfile
 from typing import Any, Callable, List, Mapping, Optional, Set, Tuple
 
@@ -12,6 +13,7 @@ import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx.components.trainer import fn_args_utils
 
+from tfx_tpu_trainer import stock_contract
 from tfx_tpu_trainer import user_module as user_module_lib
 from tfx_tpu_trainer.model_fn import keras_adapter
 from tfx_tpu_trainer.model_fn import patches
@@ -105,6 +107,7 @@ class _Calls:
   model at its fit."""
   fitted: List[Any] = dataclasses.field(default_factory=list)
   attributes: List[Set[str]] = dataclasses.field(default_factory=list)
+  saved: List[Any] = dataclasses.field(default_factory=list)
   signatures: List[Any] = dataclasses.field(default_factory=list)
 
   def restore_fitted(self) -> None:
@@ -138,7 +141,8 @@ def _fit_and_save_taken(calls: _Calls):
     del original  # TPUTrainer exports the model itself.
 
     def save(model, *args, signatures=None, **kwargs):
-      del model, args, kwargs
+      del args, kwargs
+      calls.saved.append(model)
       calls.signatures.append(signatures)
       raise _SaveReached()
 
@@ -177,6 +181,17 @@ def _served_output_names(signatures: Any) -> Tuple[str, ...]:
   return ()
 
 
+def _builder_example(run_fn: user_module_lib.ModuleFunction) -> str:
+  """', e.g. `def build_keras_model(params): return BUILDER(ARGS)`', or ''."""
+  module = sys.modules.get(getattr(run_fn.fn, '__module__', None) or '')
+  if module is None:
+    return ''
+  calls = stock_contract.builder_calls(
+      run_fn.fn, stock_contract.keras_model_builders(module))
+  return (f', e.g. `def build_keras_model(params): return {calls[0]}`'
+          if calls else '')
+
+
 def take_fit_call(run_fn: user_module_lib.ModuleFunction,
                   fn_args: fn_args_utils.FnArgs) -> FitCall:
   """Calls `run_fn(fn_args)`, taking what its model.fit and model.save get.
@@ -195,8 +210,8 @@ def take_fit_call(run_fn: user_module_lib.ModuleFunction,
 
   Raises:
     UserModuleError: run_fn raised before its fit.
-    KerasRunFnError: run_fn returned without calling fit, or called it more
-      than once.
+    KerasRunFnError: run_fn returned without calling fit, called it more
+      than once, or saves another model than it fits.
   """
   label_keys, calls = [], _Calls()
   scratch = tempfile.mkdtemp(prefix='tpu-trainer-run-fn-')
@@ -235,6 +250,12 @@ def take_fit_call(run_fn: user_module_lib.ModuleFunction,
         f'calls model.fit {len(calls.fitted)} times; TPUTrainer takes the '
         'model of one fit. Define build_keras_model(params) returning the '
         'compiled model instead.', KerasRunFnError)
+  if calls.saved and calls.saved[0] is not calls.fitted[0]:
+    raise run_fn.error(
+        'saves another model than the one it fits (a model built after '
+        'fit), so TPUTrainer cannot tell which model to train and export. '
+        'Define build_keras_model(params) returning the compiled model to '
+        f'train instead{_builder_example(run_fn)}.', KerasRunFnError)
   return FitCall(model=calls.fitted[0], label_keys=tuple(label_keys),
                  served_outputs=served)
 
