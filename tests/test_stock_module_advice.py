@@ -81,19 +81,47 @@ def test_estimator_run_fn_with_two_builders_gets_the_one_line_fix():
   assert 'build_keras_model' not in message
 
 
-def test_keras_run_fn_is_told_the_label_its_input_reads():
-  module_file = _path('keras_run_fn_label_module.py')
-  message = _error('keras_run_fn_label_module.py')
-  assert message.startswith(
-      f'Module {module_file} defines run_fn(fn_args), the stock TFX '
-      "Trainer's contract for Keras")
+def test_keras_run_fn_is_taken_with_the_label_its_input_reads(tmp_path):
+  from tfx_tpu_trainer.model_fn import keras_run_fn  # pylint: disable=g-import-not-at-top
+  module = _load('keras_run_fn_label_module.py')
+  assert module.run_fn.where == (
+      f'run_fn in {_path("keras_run_fn_label_module.py")}')
+  assert module.label_key_candidates == ('tips', 'tips_xf')
+  taken = keras_run_fn.run_fn_model(
+      module.run_fn, fn_args_utils.FnArgs(
+          train_files=[], train_steps=1,
+          serving_model_dir=str(tmp_path / 'not-written')))
+  assert taken.label_key == 'tips'
+  assert not (tmp_path / 'not-written').exists()
+
+
+def test_keras_run_fn_with_dense_features_is_told_the_root_cause_on_tpu(
+    tmp_path):
+  from tfx_tpu_trainer.model_fn import keras_run_fn  # pylint: disable=g-import-not-at-top
+  module = _load('keras_run_fn_label_module.py')
+  taken = keras_run_fn.run_fn_model(
+      module.run_fn, fn_args_utils.FnArgs(train_files=[], train_steps=1))
+  with tf.Graph().as_default():
+    features = {name: tf.zeros([4]) for name in FLOAT_FEATURES}
+    features.update({name: tf.zeros([4], tf.int64)
+                     for name in ('trip_start_hour_xf', 'trip_start_day_xf')})
+    with pytest.raises(user_module.UserModuleError) as error:
+      taken.model_fn(features, tf.zeros([4], tf.int64),
+                     tf_estimator.ModeKeys.TRAIN,
+                     {'batch_size': 4, 'use_tpu': True})
+  message = str(error.value)
+  assert message.startswith(f'run_fn in {module.module_file}: its model '
+                            'reads categorical feature column(s) ')
+  assert 'DenseFeatures turns their ids into sparse tensors' in message
+
+
+def test_run_fn_message_warns_of_dense_features_up_front():
+  message = stock_contract.run_fn_message(
+      'm.py', stock_contract.LabelKeys(('tips',), True), ['_build_keras_model'],
+      ['categorical_column_with_identity', 'indicator_column'], fits=2,
+      calls=['_build_keras_model()'])
   assert ("(its label: LABEL_KEY = 'tips', as its input function reads it, "
           "or custom_config['label_key'])" in message)
-  assert 'tips_xf' not in message
-
-
-def test_keras_run_fn_with_dense_features_is_warned_up_front():
-  message = _error('keras_run_fn_label_module.py')
   assert message.endswith(
       'Before that model can train on TPU: its tf.keras.layers.DenseFeatures '
       'over categorical_column_with_identity, indicator_column columns makes '

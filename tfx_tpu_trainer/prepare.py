@@ -11,6 +11,7 @@ from tfx_tpu_trainer import user_module as user_module_lib
 from tfx_tpu_trainer.data import input_fns
 from tfx_tpu_trainer.data import schemas as schemas_lib
 from tfx_tpu_trainer.model_fn import dispatch
+from tfx_tpu_trainer.model_fn import keras_run_fn
 from tfx_tpu_trainer.model_fn import stock_trainer
 from tfx_tpu_trainer.publishing import serving
 from tfx_tpu_trainer.publishing import serving_inputs
@@ -136,8 +137,8 @@ def prepare_run(config: config_lib.TrainerConfig,
     module: the loaded user module.
     schemas: the example schemas (None: the preflight CLI without a schema).
     hyperparameters: fn_args.hyperparameters (tuned values), if any.
-    fn_args: the run's FnArgs, handed to a stock module's trainer_fn
-      (default: FnArgs naming only the transform graph).
+    fn_args: the run's FnArgs, handed to a stock module's trainer_fn or
+      Keras run_fn (default: FnArgs naming only the transform graph).
 
   Returns:
     The prepared run.
@@ -149,7 +150,12 @@ def prepare_run(config: config_lib.TrainerConfig,
       taken over.
   """
   params = build_params(config, hyperparameters)
-  if module.trainer_fn is not None:
+  label_key = config.label_key or module.label_key
+  if module.run_fn is not None:
+    taken = keras_run_fn.run_fn_model(
+        module.run_fn, fn_args or _minimal_fn_args(schemas), label_key)
+    model_fn, label_key = taken.model_fn, taken.label_key
+  elif module.trainer_fn is not None:
     stock = stock_trainer.stock_model(
         module.trainer_fn, fn_args or _minimal_fn_args(schemas),
         schemas.raw if schemas is not None else None)
@@ -159,8 +165,7 @@ def prepare_run(config: config_lib.TrainerConfig,
     model_fn = stock.model_fn
   else:
     model_fn = dispatch.model_fn_for_module(module)
-  label_key = config.label_key or module.label_key or _stock_label_key(
-      module, schemas)
+  label_key = label_key or _stock_label_key(module, schemas)
   if schemas is not None and label_key is not None:
     schemas_lib.check_label_key(
         schemas.examples, label_key,
@@ -210,7 +215,7 @@ def _stock_label_key(module: user_module_lib.UserModule,
 
 def _minimal_fn_args(schemas: Optional[schemas_lib.ExampleSchemas]
                      ) -> fn_args_utils.FnArgs:
-  """FnArgs for a trainer_fn outside a pipeline run (the preflight CLI)."""
+  """FnArgs for a trainer_fn or run_fn outside a pipeline run (preflight)."""
   transform_dir = None
   if schemas is not None and schemas.tf_transform_output is not None:
     transform_dir = schemas.tf_transform_output._transform_output_dir  # pylint: disable=protected-access

@@ -3,6 +3,8 @@
 import ast
 import dataclasses
 import inspect
+import os
+import sys
 import textwrap
 import types
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Set, Tuple
@@ -13,13 +15,16 @@ __all__ = ['LABEL_KEY_KEYWORD', 'ESTIMATOR_KEY', 'DENSE_FEATURES', 'LabelKeys',
            'label_key_candidates', 'keras_model_builders',
            'trains_an_estimator', 'estimator_builders',
            'sparse_columns_in_dense_features', 'dense_features_warning',
-           'estimator_run_fn_message', 'run_fn_message']
+           'estimator_run_fn_message', 'run_fn_message', 'followed_modules',
+           'fit_calls', 'builder_calls', 'FIT']
 
 # The keyword with which TFX modules name the label to their input
 # (`tfxio.TensorFlowDatasetOptions(batch_size=..., label_key=...)`).
 LABEL_KEY_KEYWORD = 'label_key'
 # What the stock Trainer's estimator contract returns the Estimator under.
 ESTIMATOR_KEY = 'estimator'
+# The Keras method whose one call in run_fn TPUTrainer takes the model at.
+FIT = 'fit'
 # Names whose use in run_fn says that it trains an Estimator itself.
 _ESTIMATOR_TRAINING_NAMES = ('train_and_evaluate', 'export_eval_savedmodel')
 # The Keras layer that reads feature columns, and the tf.feature_column
@@ -79,11 +84,56 @@ def evaluate_key(node: ast.AST, module: Any) -> Optional[str]:
   return value if isinstance(value, str) and value else None
 
 
-def input_label_keys(module: Any) -> Tuple[str, ...]:
-  """The labels the module's code passes as `label_key=`, in source order."""
+def _module_file(module: Any) -> Optional[str]:
+  path = getattr(module, '__file__', None)
+  return os.path.abspath(path) if isinstance(path, str) else None
+
+
+def _imported_modules(module: Any) -> Iterator[types.ModuleType]:
+  """The modules `module` binds: `import x as y`, and `from x import f`'s x."""
+  for value in vars(module).values():
+    if isinstance(value, types.ModuleType):
+      yield value
+    elif isinstance(value, types.FunctionType):
+      owner = sys.modules.get(getattr(value, '__module__', None) or '')
+      if owner is not None and owner is not module:
+        yield owner
+
+
+def followed_modules(module: Any) -> List[types.ModuleType]:
+  """The module and the modules of its own folder it imports, transitively.
+
+  A module of its folder: its file is in the folder of `module`'s file, or
+  a file of the same name is (the folder holds a copy of it: TFX's
+  penguin_utils_keras.py imports `tfx.examples.penguin.penguin_utils_base`,
+  whose copy sits beside a copy of it). Packages (`__init__.py`) are not
+  followed.
+  """
+  path = _module_file(module)
+  if path is None:
+    return [module]
+  folder = os.path.dirname(path)
+  found, queue = [], [module]
+  while queue:
+    current = queue.pop(0)
+    if any(current is seen for seen in found):
+      continue
+    found.append(current)
+    for imported in _imported_modules(current):
+      file = _module_file(imported)
+      if (file is None or not file.endswith('.py') or
+          os.path.basename(file) == '__init__.py'):
+        continue
+      if (os.path.dirname(file) == folder or
+          os.path.exists(os.path.join(folder, os.path.basename(file)))):
+        queue.append(imported)
+  return found
+
+
+def _own_input_label_keys(module: Any) -> List[str]:
   tree = _source_tree(module)
   if tree is None:
-    return ()
+    return []
   keys = []
   for node in ast.walk(tree):
     if not isinstance(node, ast.Call):
@@ -93,6 +143,19 @@ def input_label_keys(module: Any) -> Tuple[str, ...]:
         key = evaluate_key(keyword.value, module)
         if key is not None and key not in keys:
           keys.append(key)
+  return keys
+
+
+def input_label_keys(module: Any) -> Tuple[str, ...]:
+  """The labels the module's code passes as `label_key=`, in source order.
+
+  Also those of the modules of its own folder that it imports
+  (`followed_modules`: penguin_utils_base's input_fn), after its own.
+  """
+  keys = []
+  for followed in followed_modules(module):
+    keys += [key for key in _own_input_label_keys(followed)
+             if key not in keys]
   return tuple(keys)
 
 
@@ -142,14 +205,25 @@ def _constant_label_keys(module: Any) -> List[str]:
   """LABEL_KEY, else _LABEL_KEY, each transformed first (`tips` -> `tips_xf`).
 
   The TFX examples keep the raw label in `_LABEL_KEY` and name transformed
-  features with `_transformed_name`.
+  features with `_transformed_name` (`transformed_name` in the penguin and
+  mnist bases); the module's own constants first, then those of the modules
+  of its folder it imports.
   """
+  candidates = []
+  for followed in followed_modules(module):
+    candidates += [key for key in _own_constant_label_keys(followed)
+                   if key not in candidates]
+  return candidates
+
+
+def _own_constant_label_keys(module: Any) -> List[str]:
   candidates = []
   for attribute in ('LABEL_KEY', '_LABEL_KEY'):
     key = getattr(module, attribute, None)
     if not isinstance(key, str) or not key:
       continue
-    transformed_name = getattr(module, '_transformed_name', None)
+    transformed_name = (getattr(module, '_transformed_name', None) or
+                        getattr(module, 'transformed_name', None))
     if callable(transformed_name):
       try:
         transformed = transformed_name(key)
@@ -184,8 +258,75 @@ def _own_functions(module: Any) -> Iterator[Tuple[str, Callable[..., Any]]]:
 
 
 def keras_model_builders(module: Any) -> List[str]:
-  """Functions of a module whose names say they build a Keras model."""
-  return [name for name, _ in _own_functions(module) if 'keras_model' in name]
+  """Functions whose names say they build a Keras model, as the module names
+  them: its own (`_make_keras_model`), then those of the modules of its
+  folder it imports (`base.build_keras_model`)."""
+  builders = [name for name, _ in _own_functions(module)
+              if 'keras_model' in name]
+  for alias, value in sorted(vars(module).items()):
+    if (isinstance(value, types.ModuleType) and
+        any(value is followed for followed in followed_modules(module)[1:])):
+      builders += [f'{alias}.{name}' for name, _ in _own_functions(value)
+                   if 'keras_model' in name]
+  return builders
+
+
+def _function_tree(fn: Callable[..., Any]) -> Optional[ast.AST]:
+  try:
+    return ast.parse(textwrap.dedent(inspect.getsource(fn)))
+  except (OSError, TypeError, SyntaxError, ValueError):
+    return None
+
+
+def fit_calls(module: Any, run_fn: Callable[..., Any]) -> Optional[int]:
+  """How many `.fit(...)` calls run_fn and the module functions it calls make.
+
+  None when a source cannot be read.
+  """
+  count = 0
+  for fn in _reachable(module, [getattr(run_fn, '__name__', '')]) or [run_fn]:
+    tree = _function_tree(fn)
+    if tree is None:
+      return None
+    count += sum(1 for node in ast.walk(tree)
+                 if isinstance(node, ast.Call) and
+                 isinstance(node.func, ast.Attribute) and node.func.attr == FIT)
+  return count
+
+
+def builder_calls(run_fn: Callable[..., Any],
+                  builders: Sequence[str]) -> List[str]:
+  """How run_fn calls each builder, its arguments spelled out.
+
+  An argument that run_fn assigns from a call of a module function
+  (`hparams = _get_hyperparameters()`) is replaced by that call:
+  `_make_keras_model(_get_hyperparameters())`; others stay as written
+  (`_build_keras_model(feature_names)`).
+  """
+  tree = _function_tree(run_fn)
+  if tree is None:
+    return list(builders)
+  assigned = {}
+  for node in ast.walk(tree):
+    if (isinstance(node, ast.Assign) and len(node.targets) == 1 and
+        isinstance(node.targets[0], ast.Name) and
+        isinstance(node.value, ast.Call) and
+        isinstance(node.value.func, ast.Name)):
+      assigned.setdefault(node.targets[0].id, node.value)
+  calls = []
+  for node in ast.walk(tree):
+    if (not isinstance(node, ast.Call) or
+        ast.unparse(node.func) not in builders):
+      continue
+    call = ast.Call(
+        func=node.func,
+        args=[assigned.get(arg.id, arg) if isinstance(arg, ast.Name) else arg
+              for arg in node.args],
+        keywords=node.keywords)
+    text = ast.unparse(call)
+    if text not in calls:
+      calls.append(text)
+  return calls or list(builders)
 
 
 def _code_objects(code: types.CodeType) -> Iterator[types.CodeType]:
@@ -323,8 +464,19 @@ def estimator_run_fn_message(module_file: str, builders: Sequence[str]) -> str:
 
 def run_fn_message(module_file: str, labels: LabelKeys,
                    builders: Sequence[str] = (),
-                   sparse_columns: Sequence[str] = ()) -> str:
-  """What a module with the stock Trainer's Keras `run_fn` must change."""
+                   sparse_columns: Sequence[str] = (),
+                   fits: Optional[int] = 0,
+                   calls: Sequence[str] = ()) -> str:
+  """What a Keras `run_fn` module whose model TPUTrainer cannot take must do.
+
+  Args:
+    module_file: how the message names the module.
+    labels: the label keys it names.
+    builders: its Keras model builders.
+    sparse_columns: sparse columns its builders feed to DenseFeatures.
+    fits: how many model.fit calls run_fn makes (None: unknown).
+    calls: how run_fn calls the builders (`builder_calls`).
+  """
   if labels.keys and labels.from_input:
     label = (f' (its label: LABEL_KEY = {labels.keys[0]!r}, as its input '
              "function reads it, or custom_config['label_key'])")
@@ -336,18 +488,32 @@ def run_fn_message(module_file: str, labels: LabelKeys,
   else:
     label = (" (name the label with LABEL_KEY or custom_config['label_key']:"
              ' the label feature the preprocessing_fn outputs)')
-  model = (f'the model that run_fn builds with {", ".join(builders)}'
-           if builders else 'the model that run_fn builds')
+  if fits is None:
+    reason = 'the source of run_fn cannot be read'
+  elif fits == 0:
+    reason = ('run_fn calls no model.fit (it trains in a loop of its own, '
+              'or not at all)')
+  else:
+    reason = f'run_fn calls model.fit {fits} times, not once'
+  if calls:
+    model = (f'the model that run_fn builds, compiled, e.g. '
+             f'`def build_keras_model(params): return {calls[0]}` (as run_fn '
+             'calls it; take the arguments from params if they are tuned)')
+  elif builders:
+    model = (f'the model that run_fn builds with {", ".join(builders)}, '
+             'compiled')
+  else:
+    model = 'the model that run_fn builds, compiled'
   warning = (f' Before that model can train on TPU: its '
              f'{dense_features_warning(sparse_columns)}'
              if sparse_columns else '')
   return (
       f'Module {module_file} defines run_fn(fn_args), the stock TFX '
-      "Trainer's contract for Keras: run_fn trains and saves the model "
-      'itself, so TPUTrainer cannot run it on TPU. Define '
-      f'build_keras_model(params) instead, returning {model}, compiled '
-      '(params holds custom_config[\'params\'] and the tuned '
-      f'hyperparameters); TPUTrainer feeds it from its own input '
-      f'functions{label}, trains it and exports it. The input_fn, fit and '
-      'save code of run_fn are not needed; keep run_fn for the stock Trainer.'
-      f'{warning}')
+      "Trainer's contract for Keras. TPUTrainer takes the model of such a "
+      'run_fn at its one model.fit call and trains it itself, but here '
+      f'{reason}, so TPUTrainer cannot run it on TPU. Define '
+      f'build_keras_model(params) instead, returning {model} (params holds '
+      "custom_config['params'] and the tuned hyperparameters); TPUTrainer "
+      f'feeds it from its own input functions{label}, trains it and exports '
+      'it. The input_fn, fit and save code of run_fn are not needed; keep '
+      f'run_fn for the stock Trainer.{warning}')

@@ -117,6 +117,9 @@ class UserModule:
   # keys it names (LABEL_KEY, _LABEL_KEY transformed and raw), best first.
   trainer_fn: Optional[ModuleFunction] = None
   label_key_candidates: Tuple[str, ...] = ()
+  # A stock-Trainer Keras module whose run_fn(fn_args) calls model.fit once:
+  # TPUTrainer takes its model there (model_fn/keras_run_fn.py).
+  run_fn: Optional[ModuleFunction] = None
 
 
 def module_name(exec_properties: Mapping[str, Any]) -> str:
@@ -180,9 +183,11 @@ def check_module(module: types.ModuleType, source: str) -> UserModule:
       _check_signature(fn, name, source)
       fn = ModuleFunction(name=name, module_file=source, fn=fn)
     functions[name] = fn
-  trainer_fn = None
+  trainer_fn = run_fn = None
   if functions[MODEL_FN] is None and functions[BUILD_KERAS_MODEL] is None:
     trainer_fn = _stock_trainer_fn(module, source)
+    if trainer_fn.name == RUN_FN:
+      trainer_fn, run_fn = None, trainer_fn
   label_key = getattr(module, LABEL_KEY_ATTRIBUTE, None)
   if label_key is not None and (not isinstance(label_key, str) or
                                 not label_key):
@@ -198,16 +203,19 @@ def check_module(module: types.ModuleType, source: str) -> UserModule:
       label_key=label_key,
       trainer_fn=trainer_fn,
       label_key_candidates=(
-          stock_contract.label_key_candidates(module) if trainer_fn is not None
-          else ()))
+          stock_contract.label_key_candidates(module)
+          if trainer_fn is not None or run_fn is not None else ()),
+      run_fn=run_fn)
 
 
 def _stock_trainer_fn(module: types.ModuleType, source: str) -> ModuleFunction:
   """The trainer_fn of a module written for the stock TFX Trainer.
 
+  Or its Keras run_fn (named RUN_FN), whose model TPUTrainer takes at fit.
+
   Raises:
-    UserModuleError: the module defines no trainer_fn: run_fn (what to
-      change), or nothing TPUTrainer runs.
+    UserModuleError: the module defines no trainer_fn: a run_fn that cannot
+      be taken over (what to change), or nothing TPUTrainer runs.
   """
   trainer_fn = getattr(module, TRAINER_FN, None)
   if callable(trainer_fn):
@@ -234,17 +242,24 @@ def _run_fn_estimator_builder(module: types.ModuleType, run_fn: Any,
   TFX's Estimator template builds its Estimator in
   `_create_train_and_eval_spec(fn_args, schema)` (the trainer_fn contract)
   and trains it in run_fn; TPUTrainer takes that Estimator as it takes
-  trainer_fn's, so such a module runs unchanged.
+  trainer_fn's, so such a module runs unchanged. A Keras run_fn that calls
+  model.fit once is returned itself (named RUN_FN): TPUTrainer takes its
+  model at that call.
 
   Raises:
-    UserModuleError: what to change: a Keras run_fn (build_keras_model), or
-      a run_fn whose Estimator cannot be reached (`trainer_fn = ...`).
+    UserModuleError: what to change: a Keras run_fn that cannot be taken
+      over (build_keras_model), or a run_fn whose Estimator cannot be
+      reached (`trainer_fn = ...`).
   """
   if not stock_contract.trains_an_estimator(run_fn):
+    fits = stock_contract.fit_calls(module, run_fn)
+    if fits == 1:
+      return ModuleFunction(name=RUN_FN, module_file=source, fn=run_fn)
     builders = stock_contract.keras_model_builders(module)
     raise UserModuleError(stock_contract.run_fn_message(
         source, stock_contract.label_keys(module), builders,
-        stock_contract.sparse_columns_in_dense_features(module, builders)))
+        stock_contract.sparse_columns_in_dense_features(module, builders),
+        fits=fits, calls=stock_contract.builder_calls(run_fn, builders)))
   builders = stock_contract.estimator_builders(module, run_fn)
   if len(builders) != 1:
     raise UserModuleError(

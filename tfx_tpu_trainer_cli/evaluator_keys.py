@@ -247,7 +247,7 @@ def evaluator_keys(trainer_module_file: str, preprocessing_module_file: str,
         f'The Evaluator\'s label {label!r} is not an output of the '
         f'preprocessing_fn of {preprocessing_module_file} (outputs: '
         f'{sorted(features)}); pass --eval-label-key.')
-  if module.trainer_fn is not None:
+  if module.trainer_fn is not None or module.run_fn is not None:
     outputs = ()
     key = prediction_override
   else:

@@ -37,8 +37,13 @@ def test_taxi_utils_is_a_stock_trainer_module():
   assert module.label_key_candidates == ('tips_xf', 'tips')
 
 
+def test_penguin_keras_run_fn_is_taken_at_its_fit():
+  module = _load(PENGUIN_KERAS)
+  assert module.run_fn.where == f'run_fn in {PENGUIN_KERAS}'
+  assert module.label_key_candidates == ('species_xf', 'species')
+
+
 @pytest.mark.parametrize('path,names', [
-    (PENGUIN_KERAS, 'run_fn builds with _make_keras_model, compiled'),
     (os.path.join(TEST_MODULES_DIR, 'stock_run_fn_module.py'),
      "LABEL_KEY = 'species'")])
 def test_run_fn_module_is_told_to_define_build_keras_model(path, names):

@@ -2,7 +2,7 @@
 
 import concurrent.futures
 import dataclasses
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, List, Mapping, Optional
 
 import tensorflow as tf
 from tensorflow import estimator as tf_estimator
@@ -237,12 +237,15 @@ def _created_after(items, ops_before) -> list:  # pylint: disable=g-bare-generic
 
 
 def make_keras_model_fn(
-    build_keras_model: user_module_lib.ModuleFunction) -> ModelFn:
+    build_keras_model: user_module_lib.ModuleFunction,
+    prediction_keys: Optional[Mapping[str, str]] = None) -> ModelFn:
   """Builds the TPU model_fn of a module's `build_keras_model(params)`.
 
   Args:
     build_keras_model: returns a compiled functional or Sequential tf.keras
       model; it gets the model_fn's params (batch_size, use_tpu, ...).
+    prediction_keys: the served name of a model output, by output name
+      (default: the output's own name).
 
   Returns:
     `model_fn(features, labels, mode, params)` returning TPUEstimatorSpec.
@@ -257,7 +260,8 @@ def make_keras_model_fn(
         templates[key] = build_template(build_keras_model, params)
       if params.get('use_tpu'):
         _check_for_tpu(templates[key])
-      return _keras_model_fn(templates[key], features, labels, mode, params)
+      return _keras_model_fn(templates[key], features, labels, mode, params,
+                             prediction_keys or {})
 
   return model_fn
 
@@ -275,7 +279,8 @@ def _params_key(params: Mapping[str, Any]) -> tuple:  # pylint: disable=g-bare-g
                       for name, value in params.items()))
 
 
-def _keras_model_fn(template: KerasTemplate, features, labels, mode, params):
+def _keras_model_fn(template: KerasTemplate, features, labels, mode, params,
+                    prediction_keys: Mapping[str, str]):
   """The TPUEstimatorSpec of one estimator graph (see make_keras_model_fn)."""
   model = _clone_in_graph(template)
   inputs = _model_inputs(template, features)
@@ -291,12 +296,13 @@ def _keras_model_fn(template: KerasTemplate, features, labels, mode, params):
   predictions = dict(zip(template.output_names, outputs))
 
   if mode == tf_estimator.ModeKeys.PREDICT:
+    served = {prediction_keys.get(name, name): tensor
+              for name, tensor in predictions.items()}
     return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
         mode=mode,
-        predictions=predictions,
+        predictions=served,
         export_outputs={
-            SERVING_SIGNATURE:
-                tf_estimator.export.PredictOutput(predictions)
+            SERVING_SIGNATURE: tf_estimator.export.PredictOutput(served)
         })
 
   compile_spec = template.compile_spec

@@ -23,7 +23,8 @@ from tfx_tpu_trainer.model_fn import patches
 from tfx_tpu_trainer.model_fn import sparse_columns
 
 __all__ = ['ESTIMATOR_KEY', 'StockTrainerError', 'StockModel',
-           'sparse_feature_columns', 'sparse_columns_message', 'stock_model',
+           'sparse_feature_columns', 'sparse_columns_message', 'isolated_fn_args',
+           'stock_model',
            'check_for_tpu']
 
 # trainer_fn's result key TFX reads the estimator from.
@@ -170,7 +171,7 @@ def _keras_model_of(estimator: tf_estimator.Estimator,
   return None
 
 
-def _isolated_fn_args(fn_args: fn_args_utils.FnArgs,
+def isolated_fn_args(fn_args: fn_args_utils.FnArgs,
                       scratch: str) -> fn_args_utils.FnArgs:
   """FnArgs whose output directories point to a scratch directory.
 
@@ -215,7 +216,7 @@ def stock_model(trainer_fn: user_module_lib.ModuleFunction,
   try:
     try:
       with _keras_models_recorded(keras_estimators):
-        result = trainer_fn.fn(_isolated_fn_args(fn_args, scratch), schema)
+        result = trainer_fn.fn(isolated_fn_args(fn_args, scratch), schema)
     except user_module_lib.UserModuleError:
       raise
     except Exception as e:  # pylint: disable=broad-except
