@@ -311,7 +311,8 @@ def _evaluator_options(args, options) -> dict:
 
 
 def _check_trainer_module(module_file: str,
-                          flag: str = '--module-file') -> None:
+                          flag: str = '--module-file',
+                          function_location=None) -> None:
   """Loads the trainer module and checks it against the contract.
 
   What the TPUTrainer executor checks first, done before any component
@@ -323,7 +324,7 @@ def _check_trainer_module(module_file: str,
   # not end this one.
   from tfx_tpu_trainer import user_module  # pylint: disable=g-import-not-at-top
   try:
-    check_server.check_in_child(module_file)
+    check_server.check_in_child(module_file, function_location)
   except user_module.UserModuleError as e:
     raise common.UsageError(f'{flag}: {e}') from e
 
@@ -354,7 +355,12 @@ def _run(args) -> int:
                'pipeline root)')
 
     def run_it(local_runner, printer):
-      return local_runner.run_pipeline(pipeline, printer=printer)
+      # As `python FILE` would: the pipeline's folder stays importable while
+      # it runs (Transform's preprocessing_fn='models.preprocessing...').
+      from tfx_tpu_trainer import user_module  # pylint: disable=g-import-not-at-top
+      with user_module.first_on_path(os.path.dirname(os.path.abspath(
+          args.pipeline.rpartition(':')[0]))):
+        return local_runner.run_pipeline(pipeline, printer=printer)
   else:
     options = _validate_run_args(args)
     module_file = options['trainer_module_file']
@@ -422,10 +428,16 @@ def _prepare_user_pipeline(args, output_root: str):
   module_files = []
   for trainer in component.tpu_trainers(pipeline):
     module_file = trainer.exec_properties.get('module_file')
+    location = trainer.function_location
     if isinstance(module_file, str) and module_file:
       _check_trainer_module(module_file, f'{user_pipeline.FLAG}: '
                             f'TPUTrainer {trainer.id!r}: module_file')
       module_files.append(module_file)
+    elif location is not None:  # run_fn= / trainer_fn=, by import path.
+      _check_trainer_module(
+          location.file, f'{user_pipeline.FLAG}: TPUTrainer {trainer.id!r}: '
+          f'{location.argument}={location.path!r}', location)
+      module_files.append(location.file)
   if pipeline.metadata_connection_config is None:
     from tfx.orchestration import metadata  # pylint: disable=g-import-not-at-top
     path = os.path.join(output_root, 'metadata',
