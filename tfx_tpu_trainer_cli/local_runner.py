@@ -21,6 +21,7 @@ from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
 from tfx_tpu_trainer.publishing import training_report
 from tfx_tpu_trainer.training import checkpoints
+from tfx_tpu_trainer_cli import blessing as blessing_lib
 from tfx_tpu_trainer_cli import paths
 from tfx_tpu_trainer_cli import run_temp_dir
 
@@ -80,6 +81,8 @@ class RunSummary:
   report_path: Optional[str] = None
   transform_graph_path: Optional[str] = None
   transformed_examples_path: Optional[str] = None
+  # The verdict and why: `yes (BalancedAccuracy 0.71 (needs >= 0.55))`.
+  blessing: str = ''
 
 
 # What TFX's launcher logs when it reuses a cached execution's outputs.
@@ -369,14 +372,20 @@ def _summarize(connection_config, run_id: str, seconds: float) -> RunSummary:
       for name in model.mlmd_artifact.custom_properties
       if name.startswith(metrics_lib.CUSTOM_PROPERTY_PREFIX)
   }
+  evaluator_metrics = (_evaluator_metrics(evaluation.uri) if evaluation
+                       else {})
+  blessed = (bool(blessing.get_int_custom_property('blessed'))
+             if blessing else None)
   pushed = bool(pushed_model and pushed_model.get_int_custom_property('pushed'))
   pushed_path = (pushed_model.get_string_custom_property('pushed_destination')
                  if pushed else None)
   return RunSummary(
       trainer_metrics=trainer_metrics,
-      evaluator_metrics=_evaluator_metrics(evaluation.uri) if evaluation else {},
-      blessed=(bool(blessing.get_int_custom_property('blessed'))
-               if blessing else None),
+      evaluator_metrics=evaluator_metrics,
+      blessed=blessed,
+      blessing=(blessing_lib.explain(evaluation.uri, blessed,
+                                     evaluator_metrics)
+                if evaluation and blessed is not None else ''),
       pushed=pushed,
       pushed_model_path=pushed_path,
       pushed_model_tag_sets=(export.saved_model_tag_sets(pushed_path)

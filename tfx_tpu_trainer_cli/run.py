@@ -87,7 +87,13 @@ def add_parser(subparsers) -> None:
       'logistic, probabilities, logits it has, as TFMA looks for them).')
   parser.add_argument('--min-accuracy', type=float, default=None,
                       help='Evaluator blesses models whose binary accuracy is '
-                      'at least this (default: 0.5).')
+                      'at least this (default: 0.5) and whose balanced '
+                      'accuracy is at least --min-balanced-accuracy.')
+  parser.add_argument('--min-balanced-accuracy', type=float, default=None,
+                      help='Evaluator blesses models whose balanced accuracy '
+                      '(the mean of both classes\' recalls) is at least '
+                      'this (default: 0.55; a model that always answers the '
+                      'majority class has 0.5).')
   tpu = parser.add_mutually_exclusive_group()
   tpu.add_argument('--use-tpu', dest='use_tpu', action='store_true',
                    default=None, help='Train on a TPU (needs --tpu-name or '
@@ -136,6 +142,8 @@ _BUNDLED_ONLY = {
     '--module-file': ('module_file', None),
     '--preprocessing-module-file': ('preprocessing_module_file', None),
     '--min-accuracy': ('min_accuracy', 0.5),
+    # Default: the pipeline's (pipelines/taxi_pipeline.py).
+    '--min-balanced-accuracy': ('min_balanced_accuracy', None),
     '--label-key': ('label_key', None),
     '--eval-every-steps': ('eval_every_steps', None),
     '--no-progress': ('show_progress', True),
@@ -219,9 +227,10 @@ def _validate_run_args(args) -> dict:
     raise common.UsageError(f'--data-root {data_root!r} is not a directory.')
   if not glob.glob(os.path.join(data_root, '*.csv')):
     raise common.UsageError(f'--data-root {data_root!r} holds no .csv file.')
-  if not 0.0 <= args.min_accuracy <= 1.0:
-    raise common.UsageError(
-        f'--min-accuracy must lie in [0, 1], got {args.min_accuracy}.')
+  for flag, value in (('--min-accuracy', args.min_accuracy),
+                      ('--min-balanced-accuracy', args.min_balanced_accuracy)):
+    if value is not None and not 0.0 <= value <= 1.0:
+      raise common.UsageError(f'{flag} must lie in [0, 1], got {value}.')
   output_root = os.path.abspath(args.output_root)
   _check_output_root(output_root)
   _check_output_outside_data(output_root, data_root)
@@ -245,6 +254,8 @@ def _validate_run_args(args) -> dict:
       eval_steps=args.eval_steps,
       custom_config=custom_config,
       min_accuracy=args.min_accuracy)
+  if args.min_balanced_accuracy is not None:
+    options['min_balanced_accuracy'] = args.min_balanced_accuracy
   if args.pipeline_name:
     options['pipeline_name'] = args.pipeline_name
   if args.beam_arg:
@@ -463,7 +474,8 @@ def _print_summary(summary, module_file: Optional[str] = None) -> None:
     print('  Blessed:                n/a (no Evaluator)')
   else:
     print(f'  Evaluator metrics:      {metrics_line(summary.evaluator_metrics)}')
-    print(f'  Blessed:                {"yes" if summary.blessed else "no"}')
+    print('  Blessed:                '
+          f'{summary.blessing or ("yes" if summary.blessed else "no")}')
   if summary.pushed:
     print(f'  Pushed model:           {summary.pushed_model_path}')
     print('  Pushed model tag sets:  ' + ', '.join(
