@@ -139,7 +139,29 @@ def package_module_name(file: str) -> Optional[Tuple[str, str]]:
     directory = os.path.dirname(directory)
   if len(names) == 1 or not all(n.isidentifier() for n in names):
     return None
-  return '.'.join(names), directory
+  # The package its own imports name is its top (the TFX template's folder
+  # holds an __init__.py too, but its modules import `models...`).
+  imported = _imported_top_names(file)
+  top = next((i for i, name in enumerate(names[:-1]) if name in imported), 0)
+  for name in names[:top]:
+    directory = os.path.join(directory, name)
+  return '.'.join(names[top:]), directory
+
+
+def _imported_top_names(file: str) -> set:
+  """The top-level names of the file's absolute imports."""
+  with open(file, encoding='utf-8') as f:
+    try:
+      tree = ast.parse(f.read(), file)
+    except SyntaxError:
+      return set()
+  names = set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+      names.add(node.module.split('.')[0])
+    elif isinstance(node, ast.Import):
+      names.update(alias.name.split('.')[0] for alias in node.names)
+  return names
 
 
 def _check_defines(file: str, function: str, path: str,
