@@ -5,7 +5,6 @@ it up front and runs it to a pushed model that serves raw unlabeled
 examples; `compile --pipeline` packages its `models` package as a wheel."""
 
 import glob
-import gzip
 import json
 import os
 import re
@@ -84,15 +83,12 @@ def test_the_template_runs_to_a_pushed_model_that_serves_raw_examples(
       tmp_path / 'tfx_pipeline_output' / 'tpl-taxi' / 'CsvExampleGen' /
       'examples' / '*' / 'Split-eval' / '*.gz'))
   requests = []
-  with gzip.open(records, 'rb') as f:
-    for record in tf.data.TFRecordDataset([records], 'GZIP').take(20):
-      example = tf.train.Example.FromString(record.numpy())
-      del example.features.feature['tips']  # A served request: no label.
-      requests.append(example.SerializeToString())
-  del f
-  served = tf.saved_model.load(os.path.join(str(tmp_path), pushed)
-                               if not os.path.isabs(pushed) else pushed,
-                               tags=['serve'])
-  outputs = served.signatures['serving_default'](
-      examples=tf.constant(requests))
-  assert all(value.shape[0] == 20 for value in outputs.values())
+  for record in tf.data.TFRecordDataset([records], 'GZIP').take(20):
+    example = tf.train.Example.FromString(record.numpy())
+    del example.features.feature['tips']  # A served request: no label.
+    requests.append(example.SerializeToString())
+  served = tf.saved_model.load(str(tmp_path / pushed), tags=['serve'])
+  signature = served.signatures['serving_default']
+  (name,) = signature.structured_input_signature[1]  # The serialized input.
+  outputs = signature(**{name: tf.constant(requests)})
+  assert outputs and all(value.shape[0] == 20 for value in outputs.values())
