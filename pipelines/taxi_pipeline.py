@@ -14,6 +14,9 @@ PIPELINE_NAME = 'taxi_tpu'
 
 LABEL_KEY = 'big_tipper'
 PREDICTION_KEY = 'probabilities'
+# The default lower bound of BalancedAccuracy: above the 0.5 of a constant
+# (majority-class) model.
+MIN_BALANCED_ACCURACY = 0.55
 
 
 @dataclasses.dataclass
@@ -34,6 +37,10 @@ class TaxiPipelineOptions:
   eval_steps: int = 100
   custom_config: Dict[str, Any] = dataclasses.field(default_factory=dict)
   min_accuracy: float = 0.5
+  # BalancedAccuracy (the mean of the recalls of both classes, at 0.5) is
+  # 0.5 for a model that always answers one class, whatever the classes'
+  # rates: a model must do better than that to be blessed.
+  min_balanced_accuracy: float = MIN_BALANCED_ACCURACY
   # What the Evaluator reads (tfx_tpu_trainer_cli/evaluator_keys.py decides
   # them for another trainer module): the label, the prediction (None:
   # TFMA's own search) and the model signatures that compute the label.
@@ -76,9 +83,16 @@ def create_data_components(options: TaxiPipelineOptions) -> Dict[str, Any]:
 
 def eval_config(min_accuracy: float, label_key: str = LABEL_KEY,
                 prediction_key: Optional[str] = PREDICTION_KEY,
-                preprocessing_function_names: Sequence[str] = ()
+                preprocessing_function_names: Sequence[str] = (),
+                min_balanced_accuracy: float = MIN_BALANCED_ACCURACY
                ) -> tfma.EvalConfig:
-  """TFMA over the `serve` signature; blesses above `min_accuracy`."""
+  """TFMA over the `serve` signature.
+
+  Blesses a model whose binary accuracy is at least `min_accuracy` and whose
+  balanced accuracy is at least `min_balanced_accuracy`: a model that always
+  answers the majority class has the majority rate as its accuracy (0.775 on
+  the taxi data) but a balanced accuracy of 0.5.
+  """
   return tfma.EvalConfig(
       model_specs=[
           tfma.ModelSpec(
@@ -98,6 +112,11 @@ def eval_config(min_accuracy: float, label_key: str = LABEL_KEY,
                   threshold=tfma.MetricThreshold(
                       value_threshold=tfma.GenericValueThreshold(
                           lower_bound={'value': min_accuracy}))),
+              tfma.MetricConfig(
+                  class_name='BalancedAccuracy',
+                  threshold=tfma.MetricThreshold(
+                      value_threshold=tfma.GenericValueThreshold(
+                          lower_bound={'value': min_balanced_accuracy}))),
           ])
       ])
 
@@ -118,7 +137,8 @@ def create_pipeline(options: TaxiPipelineOptions) -> tfx.dsl.Pipeline:
       model=trainer.outputs['model'],
       eval_config=eval_config(options.min_accuracy, options.eval_label_key,
                               options.eval_prediction_key,
-                              options.eval_preprocessing_function_names))
+                              options.eval_preprocessing_function_names,
+                              options.min_balanced_accuracy))
   # Each push claims its own model version (publishing/pusher.py).
   pusher = tfx.components.Pusher(
       model=trainer.outputs['model'],

@@ -24,7 +24,7 @@ COMPONENTS = ('CsvExampleGen', 'StatisticsGen', 'SchemaGen',
 
 _RUN = ['run', '--train-steps', '60', '--eval-steps', '4',
         '--train-batch-size', '16', '--eval-batch-size', '16',
-        '--min-accuracy', '0']
+        '--min-accuracy', '0', '--min-balanced-accuracy', '0']
 
 
 def _run_cli(capfd, *args):

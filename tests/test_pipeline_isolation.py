@@ -26,7 +26,7 @@ def _start_cli(data_root, output_root, train_steps, temp_dir, log_path):
              '--data-root', data_root, '--output-root', output_root,
              '--train-steps', str(train_steps), '--eval-steps', '2',
              '--train-batch-size', '16', '--eval-batch-size', '16',
-             '--min-accuracy', '0']
+             '--min-accuracy', '0', '--min-balanced-accuracy', '0']
   return subprocess.Popen(
       command, cwd=conftest.REPO_ROOT, env=dict(os.environ, TMPDIR=temp_dir),
       stdout=open(log_path, 'w'), stderr=subprocess.STDOUT)

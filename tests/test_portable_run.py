@@ -128,7 +128,8 @@ def test_pipeline_on_a_job_server_and_worker_pool(tmp_path, capfd,
   started = time.time()
   code = cli.main([
       'run', '--train-steps', '60', '--eval-steps', '4', '--train-batch-size',
-      '16', '--eval-batch-size', '16', '--min-accuracy', '0', '--data-root',
+      '16', '--eval-batch-size', '16', '--min-accuracy', '0',
+      '--min-balanced-accuracy', '0', '--data-root',
       data, '--output-root', str(output_root), '--preprocessing-module-file',
       str(modules / 'user_preprocessing.py'),
       '--beam-arg=--runner=PortableRunner',

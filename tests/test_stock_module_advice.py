@@ -164,21 +164,22 @@ def test_dense_features_over_indicator_columns_is_one_root_cause():
   report = preflight.run_preflight(
       dispatch.model_fn_for_module(module), config_lib.TrainerConfig(), {},
       _sample(), module.module_file)
-  # One finding per step built (train, eval, export), each the root cause;
-  # none of the op-level dynamic-shape findings the sparse ops would give.
-  assert [(f.phase, f.code) for f in report.errors] == [
-      ('train', 'model-fn-error'), ('eval', 'model-fn-error'),
-      ('export', 'model-fn-error')]
-  for finding in report.errors:
-    assert (f'KerasModelError: build_keras_model in {module.module_file}: its '
-            "model reads categorical feature column(s) "
-            "'trip_start_day_xf_indicator' (indicator_column in DenseFeatures "
-            "layer 'dense_features_1'), 'trip_start_hour_xf_indicator' "
-            "(indicator_column in DenseFeatures layer 'dense_features_1'): "
-            'DenseFeatures turns their ids into sparse tensors'
-            in finding.message)
-    assert ('Give the model a tf.keras.Input per id feature and one-hot it'
-            in finding.message)
+  # One finding, the root cause, for the three steps built (train, eval,
+  # export); none of the op-level dynamic-shape findings the sparse ops
+  # would give.
+  assert [(f.phase, f.code, f.also_in) for f in report.errors] == [
+      ('train', 'model-fn-error', ('eval', 'export'))]
+  message = report.errors[0].message
+  assert (f'KerasModelError: build_keras_model in {module.module_file}: its '
+          "model reads categorical feature column(s) "
+          "'trip_start_day_xf_indicator' (indicator_column in DenseFeatures "
+          "layer 'dense_features_1'), 'trip_start_hour_xf_indicator' "
+          "(indicator_column in DenseFeatures layer 'dense_features_1'): "
+          'DenseFeatures turns their ids into sparse tensors' in message)
+  assert ('Give the model a tf.keras.Input per id feature and one-hot it'
+          in message)
+  assert message.count('DenseFeatures turns their ids') == 1
+  assert message.endswith('(Also in the eval and export steps.)')
 
 
 def test_dense_features_model_builds_on_cpu():

@@ -1,10 +1,12 @@
 """TPUTrainer: the TFX Trainer component with the TPUEstimator executor."""
 
 import os
-from typing import List
+from typing import Any, List, Optional
 
+from absl import logging
 from tfx import types
 from tfx.components.trainer import component as trainer_component
+from tfx.components.util import udf_utils
 from tfx.dsl.components.base import executor_spec
 from tfx.types import component_spec
 from tfx.types import standard_component_specs
@@ -13,6 +15,7 @@ from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import executor
 from tfx_tpu_trainer import user_module
 from tfx_tpu_trainer.publishing import v2_metrics
+from tfx_tpu_trainer.user_code import function_paths
 
 __all__ = ['TPUTrainerSpec', 'TPUTrainer', 'NoTPUTrainerError', 'tpu_trainers']
 
@@ -42,8 +45,9 @@ class TPUTrainer(trainer_component.Trainer):
   """Trains a TPUEstimator from a module's model_fn.
 
   Takes exactly the Trainer's arguments (`examples`, `transform_graph`,
-  `schema`, `base_model`, `hyperparameters`, `module_file`, `train_args`,
-  `eval_args`, `custom_config`) and has its outputs (`model`, `model_run`),
+  `schema`, `base_model`, `hyperparameters`, `module_file` or the import
+  path of its `run_fn`/`trainer_fn`, `train_args`, `eval_args`,
+  `custom_config`) and has its outputs (`model`, `model_run`),
   plus `metrics`: the final evaluation as a `system.Metrics` artifact, which
   the KFP v2 and Vertex UIs show as the run's metrics
   (publishing/v2_metrics.py).
@@ -56,24 +60,62 @@ class TPUTrainer(trainer_component.Trainer):
   SPEC_CLASS = TPUTrainerSpec
   EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.Executor)
 
-  def __init__(self, *args, module_file=None, **kwargs):
-    super().__init__(*args, module_file=module_file, **kwargs)
+  def __init__(self, *args, module_file=None, run_fn=None, trainer_fn=None,
+               **kwargs):
+    super().__init__(*args, module_file=module_file, run_fn=run_fn,
+                     trainer_fn=trainer_fn, **kwargs)
+    # run_fn= / trainer_fn=: the function's import path, as the stock
+    # Trainer takes it (user_code/function_paths.py).
+    self.function_location = _locate_function(run_fn, trainer_fn)
+    user_file = (os.path.abspath(module_file) if isinstance(module_file, str)
+                 else None)
+    if self.function_location is not None:
+      user_file = self.function_location.file
     # TFX's Trainer.__init__ builds a TrainerSpec; the same values, with the
     # user's module file named, make this component's TPUTrainerSpec.
     # It also declares the `metrics` output (system.Metrics, KFP v2 UIs).
     self.spec = TPUTrainerSpec(
         **self.spec.inputs, **self.spec.outputs, **self.spec.exec_properties,
-        **{user_module.USER_MODULE_FILE_KEY: (
-            os.path.abspath(module_file) if isinstance(module_file, str)
-            else None),
+        **{user_module.USER_MODULE_FILE_KEY: user_file,
            v2_metrics.OUTPUT_KEY: types.Channel(type=v2_metrics.Metrics)})
     self.spec.migrate_output_channels(self)
+    location = self.function_location
+    if (location is not None and not location.installed and
+        udf_utils.should_package_user_modules()):
+      # Packaged as TFX packages a module_file: a wheel under the pipeline
+      # root when the pipeline is compiled or run locally.
+      self._add_pip_dependency(function_paths.WheelDependency(self, location))
 
   def _validate_spec(self, spec):
     """Accepts the Trainer's own spec, which `__init__` then extends."""
     if type(spec) is standard_component_specs.TrainerSpec:  # pylint: disable=unidiomatic-typecheck
       return
     super()._validate_spec(spec)
+
+
+def _locate_function(run_fn: Any, trainer_fn: Any
+                     ) -> Optional[function_paths.FunctionLocation]:
+  """Where `run_fn=`/`trainer_fn=` leads, checked as the pipeline is built.
+
+  None for a module_file, a RuntimeParameter, or a path that is not found
+  here while TFX is told not to package user modules (the image holds it).
+
+  Raises:
+    function_paths.FunctionPathError: naming the argument and what to pass.
+  """
+  for argument, value in ((user_module.RUN_FN, run_fn),
+                          (user_module.TRAINER_FN, trainer_fn)):
+    if not isinstance(value, str) or not value:
+      continue
+    function_paths.parse(value, argument)
+    try:
+      return function_paths.locate(value, argument)
+    except function_paths.FunctionPathError:
+      if udf_utils.should_package_user_modules():
+        raise
+      logging.info('%s=%r is not found here; it is imported by name where '
+                   'the trainer runs.', argument, value)
+  return None
 
 
 class NoTPUTrainerError(errors.TPUTrainerError, ValueError):

@@ -162,16 +162,49 @@ def load_user_module(exec_properties: Dict[str, Any],
   from tfx.types import standard_component_specs  # pylint: disable=g-import-not-at-top
   module_file = exec_properties.get(standard_component_specs.MODULE_FILE_KEY)
   module_path = exec_properties.get(standard_component_specs.MODULE_PATH_KEY)
+  # run_fn= / trainer_fn=: the import path of the function, as the stock
+  # Trainer takes it; the module that holds it is the user module.
+  fn_key, fn_path = next(
+      ((key, exec_properties[key]) for key in (RUN_FN, TRAINER_FN)
+       if isinstance(exec_properties.get(key), str) and
+       exec_properties.get(key)), (None, None))
   source = module_file_name or module_name(exec_properties)
   if module_path:
     module = _import_module_path(module_path, source)
   elif module_file:
     module = import_module_file(module_file)
+  elif fn_path:
+    module = _import_module_path(fn_path.rpartition('.')[0], source)
   else:
     raise UserModuleError(
         'TPUTrainer needs a module_file that defines model_fn (or '
-        'build_keras_model); none was given.')
+        'build_keras_model), or run_fn=/trainer_fn= naming the stock '
+        "Trainer's function by import path; none was given.")
+  if fn_path and not module_file:
+    module = _bound_function(module, fn_key, fn_path, source)
   return check_module(module, source)
+
+
+def _bound_function(module: types.ModuleType, fn_key: str, fn_path: str,
+                    source: str) -> types.ModuleType:
+  """The module, with the function `fn_path` names as its `fn_key`.
+
+  The stock Trainer calls the function the path names, whatever its name;
+  a function named otherwise is seen under the contract's name.
+  """
+  function = fn_path.rpartition('.')[2]
+  fn = getattr(module, function, None)
+  if not callable(fn):
+    raise UserModuleError(
+        f'{fn_key}={fn_path!r}: the module {source} defines no function '
+        f'{function!r}; pass the import path of the function the stock '
+        f'Trainer would call as {fn_key}.')
+  if function == fn_key:
+    return module
+  view = types.ModuleType(module.__name__, module.__doc__)
+  view.__dict__.update(vars(module))
+  setattr(view, fn_key, fn)
+  return view
 
 
 def check_module(module: types.ModuleType, source: str) -> UserModule:
@@ -390,10 +423,13 @@ def _import_module_path(module_path: str, source: str) -> types.ModuleType:
   from tfx.utils import io_utils  # pylint: disable=g-import-not-at-top
   module_name, wheels = udf_utils.decode_user_module_key(module_path)
   wheels = [io_utils.ensure_local(wheel) for wheel in wheels]
+  # A packaged `package.module` is imported from its wheel with its package.
+  packages = ({module_name.split('.')[0]} if wheels else set())
   try:
     with udf_utils.TempPipInstallContext(wheels):
-      if module_name in sys.modules:
-        del sys.modules[module_name]
+      for name in [n for n in sys.modules
+                   if n == module_name or n.split('.')[0] in packages]:
+        del sys.modules[name]
       module = importlib.import_module(module_name)
   except BaseException as e:  # pylint: disable=broad-except
     # Also SystemExit and KeyboardInterrupt (see load_file).

@@ -20,11 +20,15 @@ _server: Optional[subprocess.Popen] = None
 _server_lock = threading.Lock()
 
 
-def check_in_child(module_file: str) -> None:
+def check_in_child(module_file: str,
+                   function_location: Optional[Any] = None) -> None:
   """Imports and checks `module_file` in a child process.
 
   Args:
     module_file: the trainer module's path.
+    function_location: for `run_fn=`/`trainer_fn=`, where the import path
+      leads (`function_paths.FunctionLocation`): the module is imported by
+      name, its package's folder first on sys.path, as the executor does.
 
   Raises:
     user_module.UserModuleError: the module breaks the contract, or its
@@ -35,6 +39,10 @@ def check_in_child(module_file: str) -> None:
   with tempfile.TemporaryDirectory(prefix='tpu-trainer-check-') as scratch:
     request = {
         'module_file': os.path.abspath(module_file),
+        'function': (None if function_location is None else {
+            'key': function_location.argument,
+            'path': function_location.path,
+            'import_root': function_location.import_root}),
         'verdict_path': os.path.join(scratch, 'verdict.json'),
         'stderr_path': os.path.join(scratch, 'stderr.txt'),
         'cwd': os.getcwd(),
@@ -154,7 +162,15 @@ def _check_in_child(request: Dict[str, Any]) -> None:
     os.environ.clear()
     os.environ.update(request['environment'])
     try:
-      user_module_lib.load_user_module({'module_file': request['module_file']})
+      function = request.get('function')
+      if function:
+        with user_module_lib.first_on_path(function['import_root']):
+          user_module_lib.load_user_module({
+              function['key']: function['path'],
+              user_module_lib.USER_MODULE_FILE_KEY: request['module_file']})
+      else:
+        user_module_lib.load_user_module(
+            {'module_file': request['module_file']})
       verdict = {'ok': True}
     except user_module_lib.UserModuleError as e:
       verdict = {'ok': False, 'error': str(e)}

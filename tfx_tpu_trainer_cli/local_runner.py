@@ -22,6 +22,7 @@ from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
 from tfx_tpu_trainer.publishing import training_report
 from tfx_tpu_trainer.training import checkpoints
+from tfx_tpu_trainer_cli import blessing as blessing_lib
 from tfx_tpu_trainer_cli import paths
 from tfx_tpu_trainer_cli import run_temp_dir
 
@@ -81,6 +82,8 @@ class TrainerSummary:
   pushed: bool
   pushed_model_path: Optional[str]
   pushed_model_tag_sets: List[Tuple[str, ...]]
+  # The verdict and why: `yes (BalancedAccuracy 0.71 (needs >= 0.55))`.
+  blessing: str = ''
 
 
 @dataclasses.dataclass
@@ -104,6 +107,8 @@ class RunSummary:
   transform_graph_path: Optional[str] = None
   transformed_examples_path: Optional[str] = None
   trainers: List[TrainerSummary] = dataclasses.field(default_factory=list)
+  # The verdict and why: `yes (BalancedAccuracy 0.71 (needs >= 0.55))`.
+  blessing: str = ''
 
 
 # What TFX's launcher logs when it reuses a cached execution's outputs.
@@ -395,6 +400,7 @@ def _summarize(connection_config, run_id: str, seconds: float) -> RunSummary:
       trainer_metrics=first.metrics,
       evaluator_metrics=first.evaluator_metrics,
       blessed=first.blessed,
+      blessing=first.blessing,
       pushed=first.pushed,
       pushed_model_path=first.pushed_model_path,
       pushed_model_tag_sets=first.pushed_model_tag_sets,
@@ -480,6 +486,9 @@ def _trainer_summary(run: _RunGraph, execution) -> TrainerSummary:
   pushed_path = (_absolute(pushed_model.get_string_custom_property(
       'pushed_destination')) if pushed else None)
   tensorboard_dir = _absolute(model_run.uri)
+  evaluator_metrics = _evaluator_metrics(evaluation.uri) if evaluation else {}
+  blessed = (bool(blessing.get_int_custom_property('blessed'))
+             if blessing else None)
   return TrainerSummary(
       trainer_id=run.node_ids.get(execution.id, ''),
       metrics={
@@ -490,10 +499,11 @@ def _trainer_summary(run: _RunGraph, execution) -> TrainerSummary:
       model_path=_absolute(model.uri),
       tensorboard_dir=tensorboard_dir,
       report_path=_existing(training_report.report_path(tensorboard_dir)),
-      evaluator_metrics=(_evaluator_metrics(evaluation.uri) if evaluation
-                         else {}),
-      blessed=(bool(blessing.get_int_custom_property('blessed'))
-               if blessing else None),
+      evaluator_metrics=evaluator_metrics,
+      blessed=blessed,
+      blessing=(blessing_lib.explain(evaluation.uri, blessed,
+                                     evaluator_metrics)
+                if evaluation and blessed is not None else ''),
       pusher_id=run.node_ids.get(pushers[-1].id) if pushers else None,
       pushed=pushed,
       pushed_model_path=pushed_path,

@@ -225,6 +225,25 @@ def _sample(paths, args, run, batch_size):
       'to synthesize one.')
 
 
+def _load_module(module_file: str):
+  """The trainer module; a package's module by its name (`models.x.model`).
+
+  A module of a package (the TFX templates' `models/keras_model/model.py`)
+  imports its siblings through the package, so it is imported as the
+  executor imports `run_fn='models.keras_model.model.run_fn'`: by name,
+  the package's folder first on sys.path.
+  """
+  from tfx_tpu_trainer import user_module  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.user_code import function_paths  # pylint: disable=g-import-not-at-top
+  found = function_paths.package_module_name(module_file)
+  if found is None:
+    return user_module.load_user_module({'module_file': module_file})
+  name, root = found
+  with user_module.first_on_path(root):
+    return user_module.load_user_module(
+        {'module_path': name, user_module.USER_MODULE_FILE_KEY: module_file})
+
+
 def _not_ready(message: str) -> int:
   print(f'TPU preflight: NOT TPU-ready\n  ERROR   {message}')
   return EXIT_NOT_READY
@@ -242,11 +261,9 @@ def _preflight(args) -> int:
   from tfx_tpu_trainer import errors  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer import prepare  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer.data import schemas as schemas_lib  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer import user_module  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer.preflight import checks as preflight  # pylint: disable=g-import-not-at-top
   try:
-    module = user_module.load_user_module(
-        {'module_file': paths['module_file']})
+    module = _load_module(paths['module_file'])
     schemas = None
     if paths['schema'] or paths['transform_graph']:
       schemas = schemas_lib.load_schemas(paths['schema'],

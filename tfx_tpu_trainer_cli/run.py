@@ -87,7 +87,13 @@ def add_parser(subparsers) -> None:
       'logistic, probabilities, logits it has, as TFMA looks for them).')
   parser.add_argument('--min-accuracy', type=float, default=None,
                       help='Evaluator blesses models whose binary accuracy is '
-                      'at least this (default: 0.5).')
+                      'at least this (default: 0.5) and whose balanced '
+                      'accuracy is at least --min-balanced-accuracy.')
+  parser.add_argument('--min-balanced-accuracy', type=float, default=None,
+                      help='Evaluator blesses models whose balanced accuracy '
+                      '(the mean of both classes\' recalls) is at least '
+                      'this (default: 0.55; a model that always answers the '
+                      'majority class has 0.5).')
   tpu = parser.add_mutually_exclusive_group()
   tpu.add_argument('--use-tpu', dest='use_tpu', action='store_true',
                    default=None, help='Train on a TPU (needs --tpu-name or '
@@ -136,6 +142,8 @@ _BUNDLED_ONLY = {
     '--module-file': ('module_file', None),
     '--preprocessing-module-file': ('preprocessing_module_file', None),
     '--min-accuracy': ('min_accuracy', 0.5),
+    # Default: the pipeline's (pipelines/taxi_pipeline.py).
+    '--min-balanced-accuracy': ('min_balanced_accuracy', None),
     '--label-key': ('label_key', None),
     '--eval-every-steps': ('eval_every_steps', None),
     '--no-progress': ('show_progress', True),
@@ -219,9 +227,10 @@ def _validate_run_args(args) -> dict:
     raise common.UsageError(f'--data-root {data_root!r} is not a directory.')
   if not glob.glob(os.path.join(data_root, '*.csv')):
     raise common.UsageError(f'--data-root {data_root!r} holds no .csv file.')
-  if not 0.0 <= args.min_accuracy <= 1.0:
-    raise common.UsageError(
-        f'--min-accuracy must lie in [0, 1], got {args.min_accuracy}.')
+  for flag, value in (('--min-accuracy', args.min_accuracy),
+                      ('--min-balanced-accuracy', args.min_balanced_accuracy)):
+    if value is not None and not 0.0 <= value <= 1.0:
+      raise common.UsageError(f'{flag} must lie in [0, 1], got {value}.')
   output_root = os.path.abspath(args.output_root)
   _check_output_root(output_root)
   _check_output_outside_data(output_root, data_root)
@@ -245,6 +254,8 @@ def _validate_run_args(args) -> dict:
       eval_steps=args.eval_steps,
       custom_config=custom_config,
       min_accuracy=args.min_accuracy)
+  if args.min_balanced_accuracy is not None:
+    options['min_balanced_accuracy'] = args.min_balanced_accuracy
   if args.pipeline_name:
     options['pipeline_name'] = args.pipeline_name
   if args.beam_arg:
@@ -323,7 +334,8 @@ def _evaluator_options(args, options) -> dict:
 
 
 def _check_trainer_module(module_file: str,
-                          flag: str = '--module-file') -> None:
+                          flag: str = '--module-file',
+                          function_location=None) -> None:
   """Loads the trainer module and checks it against the contract.
 
   What the TPUTrainer executor checks first, done before any component
@@ -335,7 +347,7 @@ def _check_trainer_module(module_file: str,
   # not end this one.
   from tfx_tpu_trainer import user_module  # pylint: disable=g-import-not-at-top
   try:
-    check_server.check_in_child(module_file)
+    check_server.check_in_child(module_file, function_location)
   except user_module.UserModuleError as e:
     raise common.UsageError(f'{flag}: {e}') from e
 
@@ -367,7 +379,12 @@ def _run(args) -> int:
                'pipeline root)')
 
     def run_it(local_runner, printer):
-      return local_runner.run_pipeline(pipeline, printer=printer)
+      # As `python FILE` would: the pipeline's folder stays importable while
+      # it runs (Transform's preprocessing_fn='models.preprocessing...').
+      from tfx_tpu_trainer import user_module  # pylint: disable=g-import-not-at-top
+      with user_module.first_on_path(os.path.dirname(os.path.abspath(
+          args.pipeline.rpartition(':')[0]))):
+        return local_runner.run_pipeline(pipeline, printer=printer)
   else:
     options = _validate_run_args(args)
     module_file = options['trainer_module_file']
@@ -439,10 +456,16 @@ def _prepare_user_pipeline(args, output_root: str):
   module_files = []
   for trainer in component.tpu_trainers(pipeline):
     module_file = trainer.exec_properties.get('module_file')
+    location = trainer.function_location
     if isinstance(module_file, str) and module_file:
       _check_trainer_module(module_file, f'{user_pipeline.FLAG}: '
                             f'TPUTrainer {trainer.id!r}: module_file')
       module_files.append(module_file)
+    elif location is not None:  # run_fn= / trainer_fn=, by import path.
+      _check_trainer_module(
+          location.file, f'{user_pipeline.FLAG}: TPUTrainer {trainer.id!r}: '
+          f'{location.argument}={location.path!r}', location)
+      module_files.append(location.file)
   if pipeline.metadata_connection_config is None:
     from tfx.orchestration import metadata  # pylint: disable=g-import-not-at-top
     path = os.path.join(output_root, 'metadata',
@@ -488,6 +511,7 @@ def _first_trainer(summary):
       model_path=summary.model_path, tensorboard_dir=summary.tensorboard_dir,
       report_path=summary.report_path,
       evaluator_metrics=summary.evaluator_metrics, blessed=summary.blessed,
+      blessing=summary.blessing,
       pusher_id=None, pushed=summary.pushed,
       pushed_model_path=summary.pushed_model_path,
       pushed_model_tag_sets=summary.pushed_model_tag_sets)
@@ -506,7 +530,8 @@ def _print_trainer(trainer, indent: str = '  ') -> None:
     line('Blessed', 'n/a (no Evaluator)')
   else:
     line('Evaluator metrics', metrics_line(trainer.evaluator_metrics))
-    line('Blessed', 'yes' if trainer.blessed else 'no')
+    line('Blessed',
+         trainer.blessing or ('yes' if trainer.blessed else 'no'))
   if trainer.pushed:
     line('Pushed model', trainer.pushed_model_path)
     line('Pushed model tag sets', ', '.join(

@@ -26,6 +26,8 @@ def _exit_code(argv):
     (['--use-tpu'], '--use-tpu needs --tpu-name'),
     (['--tpu-zone', 'us-central1-b'], '--tpu-zone and --tpu-project need --tpu-name'),
     (['--min-accuracy', '1.5'], '--min-accuracy must lie in [0, 1]'),
+    (['--min-balanced-accuracy', '-0.1'],
+     '--min-balanced-accuracy must lie in [0, 1], got -0.1.'),
     (['--eval-every-steps', '-1'],
      'argument --eval-every-steps: must be an integer >= 0, got -1'),
     (['--train-steps', '10', '--eval-every-steps', '20'],

@@ -294,11 +294,15 @@ def test_model_reading_a_string_feature_is_told_why():
       'reads_strings')
   train = [f for f in report.errors if f.phase == 'train']
   assert [f.code for f in train] == ['model-fn-error']
+  # The same error in the eval and export steps: one finding names them.
   assert train[0].message == (
       "the model_fn failed in mode 'train' (built as on TPU: "
       "params['use_tpu']=True): KeyError: \"feature 'company' is a string "
       'tensor, which the TPU infeed cannot carry, so a TPU model_fn never '
-      'receives it (see the input findings)"')
+      'receives it (see the input findings)" (Also in the eval and export '
+      'steps.)')
+  assert [f.phase for f in report.errors if f.code == 'model-fn-error'] == [
+      'train']
 
 
 def test_sparse_feature_skips_the_model_checks():

@@ -13,6 +13,7 @@ from tfx_tpu_trainer import user_module
 from tfx_tpu_trainer.model_fn import dispatch
 from tfx_tpu_trainer.preflight import checks as preflight
 from tfx_tpu_trainer.preflight import graph as preflight_graph
+from tfx_tpu_trainer.preflight import report as preflight_report
 from tfx_tpu_trainer.preflight import sample as preflight_sample
 from tfx_tpu_trainer.preflight import xla_errors
 
@@ -108,3 +109,34 @@ def test_single_tensor_model_fn_in_preflight_says_features_is_a_dict():
   assert ("'dict' and 'float' (Note: features is a dict of the example's "
           'features by name' in report.errors[0].message)
   assert 'WithheldFeatures' not in report.errors[0].message
+
+
+def test_a_root_cause_raised_in_every_step_is_printed_once(capfd):
+  # `tfx-tpu-trainer preflight` on a Keras module whose DenseFeatures read
+  # categorical columns: train, eval and export fail with the same error,
+  # which the report prints once, naming the later steps.
+  from tfx_tpu_trainer_cli import main as cli  # pylint: disable=g-import-not-at-top
+  assert cli.main(['preflight', '--module-file',
+                   _path('dense_features_keras_module.py')]) == 1
+  out = capfd.readouterr().out
+  assert 'NOT TPU-ready: 1 error(s)' in out
+  assert out.count('DenseFeatures turns their ids into sparse tensors') == 1
+  assert out.count('[train/model-fn-error]') == 1
+  assert '(Also in the eval and export steps.)' in out
+  assert '[eval/model-fn-error]' not in out
+  assert '[export/model-fn-error]' not in out
+
+
+def test_findings_of_one_error_in_several_steps_merge():
+  error = 'KerasModelError: the same'
+  findings = [
+      preflight_report.Finding('model-fn-error', 'error', f'a: {error}',
+                               phase, error=error)
+      for phase in ('train', 'eval', 'export')]
+  findings.append(preflight_report.Finding(
+      'model-fn-error', 'error', 'b: ValueError: other', 'eval',
+      error='ValueError: other'))
+  merged = preflight_report.merge_repeated(findings)
+  assert [(f.phase, f.error, f.also_in) for f in merged] == [
+      ('train', error, ('eval', 'export')),
+      ('eval', 'ValueError: other', ())]

@@ -321,7 +321,8 @@ class _Preflight:
       raise spec_checks.SpecProblem(preflight_report.Finding(
           'model-fn-error', ERROR,
           f'the model_fn failed in mode {mode!r} (built as on TPU: '
-          f"params['use_tpu']=True): {type(e).__name__}: {e}", phase)) from e
+          f"params['use_tpu']=True): {type(e).__name__}: {e}", phase,
+          error=f'{type(e).__name__}: {e}')) from e
 
   def _run(self, step, phase, **kwargs):
     """Runs the step; XLA errors as findings (minus ops already reported)."""
@@ -468,30 +469,6 @@ def _summary_findings(graph: tf.Graph, before, where: str,
   ]
 
 
-def _merge_repeated_op_findings(
-    findings: List[preflight_report.Finding]) -> List[preflight_report.Finding]:
-  """One finding per op and code: later steps are named in the first one.
-
-  Findings that name an op (`op` and `where` set; a finding about the
-  step as a whole, e.g. 'xla-compile', has no `where`) with the same code
-  and op are one finding; the later ones' phases go into its `also_in`.
-  """
-  first: Dict[Tuple[str, str], int] = {}
-  merged = []
-  for finding in findings:
-    key = (finding.code, finding.op) if finding.op and finding.where else None
-    if key is None:
-      merged.append(finding)
-    elif key in first:
-      index = first[key]
-      merged[index] = dataclasses.replace(
-          merged[index], also_in=merged[index].also_in + (finding.phase,))
-    else:
-      first[key] = len(merged)
-      merged.append(finding)
-  return merged
-
-
 def run_preflight(
     model_fn: Callable[..., Any],
     config: config_lib.TrainerConfig,
@@ -536,7 +513,7 @@ def run_preflight(
     phases.run('train', state.train)
     phases.run('eval', state.evaluate)
     phases.run('export', state.export)
-  report.findings = _merge_repeated_op_findings(report.findings)
+  report.findings = preflight_report.merge_repeated(report.findings)
   return report
 
 

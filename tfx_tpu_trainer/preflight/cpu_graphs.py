@@ -42,7 +42,8 @@ def _cpu_step_findings(model_fn, mode: str, features: Any, labels: Any,
   except Exception as e:  # pylint: disable=broad-except
     return [preflight_report.Finding('model-fn-error', ERROR,
                     f'the model_fn failed in mode {mode!r}: '
-                    f'{type(e).__name__}: {e}', phase)]
+                    f'{type(e).__name__}: {e}', phase,
+                    error=f'{type(e).__name__}: {e}')]
   fields = {ModeKeys.EVAL: ('loss',), ModeKeys.PREDICT: ('predictions',)}[mode]
   try:
     spec_checks.require(spec, mode, fields, phase)
@@ -122,6 +123,7 @@ def check_graphs_before_training(
   step(ModeKeys.EVAL, eval_input_fn, config.eval_batch_size, 'eval')
   if run.serving_input_receiver_fn is not None:
     step(ModeKeys.PREDICT, None, None, 'export')
+  report.findings = preflight_report.merge_repeated(report.findings)
   logging.info('Graphs checked before training in %s s: %s', report.seconds,
                [finding.line() for finding in report.findings] or 'no errors')
   report.raise_if_not_ready(

@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from tfx_tpu_trainer import errors
 
 __all__ = ['ERROR', 'WARNING', 'INFO', 'SEVERITIES', 'PreflightError',
-           'Finding', 'PreflightReport']
+           'Finding', 'PreflightReport', 'merge_repeated']
 
 ERROR = 'error'
 WARNING = 'warning'
@@ -37,6 +37,10 @@ class Finding:
       names it ('' when the cause names it).
     knock_on: findings folded under this one (`code at 'op'`).
     also_in: later steps in which the same finding was made.
+    error: the error the finding reports, as raised (`Type: message`), when
+      it is the same in every step that raises it (a model_fn that fails
+      the same way in train, eval and export): findings with the same code
+      and error are one root cause, reported once (`merge_repeated`).
   """
   code: str
   severity: str
@@ -47,6 +51,7 @@ class Finding:
   where: str = ''
   knock_on: Tuple[str, ...] = ()
   also_in: Tuple[str, ...] = ()
+  error: str = ''
 
   @property
   def message(self) -> str:
@@ -70,7 +75,39 @@ class Finding:
     return dict(code=self.code, severity=self.severity, message=self.message,
                 phase=self.phase, op=self.op, where=self.where,
                 cause=self.cause, fix=self.fix, knock_on=list(self.knock_on),
-                also_in=list(self.also_in))
+                also_in=list(self.also_in), error=self.error)
+
+
+def merge_repeated(findings: List[Finding]) -> List[Finding]:
+  """One finding per root cause: later steps are named in the first one.
+
+  Findings with the same code that name the same op (`op` and `where` set;
+  a finding about the step as a whole, e.g. 'xla-compile', has no `where`),
+  or that report the same `error`, are one finding; the later ones' phases
+  go into the first one's `also_in`. So an error raised in every step (a
+  Keras model's DenseFeatures over categorical columns fails train, eval
+  and export alike) is printed once, not once a step.
+  """
+  first: Dict[Tuple[str, str, str], int] = {}
+  merged = []
+  for finding in findings:
+    if finding.op and finding.where:
+      key = (finding.code, 'op', finding.op)
+    elif finding.error:
+      key = (finding.code, 'error', finding.error)
+    else:
+      key = None
+    if key is None:
+      merged.append(finding)
+    elif key in first:
+      index = first[key]
+      if finding.phase not in (merged[index].phase,) + merged[index].also_in:
+        merged[index] = dataclasses.replace(
+            merged[index], also_in=merged[index].also_in + (finding.phase,))
+    else:
+      first[key] = len(merged)
+      merged.append(finding)
+  return merged
 
 
 @dataclasses.dataclass

@@ -1,0 +1,1 @@
+"""User code named by import path (`run_fn=`/`trainer_fn=`): found, packaged."""
