@@ -34,8 +34,8 @@ def _raw_eval_features(taxi_artifacts, count=64):
           for name in CANNED_FEATURES}
   spec['big_tipper'] = tf.io.FixedLenFeature([], tf.int64, default_value=0)
   parsed = tf.io.parse_example(records, spec)
-  label = parsed.pop('big_tipper')
-  return parsed, label
+  label = parsed.pop('big_tipper').numpy()
+  return {name: value.numpy() for name, value in parsed.items()}, label
 
 
 def _serving_spec():
@@ -76,9 +76,8 @@ def keras_model(tmp_path_factory, taxi_artifacts):
   outputs = tf.keras.layers.Dense(1, activation='sigmoid')(hidden)
   model = tf.keras.Model(inputs, outputs)
   model.compile('adam', 'binary_crossentropy')
-  model.fit({n: tf.reshape(v, [-1, 1]) for n, v in features.items()},
-            tf.reshape(tf.cast(label, tf.float32), [-1, 1]), epochs=1,
-            verbose=0)
+  model.fit({n: v.reshape(-1, 1) for n, v in features.items()},
+            label.reshape(-1, 1).astype('float32'), epochs=1, verbose=0)
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string,
                                               name='examples')])

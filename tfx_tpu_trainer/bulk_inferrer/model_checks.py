@@ -18,7 +18,8 @@ from tfx_tpu_trainer.bulk_inferrer import inference_config
 from tfx_tpu_trainer.publishing import export
 
 __all__ = ['BulkInferenceError', 'default_tags', 'check_model',
-           'selected_splits', 'first_records', 'check_examples']
+           'selected_splits', 'first_records', 'check_examples',
+           'tensorflow_reason']
 
 
 class BulkInferenceError(errors.TPUTrainerError, ValueError):
@@ -80,7 +81,8 @@ def _check_signatures(spec: model_spec_pb2.InferenceSpecType) -> None:
     if name not in meta_graph.signature_def:
       raise BulkInferenceError(
           f'model_spec.model_signature_name {name!r} is not a signature of '
-          f'{where}; its signatures: {sorted(meta_graph.signature_def)}.')
+          f'{where}; its signatures: '
+          f'{sorted(k for k in meta_graph.signature_def if k[:2] != "__")}.')
     signature = meta_graph.signature_def[name]
     inputs = {k: tf.dtypes.as_dtype(v.dtype).name
               for k, v in signature.inputs.items()}
@@ -180,6 +182,16 @@ def check_examples(example_uris: Dict[str, str], payload_format: int,
   _score_first_examples(firsts, payload_format, cpu_spec)
 
 
+def tensorflow_reason(error: Exception) -> str:
+  """The line of a TF error that says why: not the graph-execution frame."""
+  text = getattr(error, 'message', None) or str(error)
+  for line in text.splitlines():
+    if (line.strip() and not line[0].isspace() and not line.startswith(
+        ('Graph execution error', 'Detected at node', 'Node: ', 'File '))):
+      return errors.first_line(Exception(line.strip()))
+  return errors.first_line(error)
+
+
 def _score_first_examples(firsts: Dict[str, bytes], payload_format: int,
                           spec: model_spec_pb2.InferenceSpecType) -> None:
   # pylint: disable=g-import-not-at-top
@@ -201,7 +213,7 @@ def _score_first_examples(firsts: Dict[str, bytes], payload_format: int,
         raise BulkInferenceError(
             f'The first example of split {split!r} ({kind}) cannot feed '
             f'signature(s) {names} of {spec.saved_model_spec.model_path}: '
-            f'{errors.first_line(e)}. Score examples with the features the '
+            f'{tensorflow_reason(e)}. Score examples with the features the '
             'model was exported to parse (its serving input), or name '
             'another signature in model_spec.model_signature_name.') from e
   finally:
