@@ -1,7 +1,7 @@
 """TPUBulkInferrer: the stock BulkInferrer component with the TPU executor."""
 
 import json
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, List, Optional, Union
 
 from tfx.components.bulk_inferrer import component as stock_component
 from tfx.dsl.components.base import executor_spec
@@ -12,7 +12,7 @@ from tfx.types import standard_component_specs
 from tfx_tpu_trainer.bulk_inferrer import executor
 from tfx_tpu_trainer.bulk_inferrer import inference_config
 
-__all__ = ['TPUBulkInferrerSpec', 'TPUBulkInferrer']
+__all__ = ['TPUBulkInferrerSpec', 'TPUBulkInferrer', 'tpu_bulk_inferrers']
 
 
 class TPUBulkInferrerSpec(standard_component_specs.BulkInferrerSpec):
@@ -61,3 +61,12 @@ class TPUBulkInferrer(stock_component.BulkInferrer):
     if type(spec) is standard_component_specs.BulkInferrerSpec:  # pylint: disable=unidiomatic-typecheck
       return
     super()._validate_spec(spec)
+
+
+def tpu_bulk_inferrers(pipeline) -> List[TPUBulkInferrer]:
+  """The pipeline's TPUBulkInferrers (subclasses too), in its order.
+
+  Args:
+    pipeline: a `tfx.dsl.Pipeline`.
+  """
+  return [c for c in pipeline.components if isinstance(c, TPUBulkInferrer)]
