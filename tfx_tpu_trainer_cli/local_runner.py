@@ -80,6 +80,9 @@ class RunSummary:
   report_path: Optional[str] = None
   transform_graph_path: Optional[str] = None
   transformed_examples_path: Optional[str] = None
+  # The TPUBulkInferrer's PredictionLogs (None: no inferrer, or it scored
+  # nothing because the model was not blessed).
+  inference_result_path: Optional[str] = None
 
 
 # What TFX's launcher logs when it reuses a cached execution's outputs.
@@ -363,6 +366,7 @@ def _summarize(connection_config, run_id: str, seconds: float) -> RunSummary:
     evaluation = outputs.get('ModelEvaluation')
     pushed_model = outputs.get('PushedModel')
     transform_graph = outputs.get('TransformGraph')
+    inference_result = outputs.get('InferenceResult')
     transformed_examples = _transformed_examples(store, run_id)
   trainer_metrics = {
       name[len(metrics_lib.CUSTOM_PROPERTY_PREFIX):]: model.get_custom_property(name)
@@ -386,7 +390,15 @@ def _summarize(connection_config, run_id: str, seconds: float) -> RunSummary:
       seconds=seconds,
       report_path=_existing(training_report.report_path(model_run.uri)),
       transform_graph_path=transform_graph.uri if transform_graph else None,
-      transformed_examples_path=transformed_examples)
+      transformed_examples_path=transformed_examples,
+      inference_result_path=_scored(inference_result))
+
+
+def _scored(inference_result: Any) -> Optional[str]:
+  """The inferrer's output folder when it wrote PredictionLogs, else None."""
+  if inference_result is None or not os.path.isdir(inference_result.uri):
+    return None
+  return inference_result.uri if os.listdir(inference_result.uri) else None
 
 
 def _existing(path: str) -> Optional[str]:

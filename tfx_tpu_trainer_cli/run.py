@@ -85,6 +85,12 @@ def add_parser(subparsers) -> None:
       help='The output of the model\'s serving_default signature the '
       'Evaluator reads (default: the first of scores, outputs, predictions, '
       'logistic, probabilities, logits it has, as TFMA looks for them).')
+  parser.add_argument(
+      '--bulk-infer', dest='bulk_infer', action='store_const', const=True,
+      default=None,
+      help='Add a TPUBulkInferrer that scores the eval split with the '
+      'blessed model (on the TPU when training uses one; its PredictionLogs '
+      'are listed at the end).')
   parser.add_argument('--min-accuracy', type=float, default=None,
                       help='Evaluator blesses models whose binary accuracy is '
                       'at least this (default: 0.5).')
@@ -138,6 +144,7 @@ _BUNDLED_ONLY = {
     '--min-accuracy': ('min_accuracy', 0.5),
     '--label-key': ('label_key', None),
     '--eval-every-steps': ('eval_every_steps', None),
+    '--bulk-infer': ('bulk_infer', False),
     '--no-progress': ('show_progress', True),
     '--eval-label-key': ('eval_label_key', None),
     '--eval-prediction-key': ('eval_prediction_key', None),
@@ -244,7 +251,8 @@ def _validate_run_args(args) -> dict:
       train_steps=args.train_steps,
       eval_steps=args.eval_steps,
       custom_config=custom_config,
-      min_accuracy=args.min_accuracy)
+      min_accuracy=args.min_accuracy,
+      bulk_infer=args.bulk_infer)
   if args.pipeline_name:
     options['pipeline_name'] = args.pipeline_name
   if args.beam_arg:
@@ -460,6 +468,8 @@ def _print_summary(summary, module_file: Optional[str] = None) -> None:
     print('  Pushed model:           none (the model was not blessed)')
   else:
     print('  Pushed model:           none')
+  if summary.inference_result_path:
+    print(f'  Bulk inference:         {summary.inference_result_path}')
   print(f'  Trained model:          {summary.model_path}')
   print(f'  TensorBoard logs:       tensorboard --logdir '
         f'{shlex.quote(summary.tensorboard_dir)}')
