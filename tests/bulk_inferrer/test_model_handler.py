@@ -105,3 +105,28 @@ def test_the_tpu_tag_set_is_accepted_where_tfx_bsl_refuses_it(tmp_path):
   handler = model_handler.create_model_handler(
       spec, inference_config.InferenceConfig(use_tpu=True, batch_size=2))
   assert isinstance(handler, model_handler.PredictModelHandler)
+
+
+class _SharedAcrossProcesses(model_handler.PredictModelHandler):
+  """The TPU's loading (one process holds the model) on CPU."""
+
+  def share_model_across_processes(self) -> bool:
+    return True
+
+
+def test_the_model_shared_across_processes_answers_through_its_proxy(
+    doubling_model):
+  # On a TPU the model lives in one process of the host (MultiProcessShared)
+  # and every worker calls LoadedModel.run through a proxy: the same here.
+  handler = _SharedAcrossProcesses(
+      _spec(doubling_model),
+      inference_config.InferenceConfig(use_tpu=False, batch_size=4))
+  with beam.Pipeline() as pipeline:
+    values = (pipeline
+              | beam.Create([tf.train.Example.FromString(
+                  tiny_saved_models.example(x)) for x in range(10)])
+              | beam_inference.RunInference(handler)
+              | beam.Map(lambda log: log.predict_log.response.outputs['y']
+                         .float_val[0]))
+    beam_testing.assert_that(values, beam_testing.equal_to(
+        [2.0 * x for x in range(10)]))
