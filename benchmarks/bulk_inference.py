@@ -1,7 +1,5 @@
-"""Benchmark: TPUBulkInferrer's CPU path against the stock BulkInferrer.
-
-  python -m benchmarks.bulk_inference [--rows N] [--repeats R]
-"""
+"""Benchmark: TPUBulkInferrer's CPU path against the stock BulkInferrer,
+`python -m benchmarks.bulk_inference [--rows N] [--repeats R]` (make bench)."""
 
 import csv
 import json
