@@ -1,7 +1,7 @@
 """TPUBulkInferrer against the stock BulkInferrer on CPU, record by record.
 
 Same model, same examples, same exec properties: the PredictionLogs and the
-output examples must be the same (float outputs to a few ulps, see
+output examples must be the same (float outputs to float32 rounding, see
 tests/fixtures/bulk_inference.py).
 """
 
