@@ -46,6 +46,19 @@ class _RecordingModel:
     return self._model.run(fetches, feed_dict=feed_dict)
 
 
+def _assert_doubles_through_beam(handler, count):
+  """Beam's RunInference with `handler` scores 0..count-1 as 2x."""
+  with beam.Pipeline() as pipeline:
+    values = (pipeline
+              | beam.Create([tf.train.Example.FromString(
+                  tiny_saved_models.example(x)) for x in range(count)])
+              | beam_inference.RunInference(handler)
+              | beam.Map(lambda log: log.predict_log.response.outputs['y']
+                         .float_val[0]))
+    beam_testing.assert_that(values, beam_testing.equal_to(
+        [2.0 * x for x in range(count)]))
+
+
 def test_pad_batch_fills_with_the_last_example_and_unpad_drops_it():
   assert model_handler.pad_batch([b'a', b'b'], 4) == [b'a', b'b', b'b', b'b']
   assert model_handler.pad_batch([b'a'], 1) == [b'a']
@@ -76,15 +89,7 @@ def test_beam_batches_are_the_batch_size(doubling_model):
                                              'max_batch_size': 8}
   assert not handler.share_model_across_processes()
   assert _handler(doubling_model, 8, use_tpu=True).share_model_across_processes()
-  with beam.Pipeline() as pipeline:
-    values = (pipeline
-              | beam.Create([tf.train.Example.FromString(
-                  tiny_saved_models.example(x)) for x in range(19)])
-              | beam_inference.RunInference(handler)
-              | beam.Map(lambda log: log.predict_log.response.outputs['y']
-                         .float_val[0]))
-    beam_testing.assert_that(values, beam_testing.equal_to(
-        [2.0 * x for x in range(19)]))
+  _assert_doubles_through_beam(handler, 19)
 
 
 def test_the_tpu_tag_set_is_accepted_where_tfx_bsl_refuses_it(tmp_path):
@@ -121,12 +126,4 @@ def test_the_model_shared_across_processes_answers_through_its_proxy(
   handler = _SharedAcrossProcesses(
       _spec(doubling_model),
       inference_config.InferenceConfig(use_tpu=False, batch_size=4))
-  with beam.Pipeline() as pipeline:
-    values = (pipeline
-              | beam.Create([tf.train.Example.FromString(
-                  tiny_saved_models.example(x)) for x in range(10)])
-              | beam_inference.RunInference(handler)
-              | beam.Map(lambda log: log.predict_log.response.outputs['y']
-                         .float_val[0]))
-    beam_testing.assert_that(values, beam_testing.equal_to(
-        [2.0 * x for x in range(10)]))
+  _assert_doubles_through_beam(handler, 10)
