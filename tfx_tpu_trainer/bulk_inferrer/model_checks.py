@@ -151,9 +151,9 @@ def check_examples(example_uris: Dict[str, str], payload_format: int,
                    config: inference_config.InferenceConfig) -> None:
   """Every split has examples, and the model scores each split's first.
 
-  The scoring runs the model's `{serve}` graph on CPU in this process (the
-  TPU graph parses examples the same way; when the model has none, or the
-  spec asks for other tags, only the splits are checked).
+  The scoring runs on CPU in this process: the tag set asked for, or for
+  `{serve, tpu}` the model's `{serve}` graph (it parses examples with the
+  same serving input); a TPU-only model gets its splits checked only.
 
   Raises:
     BulkInferenceError: naming the empty split, or the split and signature
