@@ -38,6 +38,7 @@ test-fast: env
 # in `make test`: a loaded machine makes it slow, never failing).
 bench: env
 	$(PY) -m benchmarks.run_benchmark $(BENCH_ARGS)
+	$(PY) -m benchmarks.bulk_inference
 
 bench-smoke: env
 	TFX_TPU_TRAINER_BENCH_SMOKE=1 $(PY) -m pytest tests/test_benchmark_quick.py $(PYTEST_ARGS)

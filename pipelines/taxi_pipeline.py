@@ -7,6 +7,7 @@ import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
 from tfx.dsl.components.base import executor_spec
 
+from tfx_tpu_trainer import TPUBulkInferrer
 from tfx_tpu_trainer import TPUTrainer
 from tfx_tpu_trainer.publishing import pusher as pusher_lib
 
@@ -51,6 +52,9 @@ class TaxiPipelineOptions:
   metadata_connection_config: Optional[Any] = None
   beam_pipeline_args: List[str] = dataclasses.field(default_factory=list)
   enable_cache: bool = False
+  # A TPUBulkInferrer after the Evaluator scores the eval split with the
+  # blessed model (on the TPU when the trainer trains on one).
+  bulk_infer: bool = False
 
 
 def create_data_components(options: TaxiPipelineOptions) -> Dict[str, Any]:
@@ -121,8 +125,23 @@ def eval_config(min_accuracy: float, label_key: str = LABEL_KEY,
       ])
 
 
+# The trainer's custom_config keys the inferrer takes too: where it runs.
+INFERRER_KEYS = ('use_tpu', 'tpu')
+
+
+def create_bulk_inferrer(examples: Any, model: Any,
+                         blessing: Any,
+                         trainer_config: Dict[str, Any]) -> TPUBulkInferrer:
+  """Scores the eval split with the blessed model, where the trainer ran."""
+  return TPUBulkInferrer(
+      examples=examples, model=model, model_blessing=blessing,
+      data_spec=tfx.proto.DataSpec(example_splits=['eval']),
+      custom_config={k: v for k, v in trainer_config.items()
+                     if k in INFERRER_KEYS})
+
+
 def create_pipeline(options: TaxiPipelineOptions) -> tfx.dsl.Pipeline:
-  """The whole pipeline: data components, TPUTrainer, Evaluator, Pusher."""
+  """Data components, TPUTrainer, Evaluator, Pusher (and TPUBulkInferrer)."""
   data = create_data_components(options)
   trainer = TPUTrainer(
       module_file=options.trainer_module_file,
@@ -148,10 +167,15 @@ def create_pipeline(options: TaxiPipelineOptions) -> tfx.dsl.Pipeline:
               base_directory=options.serving_model_dir)),
       custom_executor_spec=executor_spec.ExecutorClassSpec(
           pusher_lib.Executor))
+  components = list(data.values()) + [trainer, evaluator, pusher]
+  if options.bulk_infer:
+    components.append(create_bulk_inferrer(
+        data['example_gen'].outputs['examples'], trainer.outputs['model'],
+        evaluator.outputs['blessing'], options.custom_config))
   return tfx.dsl.Pipeline(
       pipeline_name=options.pipeline_name,
       pipeline_root=options.pipeline_root,
-      components=list(data.values()) + [trainer, evaluator, pusher],
+      components=components,
       enable_cache=options.enable_cache,
       metadata_connection_config=options.metadata_connection_config,
       beam_pipeline_args=options.beam_pipeline_args)

@@ -1,10 +1,13 @@
 """tfx-tpu-trainer: a TFX Trainer that trains and exports a TPUEstimator."""
 
-__all__ = ['TPUTrainer']
+__all__ = ['TPUTrainer', 'TPUBulkInferrer']
 
 
 def __getattr__(name):
   if name == 'TPUTrainer':
     from tfx_tpu_trainer.component import TPUTrainer  # pylint: disable=g-import-not-at-top
     return TPUTrainer
+  if name == 'TPUBulkInferrer':
+    from tfx_tpu_trainer.bulk_inferrer.component import TPUBulkInferrer  # pylint: disable=g-import-not-at-top
+    return TPUBulkInferrer
   raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

@@ -30,6 +30,7 @@ _BUNDLED_ONLY = {
     '--eval-steps': ('eval_steps', 50),
     '--train-batch-size': ('train_batch_size', 64),
     '--eval-batch-size': ('eval_batch_size', 64),
+    '--bulk-infer': ('bulk_infer', False),
 }
 # Options that only one TPU style reads.
 _TPU_VM_FLAGS = (('accelerator', '--accelerator'), ('topology', '--topology'),
@@ -197,6 +198,12 @@ def add_parser(subparsers) -> None:
                '--eval-batch-size'):
     parser.add_argument(flag, type=common.positive_int, default=None,
                         help=f'(default: {_BUNDLED_ONLY[flag][1]})')
+  parser.add_argument(
+      '--bulk-infer', dest='bulk_infer', action='store_const', const=True,
+      default=None,
+      help='Add a TPUBulkInferrer step that scores the eval split with the '
+      'blessed model, scheduled like the trainer (its TPU, image and '
+      'runtime; docs/bulk_inference.md).')
   parser.set_defaults(handler=_compile)
 
 
@@ -464,6 +471,7 @@ def validate_compile_args(args):
       tpu_runtime=args.tpu_runtime,
       tpu_check=args.tpu_check,
       vertex_job=args.vertex_job,
+      bulk_infer=args.bulk_infer,
       **module_files, **eval_options)
   try:
     # The TPU runtime, the Vertex AI job with a TPU, the trainer image.
@@ -674,6 +682,11 @@ def _print_summary(result) -> None:
   label = 'Trainer step:  ' if len(result.trainer_ids) == 1 else 'Trainer steps: '
   print(f'  {label} {", ".join(result.trainer_ids)}')
   for summary in result.trainer_summaries:
+    print(f'    {summary}')
+  for inferrer_id, summary in zip(result.inferrer_ids,
+                                  result.inferrer_summaries):
+    print(f'  Inferrer step:   {inferrer_id}, custom_config '
+          f'{result.inferrer_custom_configs[inferrer_id]}')
     print(f'    {summary}')
   if result.tpu_runtime is not None:
     print(f'  TPU runtime:    {result.tpu_runtime.describe()}')

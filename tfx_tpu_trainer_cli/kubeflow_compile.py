@@ -71,6 +71,8 @@ class CompileOptions:
   tpu_check: bool = False
   # kubeflow_v2: write the Vertex AI job beside the KFP v2 spec.
   vertex_job: bool = True
+  # A TPUBulkInferrer step scoring the eval split, scheduled like the trainer.
+  bulk_infer: bool = False
   # What the Evaluator reads (evaluator_keys.py finds them for other modules).
   eval_label_key: str = taxi_pipeline.LABEL_KEY
   eval_prediction_key: Optional[str] = taxi_pipeline.PREDICTION_KEY
@@ -137,6 +139,7 @@ def pipeline_options(options: CompileOptions
       eval_preprocessing_function_names=(
           options.eval_preprocessing_function_names),
       metadata_connection_config=None,
+      bulk_infer=options.bulk_infer,
       # The library's compile adds the cluster's Beam arguments.
       beam_pipeline_args=[])
 

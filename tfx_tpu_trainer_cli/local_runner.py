@@ -84,6 +84,9 @@ class TrainerSummary:
   pushed_model_tag_sets: List[Tuple[str, ...]]
   # The verdict and why: `yes (BalancedAccuracy 0.71 (needs >= 0.55))`.
   blessing: str = ''
+  # The TPUBulkInferrer's PredictionLogs of this model (None: no inferrer, or
+  # it scored nothing because the model was not blessed).
+  inference_result_path: Optional[str] = None
 
 
 @dataclasses.dataclass
@@ -109,6 +112,9 @@ class RunSummary:
   trainers: List[TrainerSummary] = dataclasses.field(default_factory=list)
   # The verdict and why: `yes (BalancedAccuracy 0.71 (needs >= 0.55))`.
   blessing: str = ''
+  # The TPUBulkInferrer's PredictionLogs (None: no inferrer, or it scored
+  # nothing because the model was not blessed).
+  inference_result_path: Optional[str] = None
 
 
 # What TFX's launcher logs when it reuses a cached execution's outputs.
@@ -401,6 +407,7 @@ def _summarize(connection_config, run_id: str, seconds: float) -> RunSummary:
       evaluator_metrics=first.evaluator_metrics,
       blessed=first.blessed,
       blessing=first.blessing,
+      inference_result_path=first.inference_result_path,
       pushed=first.pushed,
       pushed_model_path=first.pushed_model_path,
       pushed_model_tag_sets=first.pushed_model_tag_sets,
@@ -482,6 +489,9 @@ def _trainer_summary(run: _RunGraph, execution) -> TrainerSummary:
   pushers = run.readers(model.id, 'PushedModel')
   pushed_model = (run.output_types(pushers[-1])['PushedModel'] if pushers
                   else None)
+  inferrers = run.readers(model.id, 'InferenceResult')
+  inference_result = (run.output_types(inferrers[-1])['InferenceResult']
+                      if inferrers else None)
   pushed = bool(pushed_model and pushed_model.get_int_custom_property('pushed'))
   pushed_path = (_absolute(pushed_model.get_string_custom_property(
       'pushed_destination')) if pushed else None)
@@ -504,6 +514,7 @@ def _trainer_summary(run: _RunGraph, execution) -> TrainerSummary:
       blessing=(blessing_lib.explain(evaluation.uri, blessed,
                                      evaluator_metrics)
                 if evaluation and blessed is not None else ''),
+      inference_result_path=_scored(inference_result),
       pusher_id=run.node_ids.get(pushers[-1].id) if pushers else None,
       pushed=pushed,
       pushed_model_path=pushed_path,
@@ -520,6 +531,14 @@ def _absolute(path: Optional[str]) -> Optional[str]:
   if not path or config_lib.is_uri(path):
     return path
   return os.path.abspath(path)
+
+
+def _scored(inference_result: Any) -> Optional[str]:
+  """The inferrer's output folder when it wrote PredictionLogs, else None."""
+  if inference_result is None or not os.path.isdir(inference_result.uri):
+    return None
+  return (_absolute(inference_result.uri) if os.listdir(inference_result.uri)
+          else None)
 
 
 def _existing(path: str) -> Optional[str]:

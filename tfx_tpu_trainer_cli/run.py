@@ -85,6 +85,12 @@ def add_parser(subparsers) -> None:
       help='The output of the model\'s serving_default signature the '
       'Evaluator reads (default: the first of scores, outputs, predictions, '
       'logistic, probabilities, logits it has, as TFMA looks for them).')
+  parser.add_argument(
+      '--bulk-infer', dest='bulk_infer', action='store_const', const=True,
+      default=None,
+      help='Add a TPUBulkInferrer that scores the eval split with the '
+      'blessed model (on the TPU when training uses one; its PredictionLogs '
+      'are listed at the end).')
   parser.add_argument('--min-accuracy', type=float, default=None,
                       help='Evaluator blesses models whose binary accuracy is '
                       'at least this (default: 0.5) and whose balanced '
@@ -146,6 +152,7 @@ _BUNDLED_ONLY = {
     '--min-balanced-accuracy': ('min_balanced_accuracy', None),
     '--label-key': ('label_key', None),
     '--eval-every-steps': ('eval_every_steps', None),
+    '--bulk-infer': ('bulk_infer', False),
     '--no-progress': ('show_progress', True),
     '--eval-label-key': ('eval_label_key', None),
     '--eval-prediction-key': ('eval_prediction_key', None),
@@ -253,7 +260,8 @@ def _validate_run_args(args) -> dict:
       train_steps=args.train_steps,
       eval_steps=args.eval_steps,
       custom_config=custom_config,
-      min_accuracy=args.min_accuracy)
+      min_accuracy=args.min_accuracy,
+      bulk_infer=args.bulk_infer)
   if args.min_balanced_accuracy is not None:
     options['min_balanced_accuracy'] = args.min_balanced_accuracy
   if args.pipeline_name:
@@ -512,6 +520,7 @@ def _first_trainer(summary):
       report_path=summary.report_path,
       evaluator_metrics=summary.evaluator_metrics, blessed=summary.blessed,
       blessing=summary.blessing,
+      inference_result_path=summary.inference_result_path,
       pusher_id=None, pushed=summary.pushed,
       pushed_model_path=summary.pushed_model_path,
       pushed_model_tag_sets=summary.pushed_model_tag_sets)
@@ -540,6 +549,8 @@ def _print_trainer(trainer, indent: str = '  ') -> None:
     line('Pushed model', 'none (the model was not blessed)')
   else:
     line('Pushed model', 'none')
+  if trainer.inference_result_path:
+    line('Bulk inference', trainer.inference_result_path)
   line('Trained model', trainer.model_path)
   line('TensorBoard logs',
        f'tensorboard --logdir {shlex.quote(trainer.tensorboard_dir)}')

@@ -286,3 +286,39 @@ def test_the_compiled_check_step_says_its_pod_got_no_tpu_and_leaves_ui_lines(
   [entry] = step_outputs.read_ui_outputs(str(ui_path))
   assert entry['type'] == 'markdown' and entry['storage'] == 'inline'
   assert entry['source'].startswith('# tpu-check: FAILED\n\n    FAILED  tpu: ')
+
+
+@pytest.mark.slow
+def test_inference_check_scores_the_round_trip_export_in_padded_batches(
+    tmp_path):
+  """On CPU: the {serve} graph, through the TPUBulkInferrer's handler."""
+  tpu_check.round_trip(str(tmp_path), use_tpu=False)
+  timings = {}
+  result = tpu_check.inference_check(str(tmp_path), use_tpu=False,
+                                     timings=timings)
+  assert result['tags'] == ['serve']
+  assert result['examples'] == tpu_check.INFERENCE_EXAMPLES
+  assert tpu_check.INFERENCE_EXAMPLES % result['batch_size'] != 0
+  assert result['examples_per_second'] > 0
+  assert set(timings) == {'load', 'first batch', 'other batches'}
+
+
+def test_an_inference_result_is_described_with_its_timings(tmp_path):
+  python = _fake_python(tmp_path, ''.join(
+      f'echo \'{{"event": "start", "step": "{step}"}}\'\n'
+      f'echo \'{{"event": "end", "step": "{step}", "ok": true, '
+      f'"seconds": 1.0, "result": {result}, "timings": {timings}}}\'\n'
+      for step, result, timings in (
+          ('tpu system', '{"master": "", "mesh_shape": [2, 2, 1, 2], '
+           '"hosts": 1, "devices": 4}', '{}'),
+          ('round trip', '{"metrics": {}, "tag_sets": []}', '{}'),
+          ('inference', '{"tags": ["serve", "tpu"], "batch_size": 128, '
+           '"examples": 300, "examples_per_second": 5000.0}',
+           '{"load": 3.0, "first batch": 20.0, "other batches": 0.03}'))))
+  results = tpu_check.run_child_steps('local', 60, python=python)
+  assert [(r.step, r.ok) for r in results] == [
+      ('tpu system', True), ('round trip', True), ('inference', True)]
+  assert results[2].detail == (
+      '300 examples in batches of 128 (the last padded) through the '
+      '{serve, tpu} graph: load 3.00 s, first batch 20.00 s, other batches '
+      '0.03 s; 5000 examples/s after the first batch')

@@ -25,6 +25,7 @@ from tfx_tpu_trainer import errors
 from tfx_tpu_trainer.kubeflow import beam_args as beam_args_lib
 from tfx_tpu_trainer.kubeflow import beam_runners
 from tfx_tpu_trainer.kubeflow import compiled_files
+from tfx_tpu_trainer.kubeflow import inferrer_steps
 from tfx_tpu_trainer.kubeflow import kfp_v2_protos
 from tfx_tpu_trainer.kubeflow import options as kubeflow_options
 from tfx_tpu_trainer.kubeflow import scheduling
@@ -148,6 +149,12 @@ class CompileResult:
   # `component id: value` of each component's user code as compiled (a
   # module file TFX packaged reads `<name>@<wheel under the pipeline root>`).
   user_code: Tuple[str, ...] = ()
+  # The TPUBulkInferrers, scheduled as the trainers are: ids, custom_config
+  # as compiled, one line per file and inferrer.
+  inferrer_ids: Tuple[str, ...] = ()
+  inferrer_custom_configs: Dict[str, Dict[str, Any]] = dataclasses.field(
+      default_factory=dict)
+  inferrer_summaries: Tuple[str, ...] = ()
 
   @property
   def path(self) -> str:
@@ -424,10 +431,21 @@ def compile_pipeline(pipeline: tfx.dsl.Pipeline, output_path: str,
   paths = tuple(os.path.abspath(p)
                 for p in output_paths(options.runner, output_path,
                                       options.vertex_job))
+  try:
+    inferrer_configs = inferrer_steps.inferrer_custom_configs(
+        pipeline, options.use_tpu,
+        options.tpu_name or (options.trainer_pod.tpu.default_tpu_name
+                             if options.use_tpu else None),
+        options.tpu_zone, options.tpu_project,
+        on_a_slice=isinstance(options.trainer_pod.tpu,
+                              tpu_slices.TPUSliceScheduling))
+  except inferrer_steps.InferrerCompileError as e:
+    raise CompileError(str(e)) from e
   tpu_steps = TPUSteps(
       trainer_ids=tuple(t.id for t in trainers),
       env=runtime.env if runtime else {},
-      image=trainer_image(options, runtime))
+      image=trainer_image(options, runtime),
+      inferrer_ids=tuple(inferrer_configs))
   if isinstance(options.trainer_pod.tpu, tpu_slices.TPUSliceScheduling):
     _check_slice_paths(pipeline, custom_configs)
     options, tpu_steps = _slice_driver(options, tpu_steps)
@@ -437,23 +455,27 @@ def compile_pipeline(pipeline: tfx.dsl.Pipeline, output_path: str,
     trainer.exec_properties[CUSTOM_CONFIG_KEY] = json_utils.dumps(
         custom_configs[trainer.id])
   beam_args = _set_beam_args(pipeline, options)
+  try:
+    inferrer_steps.check_inferrer_beam_args(
+        pipeline, list(tpu_steps.inferrer_ids), options.use_tpu)
+  except inferrer_steps.InferrerCompileError as e:
+    raise CompileError(str(e)) from e
   output_dir = os.path.dirname(paths[0])
   os.makedirs(output_dir, exist_ok=True)
   staging = tempfile.mkdtemp(dir=output_dir, prefix='.compile-')
   try:
     staged = [os.path.join(staging, os.path.basename(p)) for p in paths]
-    ids = list(tpu_steps.trainer_ids)
     if options.runner == KUBEFLOW:
       _compile_v1(options, pipeline, tpu_steps, staged[0])
-      summaries = tuple(compiled_files.describe_v1_trainer(staged[0], i)
-                        for i in ids)
+      describers = (compiled_files.describe_v1_trainer,)
     else:
       _compile_v2(options, vertex_type, pipeline, tpu_steps, staging, staged)
-      summaries = tuple(
-          describe(path, i) for path, describe in zip(
-              staged, (compiled_files.describe_kfp_v2_trainer,
-                       compiled_files.describe_vertex_trainer))
-          for i in ids)
+      describers = (compiled_files.describe_kfp_v2_trainer,
+                    compiled_files.describe_vertex_trainer)
+    summaries, inferrer_summaries = (
+        tuple(describe(path, i) for path, describe in zip(staged, describers)
+              for i in ids)
+        for ids in (tpu_steps.trainer_ids, tpu_steps.inferrer_ids))
     for source, path in zip(staged, paths):
       os.replace(source, path)
   finally:
@@ -469,7 +491,10 @@ def compile_pipeline(pipeline: tfx.dsl.Pipeline, output_path: str,
       trainer_summaries=summaries,
       tpu_runtime=runtime,
       tpu_check_id=tpu_steps.check_id,
-      user_code=tuple(_user_code(pipeline)))
+      user_code=tuple(_user_code(pipeline)),
+      inferrer_ids=tpu_steps.inferrer_ids,
+      inferrer_custom_configs=inferrer_configs,
+      inferrer_summaries=inferrer_summaries)
 
 
 # Exec properties that name user code, in the order they are looked for.
@@ -504,15 +529,17 @@ def _copy(pipeline: tfx.dsl.Pipeline) -> tfx.dsl.Pipeline:
 
 @dataclasses.dataclass
 class TPUSteps:
-  """The steps scheduled on the TPU: the trainers, and the check if any."""
+  """The steps scheduled on the TPU: trainers, inferrers, the check if any."""
   trainer_ids: Tuple[str, ...]
   env: Dict[str, str]  # The TPU runtime's (runtimes.RuntimeChoice.env).
   image: Optional[str]  # The trainer image, `{runtime}` resolved.
   check_id: Optional[str] = None
+  inferrer_ids: Tuple[str, ...] = ()
 
   @property
   def ids(self) -> List[str]:
-    return list(self.trainer_ids) + ([self.check_id] if self.check_id else [])
+    return (list(self.trainer_ids) + list(self.inferrer_ids) +
+            ([self.check_id] if self.check_id else []))
 
 
 def _check_slice_paths(pipeline: tfx.dsl.Pipeline,
@@ -617,11 +644,10 @@ def _compile_v1(options: KubeflowOptions, pipeline: tfx.dsl.Pipeline,
   trainer_ops = [scheduling.trainer_step_op(i, options.trainer_pod,
                                             tpu_steps.image, tpu_steps.env)
                  for i in tpu_steps.trainer_ids]
-  step_ops = list(trainer_ops)
-  if tpu_steps.check_id:
-    step_ops.append(scheduling.tpu_step_op(
-        tpu_steps.check_id, options.trainer_pod, tpu_steps.image,
-        tpu_steps.env))
+  step_ops = list(trainer_ops) + [
+      scheduling.tpu_step_op(i, options.trainer_pod, tpu_steps.image,
+                             tpu_steps.env)
+      for i in tpu_steps.ids if i not in tpu_steps.trainer_ids]
   funcs = scheduling.pipeline_operator_funcs(
       trainer_ops[0], use_gcp_sa=options.use_gcp_sa,
       env=dict(options.step_env)) + step_ops[1:]

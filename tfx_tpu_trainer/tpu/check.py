@@ -16,19 +16,21 @@ from tfx_tpu_trainer import errors
 from tfx_tpu_trainer.tpu import runtimes
 
 __all__ = ['TPU_STEP', 'LIBTPU_STEP', 'RUNTIME_STEP', 'SYSTEM_STEP',
-           'ROUND_TRIP_STEP', 'CHILD_STEPS', 'PROBE_MODULE',
+           'ROUND_TRIP_STEP', 'INFERENCE_STEP', 'CHILD_STEPS', 'PROBE_MODULE',
            'TPU_NAME_ENVS', 'LIBTPU_ENVS', 'LIBTPU_DISTRIBUTIONS',
            'DEFAULT_TIMEOUT_SECS', 'ROUND_TRIP_TRAIN_STEPS',
            'ROUND_TRIP_EVAL_STEPS', 'ROUND_TRIP_BATCH_SIZE', 'IN_THE_TPU_IMAGE',
            'TPUCheckError', 'CheckResult', 'tpu_devices', 'check_tpu_present',
            'find_libtpu', 'libtpu_version', 'check_libtpu',
            'check_runtime', 'initialize_tpu_system',
-           'round_trip', 'run_steps_in_process', 'run_child_steps',
+           'round_trip', 'INFERENCE_EXAMPLES', 'inference_check',
+           'run_steps_in_process', 'run_child_steps',
            'run_checks']
 
 TPU_STEP, LIBTPU_STEP, RUNTIME_STEP, SYSTEM_STEP, ROUND_TRIP_STEP = (
     'tpu', 'libtpu', 'runtime', 'tpu system', 'round trip')
-CHILD_STEPS = (SYSTEM_STEP, ROUND_TRIP_STEP)
+INFERENCE_STEP = 'inference'
+CHILD_STEPS = (SYSTEM_STEP, ROUND_TRIP_STEP, INFERENCE_STEP)
 PROBE_MODULE = 'tfx_tpu_trainer.tpu.check_module'
 TPU_NAME_ENVS = ('TPU_NAME', 'KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS')
 # Where libtpu is looked for when no variable names it.
@@ -45,6 +47,9 @@ DEFAULT_TIMEOUT_SECS = 900
 ROUND_TRIP_TRAIN_STEPS = 20
 ROUND_TRIP_EVAL_STEPS = 2
 ROUND_TRIP_BATCH_SIZE = 128  # Divides by every single-host replica count.
+# The inference check scores this many examples in batches of
+# ROUND_TRIP_BATCH_SIZE: two full batches and a padded one.
+INFERENCE_EXAMPLES = 2 * ROUND_TRIP_BATCH_SIZE + 44
 _EXPECTED_TAG_SETS = [('serve',), ('serve', 'tpu')]
 
 IN_THE_TPU_IMAGE = (
@@ -300,6 +305,85 @@ def round_trip(work_dir: str, use_tpu: bool = True,
   }
 
 
+def inference_check(work_dir: str, use_tpu: bool = True,
+                    tpu_name: Optional[str] = None,
+                    timings: Optional[Dict[str, float]] = None
+                    ) -> Dict[str, Any]:
+  """Step 6: the round trip's export scored as the TPUBulkInferrer scores.
+
+  The `{serve, tpu}` graph is loaded into a session on the TPU after
+  `initialize_system` (off a TPU, `{serve}`), and INFERENCE_EXAMPLES
+  examples go through the inferrer's model handler in fixed batches of
+  ROUND_TRIP_BATCH_SIZE, the last one padded.
+
+  Args:
+    work_dir: the round trip's directory (its `serving_model`).
+    use_tpu: the TPU graph on the TPU (False: `{serve}` on CPU, as tests run).
+    tpu_name: the TPU to resolve (default `local`).
+    timings: filled with the seconds of loading, the first batch (XLA's
+      compile on a TPU) and the rest.
+
+  Returns:
+    The tag set, batch size, examples scored, examples/s after the first
+    batch, and the TPU the session saw.
+
+  Raises:
+    TPUCheckError: when the scores are not the model's (y = x . w + b).
+  """
+  # pylint: disable=g-import-not-at-top
+  import numpy as np
+  import tensorflow as tf
+  from tfx_bsl.public.proto import model_spec_pb2
+  from tfx_tpu_trainer import config as config_lib
+  from tfx_tpu_trainer.bulk_inferrer import inference_config
+  from tfx_tpu_trainer.bulk_inferrer import model_checks
+  from tfx_tpu_trainer.bulk_inferrer import model_handler
+  from tfx_tpu_trainer.tpu import check_module
+  # pylint: enable=g-import-not-at-top
+  timings = {} if timings is None else timings
+  config = inference_config.InferenceConfig(
+      use_tpu=use_tpu, tpu=config_lib.TPUSpec(name=tpu_name or 'local'),
+      batch_size=ROUND_TRIP_BATCH_SIZE)
+  spec = model_spec_pb2.InferenceSpecType()
+  spec.saved_model_spec.model_path = os.path.join(work_dir, 'serving_model')
+  spec.saved_model_spec.tag.extend(model_checks.default_tags(config))
+  started = time.monotonic()
+  model_checks.check_model(spec, config)
+  handler = model_handler.create_model_handler(spec, config)
+  model = handler.load_model()
+  timings['load'] = time.monotonic() - started
+  features = np.random.default_rng(4).uniform(
+      size=(INFERENCE_EXAMPLES, len(check_module.WEIGHTS))).astype(np.float32)
+  examples = [tf.train.Example(features=tf.train.Features(feature={
+      check_module.FEATURE_KEY: tf.train.Feature(
+          float_list=tf.train.FloatList(value=row))})) for row in features]
+  try:
+    started = time.monotonic()
+    first = handler.run_inference(examples[:ROUND_TRIP_BATCH_SIZE], model)
+    timings['first batch'] = time.monotonic() - started
+    started = time.monotonic()
+    rest = handler.run_inference(examples[ROUND_TRIP_BATCH_SIZE:], model)
+    timings['other batches'] = time.monotonic() - started
+    described = model.describe()
+  finally:
+    model.close()
+  logs = list(first) + list(rest)
+  scores = np.array([log.predict_log.response.outputs['prediction']
+                     .float_val[0] for log in logs])
+  if len(logs) != INFERENCE_EXAMPLES or not np.all(np.isfinite(scores)):
+    raise TPUCheckError(
+        f'the inference check got {len(logs)} finite scores for '
+        f'{INFERENCE_EXAMPLES} examples.')
+  rest_count = INFERENCE_EXAMPLES - ROUND_TRIP_BATCH_SIZE
+  return {
+      'tags': described['tags'],
+      'batch_size': ROUND_TRIP_BATCH_SIZE,
+      'examples': len(logs),
+      'examples_per_second': rest_count / max(timings['other batches'], 1e-9),
+      'tpu_devices': described.get('devices'),
+  }
+
+
 _ADVICE = {
     SYSTEM_STEP: (
         'the TPU runtime could not start: check that the runtime matches the '
@@ -310,11 +394,15 @@ _ADVICE = {
         'the TPU starts but TPUEstimator does not run on it with this runtime: '
         'on v4 use the StreamExecutor runtime (tpu-se); see '
         f'{runtimes.ISSUE_90807} and docs/kubeflow.md, "TPU runtimes"'),
+    INFERENCE_STEP: (
+        'training runs but the TPUBulkInferrer cannot score on this TPU: '
+        'score with custom_config use_tpu=false (the {serve} graph on CPU) '
+        'and see docs/bulk_inference.md'),
 }
 
 
 def _child_main(work_dir: str, tpu_name: str) -> int:
-  """Runs steps 4 and 5, one JSON line per start and end (stdout)."""
+  """Runs steps 4 to 6, one JSON line per start and end (stdout)."""
 
   def emit(**fields):
     print(json.dumps(fields), flush=True)
@@ -322,6 +410,8 @@ def _child_main(work_dir: str, tpu_name: str) -> int:
   steps = (
       (SYSTEM_STEP, lambda timings: initialize_tpu_system(tpu_name)),
       (ROUND_TRIP_STEP, lambda timings: round_trip(
+          work_dir, use_tpu=True, tpu_name=tpu_name, timings=timings)),
+      (INFERENCE_STEP, lambda timings: inference_check(
           work_dir, use_tpu=True, tpu_name=tpu_name, timings=timings)),
   )
   for step, run in steps:
@@ -341,12 +431,14 @@ def _child_main(work_dir: str, tpu_name: str) -> int:
 
 
 def run_steps_in_process(tpu_name: str) -> List[CheckResult]:
-  """Steps 4 and 5 in this process, stopping at the first that fails."""
+  """Steps 4 to 6 in this process, stopping at the first that fails."""
   results = []
   with tempfile.TemporaryDirectory(prefix='tpu-check-') as work_dir:
     steps = (
         (SYSTEM_STEP, lambda timings: initialize_tpu_system(tpu_name)),
         (ROUND_TRIP_STEP, lambda timings: round_trip(
+            work_dir, use_tpu=True, tpu_name=tpu_name, timings=timings)),
+        (INFERENCE_STEP, lambda timings: inference_check(
             work_dir, use_tpu=True, tpu_name=tpu_name, timings=timings)),
     )
     for step, run in steps:
@@ -370,6 +462,15 @@ def _describe_child_result(step: str, event: Dict[str, Any]) -> CheckResult:
     return CheckResult(step, False, event.get('detail', ''),
                        event.get('seconds', 0.0), _ADVICE[step])
   result = event.get('result') or {}
+  if step == INFERENCE_STEP:
+    timings = event.get('timings') or {}
+    detail = (f'{result.get("examples")} examples in batches of '
+              f'{result.get("batch_size")} (the last padded) through the '
+              f'{{{", ".join(result.get("tags") or [])}}} graph: ' +
+              ', '.join(f'{k} {v:.2f} s' for k, v in timings.items()) +
+              f'; {result.get("examples_per_second", 0):.0f} examples/s '
+              'after the first batch')
+    return CheckResult(step, True, detail, event.get('seconds', 0.0))
   if step == SYSTEM_STEP:
     mesh = 'x'.join(map(str, result.get('mesh_shape', [])))
     detail = (f'initialised from a TF1 session on {result.get("master")!r}: '
@@ -387,7 +488,7 @@ def _describe_child_result(step: str, event: Dict[str, Any]) -> CheckResult:
 
 def run_child_steps(tpu_name: str, timeout_secs: float,
                     python: str = sys.executable) -> List[CheckResult]:
-  """Steps 4 and 5 in a child process; a crash or hang names its step."""
+  """Steps 4 to 6 in a child process; a crash or hang names its step."""
   with tempfile.TemporaryDirectory(prefix='tpu-check-') as work_dir:
     process = subprocess.Popen(
         [python, '-m', __name__, '--child', work_dir, tpu_name],
@@ -453,7 +554,7 @@ def run_checks(environ: Optional[Mapping[str, str]] = None,
     environ: the environment (default `os.environ`).
     dev_dir: where device files are (tests point it elsewhere).
     pci_dir: where the PCI devices are listed (likewise).
-    timeout_secs: how long steps 4 and 5 may take together.
+    timeout_secs: how long steps 4 to 6 may take together.
     report: called with each result as it comes.
 
   Returns:

@@ -1,0 +1,1 @@
+"""TPUBulkInferrer: TFX's BulkInferrer that scores on the TPU the model was trained for."""

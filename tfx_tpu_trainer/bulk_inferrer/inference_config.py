@@ -1,0 +1,82 @@
+"""The TPUBulkInferrer's `custom_config`: one typed field per key, checked once."""
+
+import dataclasses
+import json
+import os
+from typing import Any, Mapping, Optional, Union
+
+from tfx_tpu_trainer import config as config_lib
+
+__all__ = ['USE_TPU_KEY', 'TPU_KEY', 'BATCH_SIZE_KEY', 'DEFAULT_BATCH_SIZE',
+           'KEYS', 'InferenceConfig']
+
+USE_TPU_KEY, TPU_KEY, BATCH_SIZE_KEY = 'use_tpu', 'tpu', 'batch_size'
+KEYS = (USE_TPU_KEY, TPU_KEY, BATCH_SIZE_KEY)
+# Every batch the model sees has this many examples (the last one padded):
+# the TPU graph compiles once. benchmarks/bulk_inference.py measured it.
+DEFAULT_BATCH_SIZE = 256
+
+
+def _trainer_check(key: str):
+  """The TPUTrainer's check of a key both components take (one definition)."""
+  fields = {f.name: f for f in dataclasses.fields(config_lib.TrainerConfig)}
+  return fields[key].metadata[config_lib.CHECK]
+
+
+@dataclasses.dataclass(frozen=True)
+class InferenceConfig:
+  """Validated `custom_config` of a TPUBulkInferrer.
+
+  Attributes:
+    use_tpu: score on the TPU with the `{serve, tpu}` graph; auto (absent or
+      None): true when a TPU is named (`tpu`, `TPU_NAME`, GKE's
+      `KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS`), as for the TPUTrainer.
+    tpu: `{name, zone, project}` for `TPUClusterResolver`, or just the name
+      (`local` on a TPU VM).
+    batch_size: examples per model call; every call gets exactly this many
+      (the last batch of a bundle is padded, the padding's predictions
+      dropped), so XLA compiles the TPU graph once.
+  """
+  use_tpu: bool = False
+  tpu: Optional[config_lib.TPUSpec] = None
+  batch_size: int = DEFAULT_BATCH_SIZE
+
+  @classmethod
+  def from_custom_config(
+      cls, custom_config: Union[None, str, Mapping[str, Any]],
+      environ: Optional[Mapping[str, str]] = None) -> 'InferenceConfig':
+    """Checks a raw `custom_config` (a dict, or its JSON) and types it.
+
+    Args:
+      custom_config: the component's `custom_config` (None: all defaults).
+      environ: where `TPU_NAME` is read (default `os.environ`).
+
+    Returns:
+      The config, `use_tpu` resolved.
+
+    Raises:
+      config_lib.ConfigError: naming the bad key and what is accepted.
+    """
+    environ = os.environ if environ is None else environ
+    if isinstance(custom_config, str):
+      custom_config = json.loads(custom_config) if custom_config else None
+    if not isinstance(custom_config or {}, Mapping):
+      raise config_lib.ConfigError(
+          'The TPUBulkInferrer\'s custom_config must be a dict, got '
+          f'{type(custom_config).__name__}.')
+    raw = dict(custom_config or {})
+    unknown = sorted(set(raw) - set(KEYS))
+    if unknown:
+      raise config_lib.ConfigError(
+          f'Unknown TPUBulkInferrer custom_config key(s) {unknown}. Accepted '
+          f'keys: {list(KEYS)}.')
+    use_tpu = _trainer_check(USE_TPU_KEY)(USE_TPU_KEY, raw.get(USE_TPU_KEY))
+    tpu = _trainer_check(TPU_KEY)(TPU_KEY, raw.get(TPU_KEY))
+    for variable in (config_lib.TPU_NAME_ENV, config_lib.GKE_TPU_ENDPOINTS_ENV):
+      if tpu is None and environ.get(variable):
+        tpu = config_lib.TPUSpec(name=environ[variable])
+    if use_tpu is None:
+      use_tpu = tpu is not None
+    batch_size = _trainer_check('train_batch_size')(
+        BATCH_SIZE_KEY, raw.get(BATCH_SIZE_KEY, DEFAULT_BATCH_SIZE))
+    return cls(use_tpu=use_tpu, tpu=tpu, batch_size=batch_size)
