@@ -186,7 +186,8 @@ def run_trainer(kind: str, spec: Dict[str, Any], batch_size: int,
 
 
 def run_input(spec: Dict[str, Any], batch_size: int, batches: int,
-              output_dir: str, cache: str) -> Dict[str, Any]:
+              output_dir: str, cache: str,
+              shuffle: str = 'window') -> Dict[str, Any]:
   """Drains TPUTrainer's default training input for `batches` batches.
 
   The dataset is `input_fns.make_input_fn(...)({'batch_size': B})` over the
@@ -201,6 +202,7 @@ def run_input(spec: Dict[str, Any], batch_size: int, batches: int,
     batches: batches to time (after `INPUT_WARMUP_BATCHES` untimed ones).
     output_dir: a working directory (unused but for symmetry and logs).
     cache: the chain's input_cache mode.
+    shuffle: the chain's input_shuffle mode.
 
   Returns:
     The measurement: per-sample batch rates, examples/s.
@@ -226,7 +228,8 @@ def run_input(spec: Dict[str, Any], batch_size: int, batches: int,
       label_key=LABEL_KEY,
       training=True,
       repeat=True,
-      cache=cache)
+      cache=cache,
+      shuffle=shuffle)
   dataset = input_fn({'batch_size': batch_size})
   iterator = iter(dataset)
 

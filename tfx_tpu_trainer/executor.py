@@ -311,8 +311,9 @@ def _build_input_fns(fn_args: fn_args_utils.FnArgs,
                                schemas_lib.feature_spec(run.schemas.examples))
   train_input_fn = run.input_fn(
       fn_args.train_files, fn_args.data_accessor, training=True, repeat=True,
-      cache=cache)
+      cache=cache, shuffle=config.input_shuffle)
   eval_input_fn = run.input_fn(
       fn_args.eval_files, fn_args.data_accessor, training=False,
-      repeat=fn_args.eval_steps is not None, cache=cache)
+      repeat=fn_args.eval_steps is not None, cache=cache,
+      shuffle=config.input_shuffle)
   return train_input_fn, eval_input_fn

@@ -92,7 +92,8 @@ class PreparedRun:
                training: bool,
                repeat: bool,
                cache: str,
-               schema: Optional[schema_pb2.Schema] = None) -> input_fns.InputFn:
+               schema: Optional[schema_pb2.Schema] = None,
+               shuffle: str = 'window') -> input_fns.InputFn:
     """The `input_fn(params)` of one split: the module's, else the default.
 
     Args:
@@ -102,6 +103,7 @@ class PreparedRun:
       repeat: repeat the split forever.
       cache: the default chain's cache mode (config.input_cache).
       schema: parses the examples (default: the run's example schema).
+      shuffle: the default chain's shuffle (config.input_shuffle).
 
     Returns:
       The input function.
@@ -120,7 +122,7 @@ class PreparedRun:
     return input_fns.make_input_fn(
         file_pattern, data_accessor, schema, self.label_key,
         training=training, repeat=repeat,
-        module_input_fn=self.module.input_fn, cache=cache)
+        module_input_fn=self.module.input_fn, cache=cache, shuffle=shuffle)
 
 
 def prepare_run(config: config_lib.TrainerConfig,

@@ -18,9 +18,11 @@ from tfx_tpu_trainer.data import schemas as schemas_lib
 
 __all__ = ['InputFn', 'CACHE_MODES', 'CACHE_MAX_COMPRESSED_BYTES',
            'PARSED_CACHE_MAX_BYTES', 'SHUFFLE_BUFFER_SIZE', 'PARSE_CHUNK_SIZE',
-           'ROWS_PER_GATHER', 'SIZE_SAMPLE_BYTES', 'InputCacheError',
-           'estimated_record_count', 'check_cache_mode', 'choose_cache',
-           'default_dataset', 'make_input_fn']
+           'ROWS_PER_GATHER', 'SIZE_SAMPLE_BYTES', 'SHUFFLE_MODES',
+           'STREAM_CHUNK_ROWS', 'STREAM_CHUNK_BUFFER', 'STREAM_WINDOW_ROWS',
+           'STREAM_PARSE_ROWS', 'READ_BUFFER_BYTES',
+           'InputCacheError', 'estimated_record_count', 'check_cache_mode',
+           'choose_cache', 'default_dataset', 'make_input_fn']
 
 InputFn = Callable[[Dict[str, Any]], tf.data.Dataset]
 
@@ -32,13 +34,27 @@ CACHE_MAX_COMPRESSED_BYTES = 128 * 1024 * 1024
 # memory of building it (per input invocation: the table twice while its
 # chunks are joined, plus two row-index vectors) is at most this.
 PARSED_CACHE_MAX_BYTES = 512 * 1024 * 1024
+# input_shuffle="record": the records shuffled one by one in this buffer.
 SHUFFLE_BUFFER_SIZE = 10000
+SHUFFLE_MODES = config_lib.INPUT_SHUFFLE_MODES
+# input_shuffle="window" (streamed and serialized training input): records
+# move in chunks of this many, chunks shuffled in a buffer of this many, then
+# rows permuted within windows of at least `STREAM_WINDOW_ROWS` rows (whole
+# batches), each window parsed in one call (docs/performance.md, "Streaming").
+STREAM_CHUNK_ROWS = 256
+STREAM_CHUNK_BUFFER = 64
+STREAM_WINDOW_ROWS = 16384
+# Records parsed per `parse_example` call of a streamed window.
+STREAM_PARSE_ROWS = 2048
 # Records parsed per `parse_example` call while the parsed table is built.
 PARSE_CHUNK_SIZE = 4096
 # Rows a repeating parsed-table input gathers per call (whole batches).
 ROWS_PER_GATHER = 4096
 # Compressed bytes read from the start of a file to count records per byte.
 SIZE_SAMPLE_BYTES = 1024 * 1024
+# The read buffer of each open TFRecord file (TensorFlow's default, 256 KB,
+# halves the rate of reading gzip'd records).
+READ_BUFFER_BYTES = 8 * 1024 * 1024
 _RECORD_FRAMING_BYTES = 16  # Length (8), its CRC (4), the data's CRC (4).
 _WHOLE_SPLIT = 2**62
 
@@ -198,13 +214,18 @@ def choose_cache(mode: str, files: List[str],
 
 
 def _records(files: List[str], training: bool, invocation_index: int,
-             invocation_count: int) -> tf.data.Dataset:
+             invocation_count: int,
+             chunk_rows: Optional[int] = None) -> tf.data.Dataset:
   """This invocation's share of the serialized records, read in parallel.
 
   With fewer files than invocations, each invocation keeps every
   `invocation_count`-th record of each file: the shares partition the split
   whatever order each invocation reads the files in (a shard of the
   interleaved stream would not: the order differs between invocations).
+  With `chunk_rows`, each file's records are batched before the files are
+  interleaved: the elements are `[<= chunk_rows]` vectors of records, and the
+  parallel interleave, which costs more per element than reading a record,
+  hands over one element per chunk.
   """
   share = _file_share(files, invocation_index, invocation_count)
   read = files if share is None else share
@@ -213,10 +234,11 @@ def _records(files: List[str], training: bool, invocation_index: int,
     dataset = dataset.shuffle(len(read))
 
   def records_of(path):
-    records = tf.data.TFRecordDataset(path, compression_type='GZIP')
+    records = tf.data.TFRecordDataset(path, compression_type='GZIP',
+                                      buffer_size=READ_BUFFER_BYTES)
     if share is None:
       records = records.shard(invocation_count, invocation_index)
-    return records
+    return records if chunk_rows is None else records.batch(chunk_rows)
 
   return dataset.interleave(
       records_of,
@@ -253,13 +275,34 @@ def _blocks_by_dtype(columns: Mapping[str, tf.Tensor],
   }
 
 
-def _parsed_table_batches(records: tf.data.Dataset,
+def _gathered_batches(blocks: Mapping[str, tf.Tensor], rows: tf.Tensor,
+                      layouts: Mapping[str, List[Tuple[str, tf.TensorShape]]],
+                      batches: int, batch_size: int, label_key: str
+                     ) -> Tuple[Dict[str, tf.Tensor], tf.Tensor]:
+  """`rows` of the per-dtype blocks as `[batches, batch_size, ...]` features.
+
+  `batches` may be -1 (as many as `rows` holds); the label is apart.
+  """
+  features = {}
+  for dtype, block in blocks.items():
+    layout = layouts[dtype]
+    parts = tf.split(tf.gather(block, rows),
+                     [shape.num_elements() for _, shape in layout], axis=1)
+    for (name, shape), part in zip(layout, parts):
+      features[name] = tf.reshape(part,
+                                  [batches, batch_size] + shape.as_list())
+  label = features.pop(label_key)
+  return features, label
+
+
+def _parsed_table_batches(chunks: tf.data.Dataset,
                           feature_spec: Mapping[str, Any], label_key: str,
                           batch_size: int, training: bool,
                           repeat: bool) -> tf.data.Dataset:
   """Batches gathered from the split parsed once into dense blocks.
 
-  Each chunk of records is parsed and joined into its per-dtype blocks
+  Each chunk of records (each file's records batched by `PARSE_CHUNK_SIZE`
+  as they are read) is parsed and joined into its per-dtype blocks
   before the chunks are joined into the table, so building the table holds
   the table about twice (the chunks and the joined blocks), and training
   holds it once (docs/performance.md, "Round three"; joining the parsed
@@ -269,7 +312,7 @@ def _parsed_table_batches(records: tf.data.Dataset,
   same order, for fewer function calls per batch.
   """
   layouts = _column_layouts(feature_spec)
-  table = records.batch(PARSE_CHUNK_SIZE).map(
+  table = chunks.map(
       lambda serialized: _blocks_by_dtype(
           tf.io.parse_example(serialized, feature_spec), layouts),
       num_parallel_calls=tf.data.AUTOTUNE).rebatch(_WHOLE_SPLIT)
@@ -289,16 +332,8 @@ def _parsed_table_batches(records: tf.data.Dataset,
         batch_size * batches_per_gather, drop_remainder=True)
 
     def gather(rows):
-      features = {}
-      for dtype, block in blocks.items():
-        layout = layouts[dtype]
-        parts = tf.split(tf.gather(block, rows),
-                         [shape.num_elements() for _, shape in layout], axis=1)
-        for (name, shape), part in zip(layout, parts):
-          features[name] = tf.reshape(
-              part, [batches_per_gather, batch_size] + shape.as_list())
-      label = features.pop(label_key)
-      return features, label
+      return _gathered_batches(blocks, rows, layouts, batches_per_gather,
+                               batch_size, label_key)
 
     return row_groups.map(gather,
                           num_parallel_calls=tf.data.AUTOTUNE).unbatch()
@@ -306,25 +341,106 @@ def _parsed_table_batches(records: tf.data.Dataset,
   return table.flat_map(batches)
 
 
-def _parsed_per_batch(records: tf.data.Dataset,
-                      feature_spec: Mapping[str, Any], label_key: str,
-                      batch_size: int, training: bool, repeat: bool,
-                      cache: bool) -> tf.data.Dataset:
-  """Batches of (cached) serialized records, each parsed in one call."""
-  if cache:
-    records = records.cache()
-  if training:
-    records = records.shuffle(SHUFFLE_BUFFER_SIZE)
-  if repeat:
-    records = records.repeat()
+def _batch_parser(feature_spec: Mapping[str, Any], label_key: str
+                 ) -> Callable[[tf.Tensor], Tuple[Dict[str, Any], Any]]:
+  """`parse(serialized)`: a batch of records as `(features, label)`."""
 
   def parse(serialized):
     features = tf.io.parse_example(serialized, feature_spec)
     label = features.pop(label_key)
     return features, label
 
+  return parse
+
+
+def _parsed_per_batch(records: tf.data.Dataset,
+                      feature_spec: Mapping[str, Any], label_key: str,
+                      batch_size: int, training: bool, repeat: bool,
+                      cache: bool) -> tf.data.Dataset:
+  """Batches of (cached) serialized records, each parsed in one call.
+
+  Training input shuffles the records one by one in a buffer of
+  `SHUFFLE_BUFFER_SIZE` (input_shuffle="record").
+  """
+  if cache:
+    records = records.cache()
+  if training:
+    records = records.shuffle(SHUFFLE_BUFFER_SIZE)
+  if repeat:
+    records = records.repeat()
   return records.batch(batch_size, drop_remainder=True).map(
-      parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=not training)
+      _batch_parser(feature_spec, label_key),
+      num_parallel_calls=tf.data.AUTOTUNE, deterministic=not training)
+
+
+def _window_shuffled_batches(chunks: tf.data.Dataset,
+                             feature_spec: Mapping[str, Any], label_key: str,
+                             batch_size: int, repeat: bool,
+                             cache: bool) -> tf.data.Dataset:
+  """Training batches of serialized records mixed in chunks and windows.
+
+  No step of the chain handles one record at a time but the read: `chunks`
+  are each file's records batched raw (at most `STREAM_CHUNK_ROWS`; cached
+  in memory when `cache`), the chunks shuffled in a buffer of
+  `STREAM_CHUNK_BUFFER`, joined into windows of whole batches (at least
+  `STREAM_WINDOW_ROWS` rows), each window's rows permuted with one
+  `tf.random.shuffle` and cut into batches. Dense features are parsed by
+  `STREAM_PARSE_ROWS` before their window is permuted (`_parsed_windows`),
+  others once per batch. Batches have the static shape `[batch_size, ...]`;
+  without `repeat`, less than a batch of the split's last window is
+  dropped, as `drop_remainder` does.
+  """
+  if cache:
+    chunks = chunks.cache()
+  chunks = chunks.shuffle(STREAM_CHUNK_BUFFER)
+  if repeat:
+    chunks = chunks.repeat()
+  window_rows = batch_size * max(1, -(-STREAM_WINDOW_ROWS // batch_size))
+  if not _not_tabular(feature_spec, numeric_only=False):
+    return _parsed_windows(chunks, feature_spec, label_key, batch_size,
+                           window_rows, repeat)
+
+  def shuffled_batches(serialized):
+    """The window's rows permuted, as `[batches, batch_size]` records."""
+    serialized = tf.random.shuffle(serialized)
+    whole = tf.shape(serialized)[0] // batch_size * batch_size
+    return tf.reshape(serialized[:whole], [-1, batch_size])
+
+  windows = chunks.rebatch(window_rows, drop_remainder=repeat)
+  return windows.map(shuffled_batches).unbatch().map(
+      _batch_parser(feature_spec, label_key),
+      num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+
+
+def _parsed_windows(chunks: tf.data.Dataset, feature_spec: Mapping[str, Any],
+                    label_key: str, batch_size: int, window_rows: int,
+                    repeat: bool) -> tf.data.Dataset:
+  """Batches of dense features parsed by `STREAM_PARSE_ROWS` records.
+
+  The rows of each window of `window_rows` are permuted as the parsed table
+  permutes its rows (one gather per dtype).
+
+  Parsing records in groups of about 2,000 is fastest here (the records of a
+  whole window no longer fit the processor's caches; docs/performance.md,
+  "Streaming"), and permuting parsed numbers is cheaper than permuting the
+  records' strings.
+  """
+  layouts = _column_layouts(feature_spec)
+  parsed = chunks.rebatch(STREAM_PARSE_ROWS).map(
+      lambda serialized: _blocks_by_dtype(
+          tf.io.parse_example(serialized, feature_spec), layouts),
+      num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+
+  def batches(blocks):
+    row_count = tf.shape(next(iter(blocks.values())))[0]
+    rows = tf.random.shuffle(tf.range(row_count))
+    rows = rows[:row_count // batch_size * batch_size]
+    return _gathered_batches(blocks, rows, layouts, -1, batch_size,
+                             label_key)
+
+  return parsed.rebatch(window_rows, drop_remainder=repeat).map(
+      batches, num_parallel_calls=tf.data.AUTOTUNE,
+      deterministic=False).unbatch()
 
 
 @tf.autograph.experimental.do_not_convert
@@ -336,7 +452,8 @@ def default_dataset(file_pattern: List[str],
                     repeat: bool,
                     invocation_index: int = 0,
                     invocation_count: int = 1,
-                    cache: str = 'auto') -> tf.data.Dataset:
+                    cache: str = 'auto',
+                    shuffle: str = 'window') -> tf.data.Dataset:
   """The default dataset of `(features, label)` batches of one split.
 
   Its dataset functions are traced without autograph: none has
@@ -353,19 +470,33 @@ def default_dataset(file_pattern: List[str],
     invocation_index: which input invocation this is (a TPU host).
     invocation_count: how many invocations share the split.
     cache: one of `CACHE_MODES` (see the module docstring).
+    shuffle: how training input that is not the parsed table is mixed, one
+      of `SHUFFLE_MODES`: "window" (chunks and windows of rows,
+      `_window_shuffled_batches`) or "record" (a record buffer).
 
   Returns:
     The dataset.
   """
+  if shuffle not in SHUFFLE_MODES:
+    raise InputCacheError(
+        f'input_shuffle {shuffle!r} is not one of {list(SHUFFLE_MODES)}; set '
+        "custom_config['input_shuffle'] to one of them.")
   files = data_checks.split_files(file_pattern)
   feature_spec = schemas_lib.feature_spec(schema)
   chosen = choose_cache(cache, files, feature_spec, training,
                         invocation_index, invocation_count)
-  records = _records(files, training, invocation_index, invocation_count)
   if chosen == 'parsed':
-    dataset = _parsed_table_batches(records, feature_spec, label_key,
-                                    batch_size, training, repeat)
+    dataset = _parsed_table_batches(
+        _records(files, training, invocation_index, invocation_count,
+                 PARSE_CHUNK_SIZE),
+        feature_spec, label_key, batch_size, training, repeat)
+  elif training and shuffle == 'window':
+    dataset = _window_shuffled_batches(
+        _records(files, training, invocation_index, invocation_count,
+                 STREAM_CHUNK_ROWS),
+        feature_spec, label_key, batch_size, repeat, chosen == 'serialized')
   else:
+    records = _records(files, training, invocation_index, invocation_count)
     dataset = _parsed_per_batch(records, feature_spec, label_key, batch_size,
                                 training, repeat, chosen == 'serialized')
   return _without_autotune_thread(dataset.prefetch(tf.data.AUTOTUNE))
@@ -395,7 +526,8 @@ def make_input_fn(file_pattern: List[str],
                   repeat: bool,
                   module_input_fn: Optional[
                       user_module_lib.ModuleFunction] = None,
-                  cache: str = 'auto') -> InputFn:
+                  cache: str = 'auto',
+                  shuffle: str = 'window') -> InputFn:
   """Builds the `input_fn(params)` that TPUEstimator calls for one split.
 
   Args:
@@ -408,6 +540,7 @@ def make_input_fn(file_pattern: List[str],
       number of steps, which must never run out of input on TPU).
     module_input_fn: the module's `input_fn`, used instead of the default.
     cache: the default chain's cache, one of `CACHE_MODES`.
+    shuffle: the default chain's shuffle, one of `SHUFFLE_MODES`.
 
   Returns:
     The input function.
@@ -418,7 +551,7 @@ def make_input_fn(file_pattern: List[str],
       index, count = _input_invocation(params)
       return default_dataset(file_pattern, schema, label_key,
                              params['batch_size'], training, repeat, index,
-                             count, cache)
+                             count, cache, shuffle)
     # params['mode']: which step the input feeds (ModeKeys.TRAIN or EVAL).
     dataset = module_input_fn(
         file_pattern=file_pattern,
