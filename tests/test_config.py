@@ -74,7 +74,7 @@ def test_tpu_spec_accepts_dict_and_name():
     ({'use_tpu': 'yes'}, "custom_config['use_tpu'] must be true or false"),
     ({'per_host_input': 'PER_HOST'}, "custom_config['per_host_input']='PER_HOST' is not accepted"),
     ({'eval_strategy': 'both'}, "custom_config['eval_strategy']='both' is not accepted"),
-    ({'input_cache': 'memory'}, "custom_config['input_cache']='memory' is not accepted; use one of ['auto', 'parsed', 'serialized', 'none']"),
+    ({'input_cache': 'memory'}, "custom_config['input_cache']='memory' is not accepted; use one of ['auto', 'parsed', 'disk', 'serialized', 'none']"),
     ({'export_saved_model_api_version': 3}, "custom_config['export_saved_model_api_version']=3"),
     ({'tpu': {'zone': 'z'}}, "custom_config['tpu'] needs a 'name'"),
     ({'tpu': {'name': 'n', 'region': 'r'}}, "Unknown custom_config['tpu'] key(s) ['region']"),

@@ -31,7 +31,7 @@ PER_HOST_INPUT_MODES = ('PER_SHARD_V1', 'PER_HOST_V1', 'PER_HOST_V2',
                         'BROADCAST')
 EVAL_STRATEGIES = ('train_and_evaluate', 'alternate')
 # The default input chain's cache modes (input_fns.CACHE_MODES).
-INPUT_CACHE_MODES = ('auto', 'parsed', 'serialized', 'none')
+INPUT_CACHE_MODES = ('auto', 'parsed', 'disk', 'serialized', 'none')
 # How the default chain mixes training input it does not table
 # (input_fns.SHUFFLE_MODES).
 INPUT_SHUFFLE_MODES = ('window', 'record')
@@ -456,7 +456,12 @@ class TrainerConfig:
       'auto', check=lambda k, v: _choice(k, v, INPUT_CACHE_MODES),
       help='the default input chain\'s cache: `parsed` (the split parsed once '
       'into in-memory dense columns; each epoch a fresh permutation gathered '
-      'in batches), `serialized` (the serialized records, parsed per batch), '
+      'in batches), `disk` (training input: the split parsed once into a '
+      '`tf.data` snapshot of dense columns in the resumable checkpoint '
+      'directory while the first epoch streams, read back on later epochs and '
+      'by a retry of the execution, removed with that directory; at most 64 '
+      'GB per host, else it streams; a run outside a pipeline streams), '
+      '`serialized` (the serialized records, parsed per batch), '
       '`none`; `auto` takes `parsed` for training input when all features are '
       'fixed-length numbers and building the table (about twice its size at '
       'peak, estimated from the start of a file) fits in 512 MB per host, else '

@@ -93,7 +93,8 @@ class PreparedRun:
                repeat: bool,
                cache: str,
                schema: Optional[schema_pb2.Schema] = None,
-               shuffle: str = 'window') -> input_fns.InputFn:
+               shuffle: str = 'window',
+               cache_dir: Optional[str] = None) -> input_fns.InputFn:
     """The `input_fn(params)` of one split: the module's, else the default.
 
     Args:
@@ -104,6 +105,7 @@ class PreparedRun:
       cache: the default chain's cache mode (config.input_cache).
       schema: parses the examples (default: the run's example schema).
       shuffle: the default chain's shuffle (config.input_shuffle).
+      cache_dir: where input_cache="disk" keeps the parsed split.
 
     Returns:
       The input function.
@@ -122,7 +124,8 @@ class PreparedRun:
     return input_fns.make_input_fn(
         file_pattern, data_accessor, schema, self.label_key,
         training=training, repeat=repeat,
-        module_input_fn=self.module.input_fn, cache=cache, shuffle=shuffle)
+        module_input_fn=self.module.input_fn, cache=cache, shuffle=shuffle,
+        cache_dir=cache_dir)
 
 
 def prepare_run(config: config_lib.TrainerConfig,

@@ -39,21 +39,30 @@ def _split(directory, files, rows_per_file):
   return paths
 
 
-def _rows_read(paths, host, hosts, cache):
+def _rows_read(paths, host, hosts, cache, shuffle='window'):
   dataset = input_fns.default_dataset(
       paths, _schema(), 'y', batch_size=1, training=True, repeat=False,
-      invocation_index=host, invocation_count=hosts, cache=cache)
+      invocation_index=host, invocation_count=hosts, cache=cache,
+      shuffle=shuffle)
   return [int(row) for features, _ in dataset
           for row in np.ravel(features['row'])]
 
 
 @pytest.mark.parametrize('files,hosts', [(8, 4), (6, 4), (2, 4), (1, 2),
                                          (3, 2)])
-@pytest.mark.parametrize('cache', ['none', 'serialized', 'parsed'])
-def test_host_shares_cover_every_record_once(tmp_path, files, hosts, cache):
+@pytest.mark.parametrize('cache,shuffle', [('none', 'window'),
+                                           ('serialized', 'window'),
+                                           ('none', 'record'),
+                                           ('serialized', 'record'),
+                                           ('parsed', 'window')])
+def test_host_shares_cover_every_record_once(tmp_path, files, hosts, cache,
+                                             shuffle):
+  # Every input chain (streamed in chunks and windows, or record by record,
+  # or tabled) reads each host's share only.
   rows_per_file = 25
   paths = _split(tmp_path, files, rows_per_file)
-  shares = [_rows_read(paths, host, hosts, cache) for host in range(hosts)]
+  shares = [_rows_read(paths, host, hosts, cache, shuffle)
+            for host in range(hosts)]
   every_row = sorted(row for share in shares for row in share)
   assert every_row == list(range(files * rows_per_file))
   # No host is left without input, and none reads much more than its part.

@@ -1,5 +1,6 @@
 """Input functions for TPUEstimator over a split's TFRecord examples."""
 
+import os
 import struct
 import zlib
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
@@ -20,7 +21,8 @@ __all__ = ['InputFn', 'CACHE_MODES', 'CACHE_MAX_COMPRESSED_BYTES',
            'PARSED_CACHE_MAX_BYTES', 'SHUFFLE_BUFFER_SIZE', 'PARSE_CHUNK_SIZE',
            'ROWS_PER_GATHER', 'SIZE_SAMPLE_BYTES', 'SHUFFLE_MODES',
            'STREAM_CHUNK_ROWS', 'STREAM_CHUNK_BUFFER', 'STREAM_WINDOW_ROWS',
-           'STREAM_PARSE_ROWS', 'READ_BUFFER_BYTES',
+           'STREAM_PARSE_ROWS', 'READ_BUFFER_BYTES', 'DISK_CACHE_MAX_BYTES',
+           'DISK_CHUNK_BUFFER',
            'InputCacheError', 'estimated_record_count', 'check_cache_mode',
            'choose_cache', 'default_dataset', 'make_input_fn']
 
@@ -46,6 +48,11 @@ STREAM_CHUNK_BUFFER = 64
 STREAM_WINDOW_ROWS = 16384
 # Records parsed per `parse_example` call of a streamed window.
 STREAM_PARSE_ROWS = 2048
+# input_cache="disk": the most parsed bytes one input invocation writes (a
+# larger share streams), and the parsed chunks of `STREAM_PARSE_ROWS` rows
+# shuffled in a buffer before rows are permuted per window.
+DISK_CACHE_MAX_BYTES = 64 * 1024**3
+DISK_CHUNK_BUFFER = 8
 # Records parsed per `parse_example` call while the parsed table is built.
 PARSE_CHUNK_SIZE = 4096
 # Rows a repeating parsed-table input gathers per call (whole batches).
@@ -145,11 +152,11 @@ def check_cache_mode(mode: str, feature_spec: Mapping[str, Any]) -> None:
   if mode not in CACHE_MODES:
     raise InputCacheError(
         f'input cache {mode!r} is not one of {list(CACHE_MODES)}.')
-  if mode == 'parsed':
+  if mode in ('parsed', 'disk'):
     not_tabular = _not_tabular(feature_spec, numeric_only=False)
     if not_tabular:
       raise InputCacheError(
-          'input_cache="parsed" needs fixed-length features of a known '
+          f'input_cache="{mode}" needs fixed-length features of a known '
           f'shape; {not_tabular} are not. Set input_cache to "auto" or '
           '"serialized" in custom_config.')
 
@@ -162,6 +169,48 @@ def _file_share(files: List[str], invocation_index: int,
   if len(files) >= invocation_count:
     return files[invocation_index::invocation_count]
   return None
+
+
+def _share_rows(files: List[str], compressed: int, invocation_index: int,
+                invocation_count: int) -> float:
+  """Estimated records of one invocation's share of the split."""
+  share = _file_share(files, invocation_index, invocation_count)
+  if share is None:
+    return estimated_record_count(files, compressed) / invocation_count
+  return estimated_record_count(
+      share, compressed if share is files else _compressed_size(share))
+
+
+def _disk_cache_path(files: List[str], feature_spec: Mapping[str, Any],
+                     training: bool, cache_dir: Optional[str],
+                     invocation_index: int,
+                     invocation_count: int) -> Optional[str]:
+  """Where this invocation's snapshot goes, or None to stream instead.
+
+  Evaluation input (read for a few steps) and a run without a cache
+  directory (a direct `Do()` call) stream; so does a share whose parsed
+  size is estimated over `DISK_CACHE_MAX_BYTES`.
+  """
+  if not training or cache_dir is None:
+    logging.info('input_cache="disk" streams this split (%s).',
+                 'evaluation input' if not training else
+                 'no resumable directory to hold the cache')
+    return None
+  rows = _share_rows(files, _compressed_size(files), invocation_index,
+                     invocation_count)
+  cache_bytes = rows * _parsed_bytes_per_example(feature_spec)
+  if cache_bytes > DISK_CACHE_MAX_BYTES:
+    logging.warning(
+        'input_cache="disk": about %.1f GB parsed is over the %.0f GB cap; '
+        'streaming the split instead.', cache_bytes / 1024**3,
+        DISK_CACHE_MAX_BYTES / 1024**3)
+    return None
+  path = os.path.join(cache_dir,
+                      f'host-{invocation_index}-of-{invocation_count}')
+  logging.info('Caching the parsed training split on disk in %s (about '
+               '%.1f MB for %d examples).', path, cache_bytes / 2**20,
+               int(rows))
+  return path
 
 
 def choose_cache(mode: str, files: List[str],
@@ -193,12 +242,7 @@ def choose_cache(mode: str, files: List[str],
     return mode
   compressed = _compressed_size(files)
   if training and not _not_tabular(feature_spec, numeric_only=True):
-    share = _file_share(files, invocation_index, invocation_count)
-    if share is None:
-      rows = estimated_record_count(files, compressed) / invocation_count
-    else:
-      rows = estimated_record_count(
-          share, compressed if share is files else _compressed_size(share))
+    rows = _share_rows(files, compressed, invocation_index, invocation_count)
     table_bytes = rows * _parsed_bytes_per_example(feature_spec)
     peak_bytes = 2 * table_bytes + 2 * 8 * rows
     if peak_bytes <= PARSED_CACHE_MAX_BYTES:
@@ -385,7 +429,7 @@ def _window_shuffled_batches(chunks: tf.data.Dataset,
   `STREAM_CHUNK_BUFFER`, joined into windows of whole batches (at least
   `STREAM_WINDOW_ROWS` rows), each window's rows permuted with one
   `tf.random.shuffle` and cut into batches. Dense features are parsed by
-  `STREAM_PARSE_ROWS` before their window is permuted (`_parsed_windows`),
+  `STREAM_PARSE_ROWS` before their window is permuted (`_parsed_chunks`),
   others once per batch. Batches have the static shape `[batch_size, ...]`;
   without `repeat`, less than a batch of the split's last window is
   dropped, as `drop_remainder` does.
@@ -395,10 +439,12 @@ def _window_shuffled_batches(chunks: tf.data.Dataset,
   chunks = chunks.shuffle(STREAM_CHUNK_BUFFER)
   if repeat:
     chunks = chunks.repeat()
-  window_rows = batch_size * max(1, -(-STREAM_WINDOW_ROWS // batch_size))
+  window_rows = _window_rows(batch_size)
   if not _not_tabular(feature_spec, numeric_only=False):
-    return _parsed_windows(chunks, feature_spec, label_key, batch_size,
-                           window_rows, repeat)
+    layouts = _column_layouts(feature_spec)
+    return _permuted_windows(
+        _parsed_chunks(chunks, feature_spec, layouts, deterministic=False),
+        layouts, label_key, batch_size, window_rows, repeat)
 
   def shuffled_batches(serialized):
     """The window's rows permuted, as `[batches, batch_size]` records."""
@@ -412,24 +458,31 @@ def _window_shuffled_batches(chunks: tf.data.Dataset,
       num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
 
 
-def _parsed_windows(chunks: tf.data.Dataset, feature_spec: Mapping[str, Any],
-                    label_key: str, batch_size: int, window_rows: int,
-                    repeat: bool) -> tf.data.Dataset:
-  """Batches of dense features parsed by `STREAM_PARSE_ROWS` records.
-
-  The rows of each window of `window_rows` are permuted as the parsed table
-  permutes its rows (one gather per dtype).
+def _parsed_chunks(chunks: tf.data.Dataset, feature_spec: Mapping[str, Any],
+                   layouts: Mapping[str, List[Tuple[str, tf.TensorShape]]],
+                   deterministic: bool) -> tf.data.Dataset:
+  """Record chunks parsed by `STREAM_PARSE_ROWS` into per-dtype blocks.
 
   Parsing records in groups of about 2,000 is fastest here (the records of a
   whole window no longer fit the processor's caches; docs/performance.md,
-  "Streaming"), and permuting parsed numbers is cheaper than permuting the
-  records' strings.
+  "Streaming").
   """
-  layouts = _column_layouts(feature_spec)
-  parsed = chunks.rebatch(STREAM_PARSE_ROWS).map(
+  return chunks.rebatch(STREAM_PARSE_ROWS).map(
       lambda serialized: _blocks_by_dtype(
           tf.io.parse_example(serialized, feature_spec), layouts),
-      num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+      num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+
+
+def _permuted_windows(parsed: tf.data.Dataset,
+                      layouts: Mapping[str, List[Tuple[str, tf.TensorShape]]],
+                      label_key: str, batch_size: int, window_rows: int,
+                      repeat: bool) -> tf.data.Dataset:
+  """Batches of parsed blocks, rows permuted per window of `window_rows`.
+
+  Each window's rows are permuted as the parsed table permutes its rows
+  (one gather per dtype); permuting parsed numbers is cheaper than
+  permuting the records' strings.
+  """
 
   def batches(blocks):
     row_count = tf.shape(next(iter(blocks.values())))[0]
@@ -443,6 +496,36 @@ def _parsed_windows(chunks: tf.data.Dataset, feature_spec: Mapping[str, Any],
       deterministic=False).unbatch()
 
 
+def _window_rows(batch_size: int) -> int:
+  """Whole batches of at least `STREAM_WINDOW_ROWS` rows."""
+  return batch_size * max(1, -(-STREAM_WINDOW_ROWS // batch_size))
+
+
+def _disk_cached_batches(chunks: tf.data.Dataset,
+                         feature_spec: Mapping[str, Any], label_key: str,
+                         batch_size: int, repeat: bool,
+                         cache_path: str) -> tf.data.Dataset:
+  """Training batches of the split parsed once into a `tf.data` snapshot.
+
+  The first epoch reads and parses the records (`chunks`, in file order)
+  while the snapshot is written; once an epoch has been read whole, the
+  snapshot is finalized and every later epoch, and a later input_fn call
+  (a retry of the execution), reads the parsed blocks back instead. A
+  snapshot that was not finished (the process died, or training stopped
+  mid-epoch) is never read: `tf.data` writes a new one (its metadata marks
+  a snapshot finalized only after the last element). Parsed chunks are
+  shuffled in a buffer of `DISK_CHUNK_BUFFER`, rows permuted per window.
+  """
+  layouts = _column_layouts(feature_spec)
+  parsed = _parsed_chunks(chunks, feature_spec, layouts, deterministic=True)
+  parsed = parsed.snapshot(cache_path, compression=None)
+  parsed = parsed.shuffle(DISK_CHUNK_BUFFER)
+  if repeat:
+    parsed = parsed.repeat()
+  return _permuted_windows(parsed, layouts, label_key, batch_size,
+                           _window_rows(batch_size), repeat)
+
+
 @tf.autograph.experimental.do_not_convert
 def default_dataset(file_pattern: List[str],
                     schema: schema_pb2.Schema,
@@ -453,7 +536,8 @@ def default_dataset(file_pattern: List[str],
                     invocation_index: int = 0,
                     invocation_count: int = 1,
                     cache: str = 'auto',
-                    shuffle: str = 'window') -> tf.data.Dataset:
+                    shuffle: str = 'window',
+                    cache_dir: Optional[str] = None) -> tf.data.Dataset:
   """The default dataset of `(features, label)` batches of one split.
 
   Its dataset functions are traced without autograph: none has
@@ -473,6 +557,8 @@ def default_dataset(file_pattern: List[str],
     shuffle: how training input that is not the parsed table is mixed, one
       of `SHUFFLE_MODES`: "window" (chunks and windows of rows,
       `_window_shuffled_batches`) or "record" (a record buffer).
+    cache_dir: where input_cache="disk" writes its snapshot (None: it
+      streams instead).
 
   Returns:
     The dataset.
@@ -485,7 +571,17 @@ def default_dataset(file_pattern: List[str],
   feature_spec = schemas_lib.feature_spec(schema)
   chosen = choose_cache(cache, files, feature_spec, training,
                         invocation_index, invocation_count)
-  if chosen == 'parsed':
+  disk_path = None
+  if chosen == 'disk':
+    disk_path = _disk_cache_path(files, feature_spec, training, cache_dir,
+                                 invocation_index, invocation_count)
+    chosen = 'none'
+  if disk_path is not None:
+    dataset = _disk_cached_batches(
+        _records(files, False, invocation_index, invocation_count,
+                 STREAM_CHUNK_ROWS),
+        feature_spec, label_key, batch_size, repeat, disk_path)
+  elif chosen == 'parsed':
     dataset = _parsed_table_batches(
         _records(files, training, invocation_index, invocation_count,
                  PARSE_CHUNK_SIZE),
@@ -527,7 +623,8 @@ def make_input_fn(file_pattern: List[str],
                   module_input_fn: Optional[
                       user_module_lib.ModuleFunction] = None,
                   cache: str = 'auto',
-                  shuffle: str = 'window') -> InputFn:
+                  shuffle: str = 'window',
+                  cache_dir: Optional[str] = None) -> InputFn:
   """Builds the `input_fn(params)` that TPUEstimator calls for one split.
 
   Args:
@@ -541,6 +638,7 @@ def make_input_fn(file_pattern: List[str],
     module_input_fn: the module's `input_fn`, used instead of the default.
     cache: the default chain's cache, one of `CACHE_MODES`.
     shuffle: the default chain's shuffle, one of `SHUFFLE_MODES`.
+    cache_dir: where input_cache="disk" keeps the parsed split.
 
   Returns:
     The input function.
@@ -551,7 +649,7 @@ def make_input_fn(file_pattern: List[str],
       index, count = _input_invocation(params)
       return default_dataset(file_pattern, schema, label_key,
                              params['batch_size'], training, repeat, index,
-                             count, cache, shuffle)
+                             count, cache, shuffle, cache_dir)
     # params['mode']: which step the input feeds (ModeKeys.TRAIN or EVAL).
     dataset = module_input_fn(
         file_pattern=file_pattern,
