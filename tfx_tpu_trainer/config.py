@@ -88,10 +88,12 @@ def _bool(key: str, value: Any) -> bool:
   return value
 
 
-def _positive_int(key: str, value: Any) -> int:
+def _positive_int(key: str, value: Any,
+                  accepted: str = 'a positive integer') -> int:
+  """`value` if a positive int64, else an error saying what is `accepted`."""
   if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
     raise ConfigError(
-        f'custom_config[{key!r}] must be a positive integer, got {value!r}.')
+        f'custom_config[{key!r}] must be {accepted}, got {value!r}.')
   _check_int64(key, value)
   return value
 
@@ -108,12 +110,7 @@ def _check_int64(key: str, value: int) -> None:
 def _auto_or_positive_int(key: str, value: Any) -> Any:
   if value == AUTO:
     return value
-  if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-    raise ConfigError(
-        f'custom_config[{key!r}] must be {AUTO!r} or a positive integer, got '
-        f'{value!r}.')
-  _check_int64(key, value)
-  return value
+  return _positive_int(key, value, f'{AUTO!r} or a positive integer')
 
 
 # `iterations_per_loop` as a time, the form TPUConfig accepts
@@ -134,12 +131,8 @@ def _steps_or_time(key: str, value: Any) -> Union[int, str]:
     _check_int64(key, int(value[:-1]) * {'s': 1, 'm': 60, 'h': 3600}[
         value[-1]])
     return value
-  if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-    raise ConfigError(
-        f'custom_config[{key!r}] must be a positive integer (steps) or a '
-        f'time such as "300s", "5m" or "1h", got {value!r}.')
-  _check_int64(key, value)
-  return value
+  return _positive_int(key, value, 'a positive integer (steps) or a time '
+                       'such as "300s", "5m" or "1h"')
 
 
 def _optional_positive_int(key: str, value: Any) -> Optional[int]:

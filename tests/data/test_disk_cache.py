@@ -9,36 +9,20 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
-from tensorflow_metadata.proto.v0 import schema_pb2
 
+from tests.data import numbered_split
 from tfx_tpu_trainer.data import input_fns
 from tfx_tpu_trainer.training import checkpoints
 
 FILES, ROWS_PER_FILE = 3, 1000
 
 
-def _schema(row_shape: bool = True):
-  schema = schema_pb2.Schema()
-  for name in ('row', 'y'):
-    feature = schema.feature.add(name=name, type=schema_pb2.INT)
-    if row_shape or name == 'y':
-      feature.shape.SetInParent()
-    feature.presence.min_fraction = 1
-  return schema
+def _schema():
+  return numbered_split.schema()
 
 
 def _split(directory):
-  paths = []
-  for index in range(FILES):
-    paths.append(str(directory / f'part-{index}.gz'))
-    with tf.io.TFRecordWriter(paths[-1], options='GZIP') as writer:
-      for row in range(index * ROWS_PER_FILE, (index + 1) * ROWS_PER_FILE):
-        writer.write(tf.train.Example(features=tf.train.Features(feature={
-            'row': tf.train.Feature(int64_list=tf.train.Int64List(
-                value=[row])),
-            'y': tf.train.Feature(int64_list=tf.train.Int64List(value=[0])),
-        })).SerializeToString())
-  return paths
+  return numbered_split.write_split(directory, FILES, ROWS_PER_FILE)
 
 
 def _dataset(paths, cache_dir, repeat=False, training=True):

@@ -10,8 +10,8 @@ through a 10,000-record buffer) in the same test, as docs/performance.md
 import numpy as np
 import pytest
 import tensorflow as tf
-from tensorflow_metadata.proto.v0 import schema_pb2
 
+from tests.data import numbered_split
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer.data import input_fns
 
@@ -20,25 +20,13 @@ BATCH = 64  # Divides ROWS: an epoch without repeat reads every row.
 
 
 def _schema(row_shape: bool = True):
-  schema = schema_pb2.Schema()
-  for name in ('row', 'y'):
-    feature = schema.feature.add(name=name, type=schema_pb2.INT)
-    if row_shape or name == 'y':
-      feature.shape.SetInParent()
-    feature.presence.min_fraction = 1
-  return schema
+  return numbered_split.schema(row_shape)
 
 
 @pytest.fixture(scope='module')
-def numbered_split(tmp_path_factory):
-  path = str(tmp_path_factory.mktemp('numbered') / 'part-0.gz')
-  with tf.io.TFRecordWriter(path, options='GZIP') as writer:
-    for row in range(ROWS):
-      writer.write(tf.train.Example(features=tf.train.Features(feature={
-          'row': tf.train.Feature(int64_list=tf.train.Int64List(value=[row])),
-          'y': tf.train.Feature(int64_list=tf.train.Int64List(value=[0])),
-      })).SerializeToString())
-  return [path]
+def numbered_split_paths(tmp_path_factory):
+  return numbered_split.write_split(tmp_path_factory.mktemp('numbered'), 1,
+                                    ROWS)
 
 
 def _order(paths, shuffle, cache, repeat=False, batches=None):
@@ -56,10 +44,10 @@ def test_shuffle_modes_are_the_config_modes():
 
 @pytest.mark.parametrize('cache', ['none', 'serialized'])
 def test_window_shuffle_moves_rows_further_than_the_record_buffer(
-    numbered_split, cache):
+    numbered_split_paths, cache):
   moves = {}
   for shuffle in input_fns.SHUFFLE_MODES:
-    order = _order(numbered_split, shuffle, cache)
+    order = _order(numbered_split_paths, shuffle, cache)
     np.testing.assert_array_equal(np.sort(order), np.arange(ROWS))
     moves[shuffle] = np.arange(ROWS) - order  # > 0: the row came out later.
   window, record = moves['window'], moves['record']
@@ -78,8 +66,8 @@ def test_window_shuffle_moves_rows_further_than_the_record_buffer(
 
 @pytest.mark.parametrize('shuffle', ['window', 'record'])
 @pytest.mark.parametrize('cache', ['none', 'serialized'])
-def test_two_epochs_differ(numbered_split, shuffle, cache):
-  order = _order(numbered_split, shuffle, cache, repeat=True,
+def test_two_epochs_differ(numbered_split_paths, shuffle, cache):
+  order = _order(numbered_split_paths, shuffle, cache, repeat=True,
                  batches=2 * ROWS // BATCH)
   first, second = order[:ROWS], order[ROWS:]
   assert (first == second).mean() < 0.01
@@ -89,9 +77,9 @@ def test_two_epochs_differ(numbered_split, shuffle, cache):
   assert len(np.unique(second)) > 0.5 * ROWS
 
 
-def test_window_shuffle_keeps_static_batches_across_epochs(numbered_split):
+def test_window_shuffle_keeps_static_batches_across_epochs(numbered_split_paths):
   dataset = input_fns.default_dataset(
-      numbered_split, _schema(), 'y', batch_size=48, training=True,
+      numbered_split_paths, _schema(), 'y', batch_size=48, training=True,
       repeat=True, cache='none', shuffle='window')
   features, label = dataset.element_spec
   assert features['row'].shape.as_list() == [48]
@@ -102,9 +90,9 @@ def test_window_shuffle_keeps_static_batches_across_epochs(numbered_split):
 
 
 def test_window_shuffle_without_repeat_drops_less_than_a_batch(
-    numbered_split):
+    numbered_split_paths):
   dataset = input_fns.default_dataset(
-      numbered_split, _schema(), 'y', batch_size=7, training=True,
+      numbered_split_paths, _schema(), 'y', batch_size=7, training=True,
       repeat=False, cache='none', shuffle='window')
   rows = np.concatenate([features['row'].numpy() for features, _ in dataset])
   assert len(rows) == ROWS - ROWS % 7
@@ -112,11 +100,11 @@ def test_window_shuffle_without_repeat_drops_less_than_a_batch(
 
 
 def test_window_shuffle_parses_variable_length_features_per_batch(
-    numbered_split):
+    numbered_split_paths):
   # A feature without a fixed shape parses as a SparseTensor: its window is
   # cut into batches of records before each batch is parsed.
   dataset = input_fns.default_dataset(
-      numbered_split, _schema(row_shape=False), 'y', batch_size=BATCH,
+      numbered_split_paths, _schema(row_shape=False), 'y', batch_size=BATCH,
       training=True, repeat=False, cache='none', shuffle='window')
   assert isinstance(dataset.element_spec[0]['row'], tf.SparseTensorSpec)
   rows = np.concatenate([features['row'].values.numpy()
@@ -124,7 +112,7 @@ def test_window_shuffle_parses_variable_length_features_per_batch(
   np.testing.assert_array_equal(np.sort(rows), np.arange(ROWS))
 
 
-def test_unknown_shuffle_mode_is_refused(numbered_split):
+def test_unknown_shuffle_mode_is_refused(numbered_split_paths):
   with pytest.raises(input_fns.InputCacheError, match='input_shuffle'):
-    input_fns.default_dataset(numbered_split, _schema(), 'y', batch_size=8,
+    input_fns.default_dataset(numbered_split_paths, _schema(), 'y', batch_size=8,
                               training=True, repeat=True, shuffle='files')

@@ -9,34 +9,17 @@ files than hosts, records of every file.
 
 import numpy as np
 import pytest
-import tensorflow as tf
-from tensorflow_metadata.proto.v0 import schema_pb2
 
+from tests.data import numbered_split
 from tfx_tpu_trainer.data import input_fns
 
 
 def _schema():
-  schema = schema_pb2.Schema()
-  for name in ('row', 'y'):
-    feature = schema.feature.add(name=name, type=schema_pb2.INT)
-    feature.shape.SetInParent()
-    feature.presence.min_fraction = 1
-  return schema
+  return numbered_split.schema()
 
 
 def _split(directory, files, rows_per_file):
-  """gzip'd TFRecord files whose rows are numbered 0..N-1."""
-  paths = []
-  for index in range(files):
-    paths.append(str(directory / f'part-{index}.gz'))
-    with tf.io.TFRecordWriter(paths[-1], options='GZIP') as writer:
-      for row in range(index * rows_per_file, (index + 1) * rows_per_file):
-        writer.write(tf.train.Example(features=tf.train.Features(feature={
-            'row': tf.train.Feature(int64_list=tf.train.Int64List(
-                value=[row])),
-            'y': tf.train.Feature(int64_list=tf.train.Int64List(value=[0])),
-        })).SerializeToString())
-  return paths
+  return numbered_split.write_split(directory, files, rows_per_file)
 
 
 def _rows_read(paths, host, hosts, cache, shuffle='window'):
