@@ -215,6 +215,8 @@ def _publish(estimator, serving_input_receiver_fn, final_metrics, model,
   logging.info('Final evaluation: %s (written to %s).', metrics, metrics_path)
   if resumable_dir:
     checkpoints.mark_exported(resumable_dir, model.uri)
+    # The model is out: no attempt trains from the parsed split again.
+    checkpoints.remove_input_cache(resumable_dir)
 
 
 def _explain_full_model_run(model_run_dir: str,

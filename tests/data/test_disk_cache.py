@@ -121,3 +121,33 @@ def test_disk_cache_names_the_features_it_cannot_hold():
 def test_cache_dir_is_bookkeeping_of_the_resumable_directory():
   assert checkpoints.input_cache_dir(None, '/root/model/1', None) is None
   assert checkpoints.INPUT_CACHE_DIR.startswith('.tpu_trainer-')
+
+
+@pytest.mark.slow
+def test_a_pipeline_run_caches_the_split_beside_its_checkpoints(
+    taxi_artifacts, tmp_path):
+  # The executor in a process of its own, as a pipeline step runs it: the
+  # snapshot goes into the resumable directory, and once the model is
+  # exported it is removed.
+  # pylint: disable=g-import-not-at-top,protected-access
+  from tests import test_reliability as reliability
+  from tests.fixtures import pipeline_outputs
+  # pylint: enable=g-import-not-at-top
+  base = str(tmp_path / 'checkpoints')
+  run = pipeline_outputs.trainer_run(
+      taxi_artifacts, str(tmp_path / 'attempt'), reliability.LINEAR_MODULE,
+      custom_config=dict(reliability.SMALL_BATCHES, checkpoint_dir=base,
+                         input_cache='disk'),
+      train_steps=40, eval_steps=2)
+  log_path = tmp_path / 'attempt.log'
+  process = reliability._start_executor(
+      reliability._write_spec(tmp_path / 'attempt.json', run, 'run-1'),
+      log_path)
+  assert process.wait() == 0, log_path.read_text()
+  cache = os.path.join(base, 'taxi', 'run-1', 'TPUTrainer',
+                       checkpoints.INPUT_CACHE_DIR)
+  log = log_path.read_text()
+  assert f'Caching the parsed training split on disk in {cache}/host-0-of-1' \
+      in log, log
+  assert f'Removed the parsed input cache {cache}.' in log
+  assert not os.path.exists(cache)

@@ -22,7 +22,7 @@ __all__ = ['DEFAULT_DIR_NAME', 'EXPORTED_MARKER', 'STAGING_RECORD',
            'mark_exported', 'remove_finished_runs', 'copy_into_model_run',
            'remove', 'latest_step', 'DamagedCheckpointError',
            'skip_damaged_checkpoints', 'remove_unheld_runs',
-           'INPUT_CACHE_DIR', 'input_cache_dir']
+           'INPUT_CACHE_DIR', 'input_cache_dir', 'remove_input_cache']
 
 DEFAULT_DIR_NAME = '_checkpoints'
 # Bookkeeping files TPUTrainer keeps beside the checkpoints; never copied
@@ -130,6 +130,14 @@ def input_cache_dir(context: Optional[base_executor.BaseExecutor.Context],
   model_dir = resumable_dir_path(context, model_uri, checkpoint_dir)
   return None if model_dir is None else os.path.join(model_dir,
                                                      INPUT_CACHE_DIR)
+
+
+def remove_input_cache(model_dir: str) -> None:
+  """Deletes input_cache="disk"'s snapshot (after the export), if any."""
+  path = os.path.join(model_dir, INPUT_CACHE_DIR)
+  if fileio.exists(path):
+    remove(path)
+    logging.info('Removed the parsed input cache %s.', path)
 
 
 def resumable_dir_path(context: Optional[base_executor.BaseExecutor.Context],
