@@ -18,9 +18,16 @@ from benchmarks import events
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 KINDS = ('tpu_trainer', 'stock_trainer', 'keras_trainer', 'compute_limit',
-         'input', 'trainer_input')
+         'input', 'trainer_input', 'table_input', 'disk_input',
+         'stream_input', 'record_input')
 TRAINER_KINDS = ('tpu_trainer', 'stock_trainer', 'keras_trainer')
-INPUT_CACHES = {'input': 'serialized', 'trainer_input': 'auto'}
+INPUT_CACHES = {'input': 'serialized', 'trainer_input': 'auto',
+                # The training chain by cache (the scale comparison of
+                # docs/performance.md, "Streaming"); record_input streams
+                # with input_shuffle="record".
+                'table_input': 'parsed', 'disk_input': 'disk',
+                'stream_input': 'none', 'record_input': 'none'}
+INPUT_SHUFFLES = {'record_input': 'record'}
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TPU_MODULE_FILES = {
     'tpu': os.path.join(_REPO, 'components', 'taxi_tpu_module.py'),
@@ -186,7 +193,8 @@ def run_trainer(kind: str, spec: Dict[str, Any], batch_size: int,
 
 
 def run_input(spec: Dict[str, Any], batch_size: int, batches: int,
-              output_dir: str, cache: str) -> Dict[str, Any]:
+              output_dir: str, cache: str,
+              shuffle: str = 'window') -> Dict[str, Any]:
   """Drains TPUTrainer's default training input for `batches` batches.
 
   The dataset is `input_fns.make_input_fn(...)({'batch_size': B})` over the
@@ -200,12 +208,13 @@ def run_input(spec: Dict[str, Any], batch_size: int, batches: int,
     batch_size: examples per batch.
     batches: batches to time (after `INPUT_WARMUP_BATCHES` untimed ones).
     output_dir: a working directory (unused but for symmetry and logs).
-    cache: the chain's input_cache mode.
+    cache: the chain's input_cache mode ("disk" writes its snapshot under
+      `output_dir`).
+    shuffle: the chain's input_shuffle mode.
 
   Returns:
     The measurement: per-sample batch rates, examples/s.
   """
-  del output_dir
   # pylint: disable=g-import-not-at-top
   import tensorflow as tf
   from tfx.components.trainer import fn_args_utils
@@ -226,7 +235,9 @@ def run_input(spec: Dict[str, Any], batch_size: int, batches: int,
       label_key=LABEL_KEY,
       training=True,
       repeat=True,
-      cache=cache)
+      cache=cache,
+      shuffle=shuffle,
+      cache_dir=os.path.join(output_dir, 'input_cache'))
   dataset = input_fn({'batch_size': batch_size})
   iterator = iter(dataset)
 
@@ -440,7 +451,8 @@ def main(argv: List[str]) -> None:
   os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
   if _KIND.value in INPUT_CACHES:
     result = run_input(spec, _BATCH_SIZE.value, _TRAIN_STEPS.value,
-                       _OUTPUT_DIR.value, INPUT_CACHES[_KIND.value])
+                       _OUTPUT_DIR.value, INPUT_CACHES[_KIND.value],
+                       INPUT_SHUFFLES.get(_KIND.value, 'window'))
   elif _KIND.value == 'compute_limit':
     result = run_compute_limit(spec, _BATCH_SIZE.value, _TRAIN_STEPS.value,
                                _SHORT_STEPS.value, module=_MODULE.value)

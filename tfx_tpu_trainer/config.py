@@ -10,7 +10,8 @@ from typing import (Any, Callable, Dict, List, Mapping, Optional, Tuple,
 from tfx_tpu_trainer import errors
 
 __all__ = ['TPU_NAME_ENV', 'GKE_TPU_ENDPOINTS_ENV', 'PER_HOST_INPUT_MODES',
-           'EVAL_STRATEGIES', 'INPUT_CACHE_MODES', 'EXPORT_API_VERSIONS',
+           'EVAL_STRATEGIES', 'INPUT_CACHE_MODES', 'INPUT_SHUFFLE_MODES',
+           'EXPORT_API_VERSIONS',
            'RESERVED_PARAMS_KEYS', 'TPU_SPEC_KEYS', 'MAX_INT64',
            'BATCH_SIZE_KEYS', 'AUTO', 'AUTO_HOST_LOOP_MAX',
            'HOST_LOOP_END_KEYS', 'tpu_entry', 'ConfigError', 'TPUSpec',
@@ -30,7 +31,10 @@ PER_HOST_INPUT_MODES = ('PER_SHARD_V1', 'PER_HOST_V1', 'PER_HOST_V2',
                         'BROADCAST')
 EVAL_STRATEGIES = ('train_and_evaluate', 'alternate')
 # The default input chain's cache modes (input_fns.CACHE_MODES).
-INPUT_CACHE_MODES = ('auto', 'parsed', 'serialized', 'none')
+INPUT_CACHE_MODES = ('auto', 'parsed', 'disk', 'serialized', 'none')
+# How the default chain mixes training input it does not table
+# (input_fns.SHUFFLE_MODES).
+INPUT_SHUFFLE_MODES = ('window', 'record')
 EXPORT_API_VERSIONS = (1, 2)
 # TPUEstimator reserves these (`batch_size`, `context`); `use_tpu` it sets
 # itself in every mode, so a user value would be silently overwritten.
@@ -84,10 +88,12 @@ def _bool(key: str, value: Any) -> bool:
   return value
 
 
-def _positive_int(key: str, value: Any) -> int:
+def _positive_int(key: str, value: Any,
+                  accepted: str = 'a positive integer') -> int:
+  """`value` if a positive int64, else an error saying what is `accepted`."""
   if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
     raise ConfigError(
-        f'custom_config[{key!r}] must be a positive integer, got {value!r}.')
+        f'custom_config[{key!r}] must be {accepted}, got {value!r}.')
   _check_int64(key, value)
   return value
 
@@ -104,12 +110,29 @@ def _check_int64(key: str, value: int) -> None:
 def _auto_or_positive_int(key: str, value: Any) -> Any:
   if value == AUTO:
     return value
-  if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-    raise ConfigError(
-        f'custom_config[{key!r}] must be {AUTO!r} or a positive integer, got '
-        f'{value!r}.')
-  _check_int64(key, value)
-  return value
+  return _positive_int(key, value, f'{AUTO!r} or a positive integer')
+
+
+# `iterations_per_loop` as a time, the form TPUConfig accepts
+# (tensorflow_estimator's tpu/util.py): a positive integer without leading
+# zeros and a unit, seconds, minutes or hours ("300s", "5m", "1h").
+_LOOP_TIME = re.compile(r'^[1-9][0-9]*[smh]$')
+
+
+def _steps_or_time(key: str, value: Any) -> Union[int, str]:
+  """A positive step count, or a time such as "300s", "5m" or "1h"."""
+  if isinstance(value, str):
+    if not _LOOP_TIME.match(value):
+      raise ConfigError(
+          f'custom_config[{key!r}]={value!r} is not a time TPUConfig '
+          'accepts: give a positive integer of steps, or of seconds, minutes '
+          'or hours with its unit and no space or sign (e.g. "300s", "5m", '
+          '"1h").')
+    _check_int64(key, int(value[:-1]) * {'s': 1, 'm': 60, 'h': 3600}[
+        value[-1]])
+    return value
+  return _positive_int(key, value, 'a positive integer (steps) or a time '
+                       'such as "300s", "5m" or "1h"')
 
 
 def _optional_positive_int(key: str, value: Any) -> Optional[int]:
@@ -341,10 +364,12 @@ class TrainerConfig:
       8, check=_positive_int,
       help='global prediction batch size; on TPU it must divide by '
       '`num_shards`')
-  iterations_per_loop: int = _key(
-      100, check=_positive_int,
+  iterations_per_loop: Union[int, str] = _key(
+      100, check=_steps_or_time,
       help='training steps per TPU session call (also the finest checkpoint '
-      'grain on TPU)')
+      'grain on TPU), or a time per call as TPUConfig takes it: `"300s"`, '
+      '`"5m"`, `"1h"` (TPUEstimator then sizes each loop to run about that '
+      'long)')
   host_iterations_per_loop: Union[str, int] = _key(
       AUTO, check=_auto_or_positive_int,
       help='off TPU (CPU/GPU): training steps per session call, in an '
@@ -430,12 +455,28 @@ class TrainerConfig:
       'auto', check=lambda k, v: _choice(k, v, INPUT_CACHE_MODES),
       help='the default input chain\'s cache: `parsed` (the split parsed once '
       'into in-memory dense columns; each epoch a fresh permutation gathered '
-      'in batches), `serialized` (the serialized records, parsed per batch), '
-      '`none`; `auto` takes `parsed` for training input when all features are '
+      'in batches), `disk` (training input: the split parsed once into a '
+      '`tf.data` snapshot of dense columns in the resumable checkpoint '
+      'directory while the first epoch streams, read back on later epochs and '
+      'by a retry of the execution, removed after the export; at most 64 '
+      'GB per host, else it streams; a run outside a pipeline streams), '
+      '`serialized` (the serialized records cached in memory), `none` '
+      '(streamed; both mixed as `input_shuffle` says); `auto` takes `parsed` for training input when all features are '
       'fixed-length numbers and building the table (about twice its size at '
       'peak, estimated from the start of a file) fits in 512 MB per host, else '
       '`serialized` when the gzip files add up to at most 128 MB, else `none` '
       '(evaluation input, read for a few steps, is never tabled by `auto`)')
+  input_shuffle: str = _key(
+      'window', check=lambda k, v: _choice(k, v, INPUT_SHUFFLE_MODES),
+      help='how training input that is not the parsed table (`serialized`, '
+      '`none`) is mixed: `window` reads each file in chunks of 256 records, '
+      'shuffles the chunks in a buffer of 64, parses 2,048 records per call '
+      'and permutes the rows of each window of at least 16,384 (whole '
+      'batches); rows move further than under `record`, and it reads 2-10x '
+      'faster. `record` is the former chain: each record through a '
+      '10,000-record shuffle buffer, then batched and parsed. Both shuffle '
+      'the file order every epoch; see '
+      'docs/performance.md, "Streaming", for how far a row moves under each')
   params: Mapping[str, Any] = _key(
       check=lambda k, v: _params(v), default_factory=dict,
       shown_default='`{}`',

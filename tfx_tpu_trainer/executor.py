@@ -93,13 +93,15 @@ class Executor(trainer_executor.GenericExecutor):
     # Prepare: label key, params, model_fn, input and serving functions.
     run = prepare.prepare_run(config, module, schemas,
                               fn_args.hyperparameters, fn_args)
-    train_input_fn, eval_input_fn = _build_input_fns(fn_args, config, run)
+    model = artifact_utils.get_single_instance(
+        output_dict[standard_component_specs.MODEL_KEY])
+    train_input_fn, eval_input_fn = _build_input_fns(
+        fn_args, config, run, cache_dir=checkpoints.input_cache_dir(
+            self._context, model.uri, config.checkpoint_dir))
     # Preflight: the data's first batches, and the graphs as TPUEstimator
     # will build them (XLA-compiled as on a TPU when use_tpu).
     _check_before_training(fn_args, config, run)
     # Train.
-    model = artifact_utils.get_single_instance(
-        output_dict[standard_component_specs.MODEL_KEY])
     resumable_dir = checkpoints.resumable_model_dir(self._context, model.uri,
                                                     config.checkpoint_dir)
     train_start = time.time()
@@ -217,6 +219,8 @@ def _publish(estimator, serving_input_receiver_fn, final_metrics, model,
   logging.info('Final evaluation: %s (written to %s).', metrics, metrics_path)
   if resumable_dir:
     checkpoints.mark_exported(resumable_dir, model.uri)
+    # The model is out: no attempt trains from the parsed split again.
+    checkpoints.remove_input_cache(resumable_dir)
 
 
 def _explain_full_model_run(model_run_dir: str,
@@ -307,16 +311,21 @@ def _build_estimator(fn_args: fn_args_utils.FnArgs,
 def _build_input_fns(fn_args: fn_args_utils.FnArgs,
                      config: config_lib.TrainerConfig,
                      run: prepare.PreparedRun,
-                     cache: Optional[str] = None):
-  """Train and eval input_fns; `cache` overrides config.input_cache."""
+                     cache: Optional[str] = None,
+                     cache_dir: Optional[str] = None):
+  """Train and eval input_fns; `cache` overrides config.input_cache.
+
+  `cache_dir` holds input_cache="disk"'s parsed split (None: it streams).
+  """
   cache = cache or config.input_cache
   if run.module.input_fn is None:
     input_fns.check_cache_mode(cache,
                                schemas_lib.feature_spec(run.schemas.examples))
   train_input_fn = run.input_fn(
       fn_args.train_files, fn_args.data_accessor, training=True, repeat=True,
-      cache=cache)
+      cache=cache, shuffle=config.input_shuffle, cache_dir=cache_dir)
   eval_input_fn = run.input_fn(
       fn_args.eval_files, fn_args.data_accessor, training=False,
-      repeat=fn_args.eval_steps is not None, cache=cache)
+      repeat=fn_args.eval_steps is not None, cache=cache,
+      shuffle=config.input_shuffle)
   return train_input_fn, eval_input_fn

@@ -93,7 +93,9 @@ class PreparedRun:
                training: bool,
                repeat: bool,
                cache: str,
-               schema: Optional[schema_pb2.Schema] = None) -> input_fns.InputFn:
+               schema: Optional[schema_pb2.Schema] = None,
+               shuffle: str = 'window',
+               cache_dir: Optional[str] = None) -> input_fns.InputFn:
     """The `input_fn(params)` of one split: the module's, else the default.
 
     Args:
@@ -103,6 +105,8 @@ class PreparedRun:
       repeat: repeat the split forever.
       cache: the default chain's cache mode (config.input_cache).
       schema: parses the examples (default: the run's example schema).
+      shuffle: the default chain's shuffle (config.input_shuffle).
+      cache_dir: where input_cache="disk" keeps the parsed split.
 
     Returns:
       The input function.
@@ -121,7 +125,8 @@ class PreparedRun:
     return input_fns.make_input_fn(
         file_pattern, data_accessor, schema, self.label_key,
         training=training, repeat=repeat,
-        module_input_fn=self.module.input_fn, cache=cache)
+        module_input_fn=self.module.input_fn, cache=cache, shuffle=shuffle,
+        cache_dir=cache_dir)
 
 
 def prepare_run(config: config_lib.TrainerConfig,

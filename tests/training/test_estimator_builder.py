@@ -89,3 +89,18 @@ def test_unreachable_tpu_is_a_clear_error(tmp_path):
                      match=r"Could not resolve TPU 'tpu-x' .*ConnectionError"):
     estimator_builder.build_run_config(
         _config(tpu='tpu-x'), str(tmp_path), resolver_factory=unreachable)
+
+
+@pytest.mark.parametrize('loop,seconds', [('300s', 300), ('5m', 300),
+                                          ('1h', 3600)])
+def test_iterations_per_loop_as_a_time_reaches_tpu_config(tmp_path, loop,
+                                                          seconds):
+  # pylint: disable-next=g-import-not-at-top
+  from tensorflow_estimator.python.estimator.tpu import util as tpu_util
+  config = _config(tpu={'name': 'tpu-a'}, iterations_per_loop=loop)
+  run_config = estimator_builder.build_run_config(
+      config, str(tmp_path), resolver_factory=StandInResolver)
+  assert run_config.tpu_config.iterations_per_loop == loop
+  # TPUEstimator reads it back as a time per loop.
+  assert tpu_util.parse_iterations_per_loop(
+      run_config.tpu_config.iterations_per_loop) == (seconds, 'seconds')

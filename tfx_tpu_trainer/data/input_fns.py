@@ -1,5 +1,6 @@
 """Input functions for TPUEstimator over a split's TFRecord examples."""
 
+import os
 import struct
 import zlib
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
@@ -18,9 +19,12 @@ from tfx_tpu_trainer.data import schemas as schemas_lib
 
 __all__ = ['InputFn', 'CACHE_MODES', 'CACHE_MAX_COMPRESSED_BYTES',
            'PARSED_CACHE_MAX_BYTES', 'SHUFFLE_BUFFER_SIZE', 'PARSE_CHUNK_SIZE',
-           'ROWS_PER_GATHER', 'SIZE_SAMPLE_BYTES', 'InputCacheError',
-           'estimated_record_count', 'check_cache_mode', 'choose_cache',
-           'default_dataset', 'make_input_fn']
+           'ROWS_PER_GATHER', 'SIZE_SAMPLE_BYTES', 'SHUFFLE_MODES',
+           'STREAM_CHUNK_ROWS', 'STREAM_CHUNK_BUFFER', 'STREAM_WINDOW_ROWS',
+           'STREAM_PARSE_ROWS', 'READ_BUFFER_BYTES', 'DISK_CACHE_MAX_BYTES',
+           'DISK_CHUNK_BUFFER',
+           'InputCacheError', 'estimated_record_count', 'check_cache_mode',
+           'choose_cache', 'default_dataset', 'make_input_fn']
 
 InputFn = Callable[[Dict[str, Any]], tf.data.Dataset]
 
@@ -32,13 +36,32 @@ CACHE_MAX_COMPRESSED_BYTES = 128 * 1024 * 1024
 # memory of building it (per input invocation: the table twice while its
 # chunks are joined, plus two row-index vectors) is at most this.
 PARSED_CACHE_MAX_BYTES = 512 * 1024 * 1024
+# input_shuffle="record": the records shuffled one by one in this buffer.
 SHUFFLE_BUFFER_SIZE = 10000
+SHUFFLE_MODES = config_lib.INPUT_SHUFFLE_MODES
+# input_shuffle="window" (streamed and serialized training input): records
+# move in chunks of this many, chunks shuffled in a buffer of this many, then
+# rows permuted within windows of at least `STREAM_WINDOW_ROWS` rows (whole
+# batches), each window parsed in one call (docs/performance.md, "Streaming").
+STREAM_CHUNK_ROWS = 256
+STREAM_CHUNK_BUFFER = 64
+STREAM_WINDOW_ROWS = 16384
+# Records parsed per `parse_example` call of a streamed window.
+STREAM_PARSE_ROWS = 2048
+# input_cache="disk": the most parsed bytes one input invocation writes (a
+# larger share streams), and the parsed chunks of `STREAM_PARSE_ROWS` rows
+# shuffled in a buffer before rows are permuted per window.
+DISK_CACHE_MAX_BYTES = 64 * 1024**3
+DISK_CHUNK_BUFFER = 8
 # Records parsed per `parse_example` call while the parsed table is built.
 PARSE_CHUNK_SIZE = 4096
 # Rows a repeating parsed-table input gathers per call (whole batches).
 ROWS_PER_GATHER = 4096
 # Compressed bytes read from the start of a file to count records per byte.
 SIZE_SAMPLE_BYTES = 1024 * 1024
+# The read buffer of each open TFRecord file (TensorFlow's default, 256 KB,
+# halves the rate of reading gzip'd records).
+READ_BUFFER_BYTES = 8 * 1024 * 1024
 _RECORD_FRAMING_BYTES = 16  # Length (8), its CRC (4), the data's CRC (4).
 _WHOLE_SPLIT = 2**62
 
@@ -129,11 +152,11 @@ def check_cache_mode(mode: str, feature_spec: Mapping[str, Any]) -> None:
   if mode not in CACHE_MODES:
     raise InputCacheError(
         f'input cache {mode!r} is not one of {list(CACHE_MODES)}.')
-  if mode == 'parsed':
+  if mode in ('parsed', 'disk'):
     not_tabular = _not_tabular(feature_spec, numeric_only=False)
     if not_tabular:
       raise InputCacheError(
-          'input_cache="parsed" needs fixed-length features of a known '
+          f'input_cache="{mode}" needs fixed-length features of a known '
           f'shape; {not_tabular} are not. Set input_cache to "auto" or '
           '"serialized" in custom_config.')
 
@@ -146,6 +169,48 @@ def _file_share(files: List[str], invocation_index: int,
   if len(files) >= invocation_count:
     return files[invocation_index::invocation_count]
   return None
+
+
+def _share_rows(files: List[str], compressed: int, invocation_index: int,
+                invocation_count: int) -> float:
+  """Estimated records of one invocation's share of the split."""
+  share = _file_share(files, invocation_index, invocation_count)
+  if share is None:
+    return estimated_record_count(files, compressed) / invocation_count
+  return estimated_record_count(
+      share, compressed if share is files else _compressed_size(share))
+
+
+def _disk_cache_path(files: List[str], feature_spec: Mapping[str, Any],
+                     training: bool, cache_dir: Optional[str],
+                     invocation_index: int,
+                     invocation_count: int) -> Optional[str]:
+  """Where this invocation's snapshot goes, or None to stream instead.
+
+  Evaluation input (read for a few steps) and a run without a cache
+  directory (a direct `Do()` call) stream; so does a share whose parsed
+  size is estimated over `DISK_CACHE_MAX_BYTES`.
+  """
+  if not training or cache_dir is None:
+    logging.info('input_cache="disk" streams this split (%s).',
+                 'evaluation input' if not training else
+                 'no resumable directory to hold the cache')
+    return None
+  rows = _share_rows(files, _compressed_size(files), invocation_index,
+                     invocation_count)
+  cache_bytes = rows * _parsed_bytes_per_example(feature_spec)
+  if cache_bytes > DISK_CACHE_MAX_BYTES:
+    logging.warning(
+        'input_cache="disk": about %.1f GB parsed is over the %.0f GB cap; '
+        'streaming the split instead.', cache_bytes / 1024**3,
+        DISK_CACHE_MAX_BYTES / 1024**3)
+    return None
+  path = os.path.join(cache_dir,
+                      f'host-{invocation_index}-of-{invocation_count}')
+  logging.info('Caching the parsed training split on disk in %s (about '
+               '%.1f MB for %d examples).', path, cache_bytes / 2**20,
+               int(rows))
+  return path
 
 
 def choose_cache(mode: str, files: List[str],
@@ -177,12 +242,7 @@ def choose_cache(mode: str, files: List[str],
     return mode
   compressed = _compressed_size(files)
   if training and not _not_tabular(feature_spec, numeric_only=True):
-    share = _file_share(files, invocation_index, invocation_count)
-    if share is None:
-      rows = estimated_record_count(files, compressed) / invocation_count
-    else:
-      rows = estimated_record_count(
-          share, compressed if share is files else _compressed_size(share))
+    rows = _share_rows(files, compressed, invocation_index, invocation_count)
     table_bytes = rows * _parsed_bytes_per_example(feature_spec)
     peak_bytes = 2 * table_bytes + 2 * 8 * rows
     if peak_bytes <= PARSED_CACHE_MAX_BYTES:
@@ -198,13 +258,18 @@ def choose_cache(mode: str, files: List[str],
 
 
 def _records(files: List[str], training: bool, invocation_index: int,
-             invocation_count: int) -> tf.data.Dataset:
+             invocation_count: int,
+             chunk_rows: Optional[int] = None) -> tf.data.Dataset:
   """This invocation's share of the serialized records, read in parallel.
 
   With fewer files than invocations, each invocation keeps every
   `invocation_count`-th record of each file: the shares partition the split
   whatever order each invocation reads the files in (a shard of the
   interleaved stream would not: the order differs between invocations).
+  With `chunk_rows`, each file's records are batched before the files are
+  interleaved: the elements are `[<= chunk_rows]` vectors of records, and the
+  parallel interleave, which costs more per element than reading a record,
+  hands over one element per chunk.
   """
   share = _file_share(files, invocation_index, invocation_count)
   read = files if share is None else share
@@ -213,10 +278,11 @@ def _records(files: List[str], training: bool, invocation_index: int,
     dataset = dataset.shuffle(len(read))
 
   def records_of(path):
-    records = tf.data.TFRecordDataset(path, compression_type='GZIP')
+    records = tf.data.TFRecordDataset(path, compression_type='GZIP',
+                                      buffer_size=READ_BUFFER_BYTES)
     if share is None:
       records = records.shard(invocation_count, invocation_index)
-    return records
+    return records if chunk_rows is None else records.batch(chunk_rows)
 
   return dataset.interleave(
       records_of,
@@ -253,13 +319,34 @@ def _blocks_by_dtype(columns: Mapping[str, tf.Tensor],
   }
 
 
-def _parsed_table_batches(records: tf.data.Dataset,
+def _gathered_batches(blocks: Mapping[str, tf.Tensor], rows: tf.Tensor,
+                      layouts: Mapping[str, List[Tuple[str, tf.TensorShape]]],
+                      batches: int, batch_size: int, label_key: str
+                     ) -> Tuple[Dict[str, tf.Tensor], tf.Tensor]:
+  """`rows` of the per-dtype blocks as `[batches, batch_size, ...]` features.
+
+  `batches` may be -1 (as many as `rows` holds); the label is apart.
+  """
+  features = {}
+  for dtype, block in blocks.items():
+    layout = layouts[dtype]
+    parts = tf.split(tf.gather(block, rows),
+                     [shape.num_elements() for _, shape in layout], axis=1)
+    for (name, shape), part in zip(layout, parts):
+      features[name] = tf.reshape(part,
+                                  [batches, batch_size] + shape.as_list())
+  label = features.pop(label_key)
+  return features, label
+
+
+def _parsed_table_batches(chunks: tf.data.Dataset,
                           feature_spec: Mapping[str, Any], label_key: str,
                           batch_size: int, training: bool,
                           repeat: bool) -> tf.data.Dataset:
   """Batches gathered from the split parsed once into dense blocks.
 
-  Each chunk of records is parsed and joined into its per-dtype blocks
+  Each chunk of records (each file's records batched by `PARSE_CHUNK_SIZE`
+  as they are read) is parsed and joined into its per-dtype blocks
   before the chunks are joined into the table, so building the table holds
   the table about twice (the chunks and the joined blocks), and training
   holds it once (docs/performance.md, "Round three"; joining the parsed
@@ -269,7 +356,7 @@ def _parsed_table_batches(records: tf.data.Dataset,
   same order, for fewer function calls per batch.
   """
   layouts = _column_layouts(feature_spec)
-  table = records.batch(PARSE_CHUNK_SIZE).map(
+  table = chunks.map(
       lambda serialized: _blocks_by_dtype(
           tf.io.parse_example(serialized, feature_spec), layouts),
       num_parallel_calls=tf.data.AUTOTUNE).rebatch(_WHOLE_SPLIT)
@@ -289,16 +376,8 @@ def _parsed_table_batches(records: tf.data.Dataset,
         batch_size * batches_per_gather, drop_remainder=True)
 
     def gather(rows):
-      features = {}
-      for dtype, block in blocks.items():
-        layout = layouts[dtype]
-        parts = tf.split(tf.gather(block, rows),
-                         [shape.num_elements() for _, shape in layout], axis=1)
-        for (name, shape), part in zip(layout, parts):
-          features[name] = tf.reshape(
-              part, [batches_per_gather, batch_size] + shape.as_list())
-      label = features.pop(label_key)
-      return features, label
+      return _gathered_batches(blocks, rows, layouts, batches_per_gather,
+                               batch_size, label_key)
 
     return row_groups.map(gather,
                           num_parallel_calls=tf.data.AUTOTUNE).unbatch()
@@ -306,25 +385,145 @@ def _parsed_table_batches(records: tf.data.Dataset,
   return table.flat_map(batches)
 
 
-def _parsed_per_batch(records: tf.data.Dataset,
-                      feature_spec: Mapping[str, Any], label_key: str,
-                      batch_size: int, training: bool, repeat: bool,
-                      cache: bool) -> tf.data.Dataset:
-  """Batches of (cached) serialized records, each parsed in one call."""
-  if cache:
-    records = records.cache()
-  if training:
-    records = records.shuffle(SHUFFLE_BUFFER_SIZE)
-  if repeat:
-    records = records.repeat()
+def _batch_parser(feature_spec: Mapping[str, Any], label_key: str
+                 ) -> Callable[[tf.Tensor], Tuple[Dict[str, Any], Any]]:
+  """`parse(serialized)`: a batch of records as `(features, label)`."""
 
   def parse(serialized):
     features = tf.io.parse_example(serialized, feature_spec)
     label = features.pop(label_key)
     return features, label
 
+  return parse
+
+
+def _parsed_per_batch(records: tf.data.Dataset,
+                      feature_spec: Mapping[str, Any], label_key: str,
+                      batch_size: int, training: bool, repeat: bool,
+                      cache: bool) -> tf.data.Dataset:
+  """Batches of (cached) serialized records, each parsed in one call.
+
+  Training input shuffles the records one by one in a buffer of
+  `SHUFFLE_BUFFER_SIZE` (input_shuffle="record").
+  """
+  if cache:
+    records = records.cache()
+  if training:
+    records = records.shuffle(SHUFFLE_BUFFER_SIZE)
+  if repeat:
+    records = records.repeat()
   return records.batch(batch_size, drop_remainder=True).map(
-      parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=not training)
+      _batch_parser(feature_spec, label_key),
+      num_parallel_calls=tf.data.AUTOTUNE, deterministic=not training)
+
+
+def _window_shuffled_batches(chunks: tf.data.Dataset,
+                             feature_spec: Mapping[str, Any], label_key: str,
+                             batch_size: int, repeat: bool,
+                             cache: bool) -> tf.data.Dataset:
+  """Training batches of serialized records mixed in chunks and windows.
+
+  No step of the chain handles one record at a time but the read: `chunks`
+  are each file's records batched raw (at most `STREAM_CHUNK_ROWS`; cached
+  in memory when `cache`), the chunks shuffled in a buffer of
+  `STREAM_CHUNK_BUFFER`, joined into windows of whole batches (at least
+  `STREAM_WINDOW_ROWS` rows), each window's rows permuted with one
+  `tf.random.shuffle` and cut into batches. Dense features are parsed by
+  `STREAM_PARSE_ROWS` before their window is permuted (`_parsed_chunks`),
+  others once per batch. Batches have the static shape `[batch_size, ...]`;
+  without `repeat`, less than a batch of the split's last window is
+  dropped, as `drop_remainder` does.
+  """
+  if cache:
+    chunks = chunks.cache()
+  chunks = chunks.shuffle(STREAM_CHUNK_BUFFER)
+  if repeat:
+    chunks = chunks.repeat()
+  window_rows = _window_rows(batch_size)
+  if not _not_tabular(feature_spec, numeric_only=False):
+    layouts = _column_layouts(feature_spec)
+    return _permuted_windows(
+        _parsed_chunks(chunks, feature_spec, layouts, deterministic=False),
+        layouts, label_key, batch_size, window_rows, repeat)
+
+  def shuffled_batches(serialized):
+    """The window's rows permuted, as `[batches, batch_size]` records."""
+    serialized = tf.random.shuffle(serialized)
+    whole = tf.shape(serialized)[0] // batch_size * batch_size
+    return tf.reshape(serialized[:whole], [-1, batch_size])
+
+  windows = chunks.rebatch(window_rows, drop_remainder=repeat)
+  return windows.map(shuffled_batches).unbatch().map(
+      _batch_parser(feature_spec, label_key),
+      num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+
+
+def _parsed_chunks(chunks: tf.data.Dataset, feature_spec: Mapping[str, Any],
+                   layouts: Mapping[str, List[Tuple[str, tf.TensorShape]]],
+                   deterministic: bool) -> tf.data.Dataset:
+  """Record chunks parsed by `STREAM_PARSE_ROWS` into per-dtype blocks.
+
+  Parsing records in groups of about 2,000 is fastest here (the records of a
+  whole window no longer fit the processor's caches; docs/performance.md,
+  "Streaming").
+  """
+  return chunks.rebatch(STREAM_PARSE_ROWS).map(
+      lambda serialized: _blocks_by_dtype(
+          tf.io.parse_example(serialized, feature_spec), layouts),
+      num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+
+
+def _permuted_windows(parsed: tf.data.Dataset,
+                      layouts: Mapping[str, List[Tuple[str, tf.TensorShape]]],
+                      label_key: str, batch_size: int, window_rows: int,
+                      repeat: bool) -> tf.data.Dataset:
+  """Batches of parsed blocks, rows permuted per window of `window_rows`.
+
+  Each window's rows are permuted as the parsed table permutes its rows
+  (one gather per dtype); permuting parsed numbers is cheaper than
+  permuting the records' strings.
+  """
+
+  def batches(blocks):
+    row_count = tf.shape(next(iter(blocks.values())))[0]
+    rows = tf.random.shuffle(tf.range(row_count))
+    rows = rows[:row_count // batch_size * batch_size]
+    return _gathered_batches(blocks, rows, layouts, -1, batch_size,
+                             label_key)
+
+  return parsed.rebatch(window_rows, drop_remainder=repeat).map(
+      batches, num_parallel_calls=tf.data.AUTOTUNE,
+      deterministic=False).unbatch()
+
+
+def _window_rows(batch_size: int) -> int:
+  """Whole batches of at least `STREAM_WINDOW_ROWS` rows."""
+  return batch_size * max(1, -(-STREAM_WINDOW_ROWS // batch_size))
+
+
+def _disk_cached_batches(chunks: tf.data.Dataset,
+                         feature_spec: Mapping[str, Any], label_key: str,
+                         batch_size: int, repeat: bool,
+                         cache_path: str) -> tf.data.Dataset:
+  """Training batches of the split parsed once into a `tf.data` snapshot.
+
+  The first epoch reads and parses the records (`chunks`, in file order)
+  while the snapshot is written; once an epoch has been read whole, the
+  snapshot is finalized and every later epoch, and a later input_fn call
+  (a retry of the execution), reads the parsed blocks back instead. A
+  snapshot that was not finished (the process died, or training stopped
+  mid-epoch) is never read: `tf.data` writes a new one (its metadata marks
+  a snapshot finalized only after the last element). Parsed chunks are
+  shuffled in a buffer of `DISK_CHUNK_BUFFER`, rows permuted per window.
+  """
+  layouts = _column_layouts(feature_spec)
+  parsed = _parsed_chunks(chunks, feature_spec, layouts, deterministic=True)
+  parsed = parsed.snapshot(cache_path, compression=None)
+  parsed = parsed.shuffle(DISK_CHUNK_BUFFER)
+  if repeat:
+    parsed = parsed.repeat()
+  return _permuted_windows(parsed, layouts, label_key, batch_size,
+                           _window_rows(batch_size), repeat)
 
 
 @tf.autograph.experimental.do_not_convert
@@ -336,7 +535,9 @@ def default_dataset(file_pattern: List[str],
                     repeat: bool,
                     invocation_index: int = 0,
                     invocation_count: int = 1,
-                    cache: str = 'auto') -> tf.data.Dataset:
+                    cache: str = 'auto',
+                    shuffle: str = 'window',
+                    cache_dir: Optional[str] = None) -> tf.data.Dataset:
   """The default dataset of `(features, label)` batches of one split.
 
   Its dataset functions are traced without autograph: none has
@@ -353,19 +554,45 @@ def default_dataset(file_pattern: List[str],
     invocation_index: which input invocation this is (a TPU host).
     invocation_count: how many invocations share the split.
     cache: one of `CACHE_MODES` (see the module docstring).
+    shuffle: how training input that is not the parsed table is mixed, one
+      of `SHUFFLE_MODES`: "window" (chunks and windows of rows,
+      `_window_shuffled_batches`) or "record" (a record buffer).
+    cache_dir: where input_cache="disk" writes its snapshot (None: it
+      streams instead).
 
   Returns:
     The dataset.
   """
+  if shuffle not in SHUFFLE_MODES:
+    raise InputCacheError(
+        f'input_shuffle {shuffle!r} is not one of {list(SHUFFLE_MODES)}; set '
+        "custom_config['input_shuffle'] to one of them.")
   files = data_checks.split_files(file_pattern)
   feature_spec = schemas_lib.feature_spec(schema)
   chosen = choose_cache(cache, files, feature_spec, training,
                         invocation_index, invocation_count)
-  records = _records(files, training, invocation_index, invocation_count)
-  if chosen == 'parsed':
-    dataset = _parsed_table_batches(records, feature_spec, label_key,
-                                    batch_size, training, repeat)
+  disk_path = None
+  if chosen == 'disk':
+    disk_path = _disk_cache_path(files, feature_spec, training, cache_dir,
+                                 invocation_index, invocation_count)
+    chosen = 'none'
+  if disk_path is not None:
+    dataset = _disk_cached_batches(
+        _records(files, False, invocation_index, invocation_count,
+                 STREAM_CHUNK_ROWS),
+        feature_spec, label_key, batch_size, repeat, disk_path)
+  elif chosen == 'parsed':
+    dataset = _parsed_table_batches(
+        _records(files, training, invocation_index, invocation_count,
+                 PARSE_CHUNK_SIZE),
+        feature_spec, label_key, batch_size, training, repeat)
+  elif training and shuffle == 'window':
+    dataset = _window_shuffled_batches(
+        _records(files, training, invocation_index, invocation_count,
+                 STREAM_CHUNK_ROWS),
+        feature_spec, label_key, batch_size, repeat, chosen == 'serialized')
   else:
+    records = _records(files, training, invocation_index, invocation_count)
     dataset = _parsed_per_batch(records, feature_spec, label_key, batch_size,
                                 training, repeat, chosen == 'serialized')
   return _without_autotune_thread(dataset.prefetch(tf.data.AUTOTUNE))
@@ -395,7 +622,9 @@ def make_input_fn(file_pattern: List[str],
                   repeat: bool,
                   module_input_fn: Optional[
                       user_module_lib.ModuleFunction] = None,
-                  cache: str = 'auto') -> InputFn:
+                  cache: str = 'auto',
+                  shuffle: str = 'window',
+                  cache_dir: Optional[str] = None) -> InputFn:
   """Builds the `input_fn(params)` that TPUEstimator calls for one split.
 
   Args:
@@ -408,6 +637,8 @@ def make_input_fn(file_pattern: List[str],
       number of steps, which must never run out of input on TPU).
     module_input_fn: the module's `input_fn`, used instead of the default.
     cache: the default chain's cache, one of `CACHE_MODES`.
+    shuffle: the default chain's shuffle, one of `SHUFFLE_MODES`.
+    cache_dir: where input_cache="disk" keeps the parsed split.
 
   Returns:
     The input function.
@@ -418,7 +649,7 @@ def make_input_fn(file_pattern: List[str],
       index, count = _input_invocation(params)
       return default_dataset(file_pattern, schema, label_key,
                              params['batch_size'], training, repeat, index,
-                             count, cache)
+                             count, cache, shuffle, cache_dir)
     # params['mode']: which step the input feeds (ModeKeys.TRAIN or EVAL).
     dataset = module_input_fn(
         file_pattern=file_pattern,

@@ -21,7 +21,8 @@ __all__ = ['DEFAULT_DIR_NAME', 'EXPORTED_MARKER', 'STAGING_RECORD',
            'resumable_model_dir', 'hold', 'resumable_dir_path', 'prepare_dir',
            'mark_exported', 'remove_finished_runs', 'copy_into_model_run',
            'remove', 'latest_step', 'DamagedCheckpointError',
-           'skip_damaged_checkpoints', 'remove_unheld_runs']
+           'skip_damaged_checkpoints', 'remove_unheld_runs',
+           'INPUT_CACHE_DIR', 'input_cache_dir', 'remove_input_cache']
 
 DEFAULT_DIR_NAME = '_checkpoints'
 # Bookkeeping files TPUTrainer keeps beside the checkpoints; never copied
@@ -29,6 +30,9 @@ DEFAULT_DIR_NAME = '_checkpoints'
 _BOOKKEEPING_PREFIX = '.tpu_trainer-'
 # Written after a successful export; holds the exported model's URI.
 EXPORTED_MARKER = _BOOKKEEPING_PREFIX + 'exported'
+# input_cache="disk": the parsed training split, beside the checkpoints it
+# is resumed with, never copied into model_run, removed with the directory.
+INPUT_CACHE_DIR = _BOOKKEEPING_PREFIX + 'input_cache'
 # One line per export staging directory an attempt created (export.py).
 STAGING_RECORD = _BOOKKEEPING_PREFIX + 'export-staging'
 # Files of a checkpoint that does not read back get this prefix.
@@ -112,6 +116,28 @@ def hold(model_dir: Optional[str]) -> Iterator[None]:
     yield
   finally:
     lock.release()
+
+
+def input_cache_dir(context: Optional[base_executor.BaseExecutor.Context],
+                    model_uri: str,
+                    checkpoint_dir: Optional[str]) -> Optional[str]:
+  """Where input_cache="disk" writes (None outside a pipeline run).
+
+  Inside the resumable directory: a retry of the execution finds it, and it
+  goes when that directory is removed (after the export, or as a finished
+  run's directory).
+  """
+  model_dir = resumable_dir_path(context, model_uri, checkpoint_dir)
+  return None if model_dir is None else os.path.join(model_dir,
+                                                     INPUT_CACHE_DIR)
+
+
+def remove_input_cache(model_dir: str) -> None:
+  """Deletes input_cache="disk"'s snapshot (after the export), if any."""
+  path = os.path.join(model_dir, INPUT_CACHE_DIR)
+  if fileio.exists(path):
+    remove(path)
+    logging.info('Removed the parsed input cache %s.', path)
 
 
 def resumable_dir_path(context: Optional[base_executor.BaseExecutor.Context],

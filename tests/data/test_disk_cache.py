@@ -1,0 +1,153 @@
+"""input_cache="disk": the training split parsed once into a tf.data snapshot.
+
+The split's rows are numbered; a snapshot is shown to be read (not the
+records) by overwriting the record files with bytes that are no TFRecord.
+"""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.data import numbered_split
+from tfx_tpu_trainer.data import input_fns
+from tfx_tpu_trainer.training import checkpoints
+
+FILES, ROWS_PER_FILE = 3, 1000
+
+
+def _schema():
+  return numbered_split.schema()
+
+
+def _split(directory):
+  return numbered_split.write_split(directory, FILES, ROWS_PER_FILE)
+
+
+def _dataset(paths, cache_dir, repeat=False, training=True):
+  return input_fns.default_dataset(
+      paths, _schema(), 'y', batch_size=50, training=training, repeat=repeat,
+      cache='disk', cache_dir=cache_dir)
+
+
+def _rows(dataset):
+  return np.concatenate([features['row'].numpy() for features, _ in dataset])
+
+
+def _spoil(paths):
+  for path in paths:
+    with open(path, 'wb') as f:
+      f.write(b'not a TFRecord file')
+
+
+def test_a_read_epoch_is_reused_by_a_later_input_fn_call(tmp_path):
+  paths = _split(tmp_path)
+  cache_dir = str(tmp_path / 'cache')
+  first = _rows(_dataset(paths, cache_dir))
+  np.testing.assert_array_equal(np.sort(first), np.arange(FILES *
+                                                          ROWS_PER_FILE))
+  _spoil(paths)
+  # A retry builds the input again: it reads the parsed snapshot.
+  again = _rows(_dataset(paths, cache_dir))
+  np.testing.assert_array_equal(np.sort(again), np.sort(first))
+  assert not np.array_equal(again, first)  # Rows permuted afresh.
+
+
+def test_a_half_written_snapshot_is_never_read(tmp_path):
+  paths = _split(tmp_path)
+  cache_dir = str(tmp_path / 'cache')
+  iterator = iter(_dataset(paths, cache_dir, repeat=True))
+  next(iterator)  # The writer has started; the epoch is not finished.
+  del iterator
+  assert os.listdir(cache_dir)
+  rows = _rows(_dataset(paths, cache_dir))
+  np.testing.assert_array_equal(np.sort(rows),
+                                np.arange(FILES * ROWS_PER_FILE))
+
+
+def test_repeating_disk_input_crosses_epochs_with_static_batches(tmp_path):
+  paths = _split(tmp_path)
+  dataset = _dataset(paths, str(tmp_path / 'cache'), repeat=True)
+  assert dataset.element_spec[1].shape.as_list() == [50]
+  # The first window (16,400 rows, whole batches) spans five epochs of
+  # this small split and a part of the sixth.
+  window = -(-input_fns.STREAM_WINDOW_ROWS // 50)
+  batches = list(dataset.take(window))
+  assert all(label.shape == (50,) for _, label in batches)
+  rows = np.concatenate([features['row'].numpy() for features, _ in batches])
+  counts = np.bincount(rows, minlength=FILES * ROWS_PER_FILE)
+  assert counts.min() == 5 and counts.max() == 6
+
+
+@pytest.mark.parametrize('training,cache_dir', [(False, 'cache'),
+                                                (True, None)])
+def test_evaluation_and_runs_without_a_directory_stream(tmp_path, training,
+                                                        cache_dir):
+  paths = _split(tmp_path)
+  cache_dir = cache_dir and str(tmp_path / cache_dir)
+  rows = _rows(_dataset(paths, cache_dir, training=training))
+  assert len(rows) == FILES * ROWS_PER_FILE
+  assert cache_dir is None or not os.path.exists(cache_dir)
+
+
+def test_a_share_over_the_size_cap_streams(tmp_path, monkeypatch):
+  monkeypatch.setattr(input_fns, 'DISK_CACHE_MAX_BYTES', 1000)
+  paths = _split(tmp_path)
+  cache_dir = str(tmp_path / 'cache')
+  assert len(_rows(_dataset(paths, cache_dir))) == FILES * ROWS_PER_FILE
+  assert not os.path.exists(cache_dir)
+
+
+def test_hosts_write_their_own_snapshots(tmp_path):
+  paths = _split(tmp_path)
+  cache_dir = str(tmp_path / 'cache')
+  shares = [_rows(input_fns.default_dataset(
+      paths, _schema(), 'y', batch_size=10, training=True, repeat=False,
+      invocation_index=host, invocation_count=2, cache='disk',
+      cache_dir=cache_dir)) for host in range(2)]
+  np.testing.assert_array_equal(np.sort(np.concatenate(shares)),
+                                np.arange(FILES * ROWS_PER_FILE))
+  assert sorted(os.listdir(cache_dir)) == ['host-0-of-2', 'host-1-of-2']
+
+
+def test_disk_cache_names_the_features_it_cannot_hold():
+  spec = {'row': tf.io.VarLenFeature(tf.int64)}
+  with pytest.raises(input_fns.InputCacheError,
+                     match=r'input_cache="disk" needs fixed-length .*\[\'row\'\]'):
+    input_fns.check_cache_mode('disk', spec)
+
+
+def test_cache_dir_is_bookkeeping_of_the_resumable_directory():
+  assert checkpoints.input_cache_dir(None, '/root/model/1', None) is None
+  assert checkpoints.INPUT_CACHE_DIR.startswith('.tpu_trainer-')
+
+
+@pytest.mark.slow
+def test_a_pipeline_run_caches_the_split_beside_its_checkpoints(
+    taxi_artifacts, tmp_path):
+  # The executor in a process of its own, as a pipeline step runs it: the
+  # snapshot goes into the resumable directory, and once the model is
+  # exported it is removed.
+  # pylint: disable=g-import-not-at-top,protected-access
+  from tests import test_reliability as reliability
+  from tests.fixtures import pipeline_outputs
+  # pylint: enable=g-import-not-at-top
+  base = str(tmp_path / 'checkpoints')
+  run = pipeline_outputs.trainer_run(
+      taxi_artifacts, str(tmp_path / 'attempt'), reliability.LINEAR_MODULE,
+      custom_config=dict(reliability.SMALL_BATCHES, checkpoint_dir=base,
+                         input_cache='disk'),
+      train_steps=40, eval_steps=2)
+  log_path = tmp_path / 'attempt.log'
+  process = reliability._start_executor(
+      reliability._write_spec(tmp_path / 'attempt.json', run, 'run-1'),
+      log_path)
+  assert process.wait() == 0, log_path.read_text()
+  cache = os.path.join(base, 'taxi', 'run-1', 'TPUTrainer',
+                       checkpoints.INPUT_CACHE_DIR)
+  log = log_path.read_text()
+  assert f'Caching the parsed training split on disk in {cache}/host-0-of-1' \
+      in log, log
+  assert f'Removed the parsed input cache {cache}.' in log
+  assert not os.path.exists(cache)
