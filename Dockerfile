@@ -61,8 +61,15 @@ WORKDIR /tfx-tpu-trainer
 # arguments, so they are not in the image's environment.
 ARG PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_TRUSTED_HOST PIP_CERT
 # The locked set, as tested; --no-deps installs exactly these versions.
+# pyfarmhash (TFX's) is an sdist with a C++ extension: the compiler is
+# there for this layer only.
 COPY requirements.lock ./
-RUN python -m pip install --no-cache-dir --no-deps -r requirements.lock
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends g++ \
+    && python -m pip install --no-cache-dir --no-deps -r requirements.lock \
+    && apt-get purge -y --auto-remove g++ \
+    && rm -rf /var/lib/apt/lists/*
 COPY --from=source /tfx-tpu-trainer ./
 # Editable, so the bundled pipelines find components/ beside them.
 RUN python -m pip install --no-cache-dir --no-deps -e . \

@@ -108,6 +108,12 @@ make_python_base() {
       --exclude='./lib/python3.10/site-packages/*.pth' \
       --exclude='./bin/pip*' --exclude='./bin/idle*' --exclude='./bin/2to3*' \
       . | tar -C "$root/usr/local" -x
+  # Built with --prefix=/usr/local, as far as building extensions goes:
+  # sysconfig's recorded paths (headers, flags) name the host's prefix.
+  grep -rlIF "$prefix" "$root/usr/local/lib/python3.10/_sysconfigdata"*.py \
+      "$root/usr/local/lib/python3.10/config-3.10"* "$root/usr/local/bin" \
+      "$root/usr/local/lib/pkgconfig" 2> /dev/null \
+    | xargs -r sed -i "s|$prefix|/usr/local|g"
   # The copied python's RUNPATH names the host's prefix; /usr/local/lib is in
   # the loader's default path once the cache knows it.
   chroot "$root" ldconfig
@@ -195,7 +201,7 @@ main() {
   mapfile -t -O "${#args[@]}" args < <(pip_build_args)
   start=$(date +%s)
   log "docker build --target $TARGET -t $TAG (host network): ${args[*]}"
-  docker build --network host --target "$TARGET" -t "$TAG" \
+  docker build --force-rm --network host --target "$TARGET" -t "$TAG" \
     "${args[@]}" .
   log "built $TAG in $(( $(date +%s) - start ))s: $(docker image inspect \
     --format '{{.Size}}' "$TAG" | awk '{printf "%.2f GB", $1 / 1e9}'), \
