@@ -20,10 +20,11 @@
 #                   $LOCAL_BEAM_SDK_IMAGE.
 #
 # Environment: PYTHON_PREFIX (CPython 3.10 to copy in; default: the base
-# prefix of .venv/bin/python or python3.10), DEBIAN_MIRROR, DOCKERD_LOG, REBUILD_BASE=1 (remake the
-# bases). The host's pip settings (index URLs, trusted hosts, CA bundle) are
-# passed as build arguments; file:// indexes and find-links are left out
-# (the build cannot see the host's disk).
+# prefix of .venv/bin/python or python3.10), DEBIAN_MIRROR, DOCKERD_LOG,
+# DOCKERD_STORAGE_DRIVER (default: overlay2 where it mounts, else vfs),
+# REBUILD_BASE=1 (remake the bases). The host's pip settings (index URLs,
+# trusted hosts, CA bundle) are passed as build arguments; file:// indexes
+# and find-links are left out (the build cannot see the host's disk).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,6 +43,23 @@ libtirpc3,libnsl2,libgdbm6
 fail() { echo "build_image.sh: $*" >&2; exit 1; }
 log() { echo "[build_image] $*" >&2; }
 
+# overlay2 where an overlay mount works on Docker's disk, else vfs (which
+# stores every layer, and every container's root, as a full copy).
+storage_driver() {
+  local probe
+  mkdir -p /var/lib/docker
+  probe=$(mktemp -d /var/lib/docker/overlay-probe.XXXXXX)
+  mkdir "$probe/lower" "$probe/upper" "$probe/work" "$probe/merged"
+  if mount -t overlay overlay -o "lowerdir=$probe/lower,upperdir=$probe/upper,workdir=$probe/work" \
+      "$probe/merged" 2> /dev/null; then
+    umount "$probe/merged"
+    echo overlay2
+  else
+    echo vfs
+  fi
+  rm -rf "$probe"
+}
+
 ensure_dockerd() {
   command -v docker > /dev/null \
     || fail "no docker CLI on PATH: install Docker (Debian: apt-get install -y docker.io)."
@@ -50,8 +68,10 @@ ensure_dockerd() {
     || fail "the Docker daemon is not running and dockerd is not installed: apt-get install -y docker.io, or start Docker."
   [ "$(id -u)" = 0 ] \
     || fail "the Docker daemon is not running; starting dockerd needs root (or start Docker yourself)."
-  log "starting dockerd (vfs storage, no iptables, no bridge; log: $DOCKERD_LOG)"
-  nohup dockerd --storage-driver=vfs --iptables=false --bridge=none \
+  local driver=${DOCKERD_STORAGE_DRIVER:-}
+  [ -n "$driver" ] || driver=$(storage_driver)
+  log "starting dockerd ($driver storage, no iptables, no bridge; log: $DOCKERD_LOG)"
+  nohup dockerd --storage-driver="$driver" --iptables=false --bridge=none \
     > "$DOCKERD_LOG" 2>&1 &
   for _ in $(seq 120); do
     if docker info > /dev/null 2>&1; then return; fi
