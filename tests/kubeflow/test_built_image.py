@@ -6,7 +6,8 @@ CPU runs step by step, each step a `docker run` of that image with the
 container spec's command, arguments and environment as Argo starts it, as
 the image's non-root user (`tests/fixtures/docker_pod.py`), the pipeline
 root on a volume and MLMD behind the test's gRPC server: to a pushed model,
-with the KFP UI files written in the container by that user.
+with the KFP UI files written in the container by that user; then a user's
+pipeline (examples/penguin_tpu compiled with `--pipeline`) the same way.
 
 Skipped only where Docker cannot be started (no docker CLI or dockerd, or
 not root); `.ci/run` installs and starts it.
@@ -14,6 +15,7 @@ not root); `.ci/run` installs and starts it.
 
 import json
 import os
+import shutil
 import subprocess
 
 import pytest
@@ -23,7 +25,11 @@ from tests.fixtures import docker_pod
 from tests.fixtures.compiled_runs import data_root  # pylint: disable=unused-import
 from tests.fixtures.compiled_runs import mlmd_server  # pylint: disable=unused-import
 from tests.fixtures.compiled_runs import work  # pylint: disable=unused-import
+from tests.conftest import REPO_ROOT
+from tests.fixtures import serving_data
+from tfx_tpu_trainer.kubeflow import compiled_files
 from tfx_tpu_trainer_cli import kubeflow_compile
+from tfx_tpu_trainer_cli import main as cli
 
 _UNAVAILABLE = docker_pod.docker_unavailable_reason()
 
@@ -32,6 +38,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.heavy,
 
 STEPS = ['csvexamplegen', 'statisticsgen', 'schemagen', 'examplevalidator',
          'transform', 'tputrainer', 'evaluator', 'pusher']
+USER_STEPS = ['csvexamplegen', 'statisticsgen', 'schemagen', 'transform',
+              'tputrainer', 'evaluator', 'pusher']
 USER_UID = 1000
 
 
@@ -131,3 +139,42 @@ def test_taxi_pipeline_runs_every_step_in_the_image_to_a_pushed_model(
     assert outputs, result.task  # Written in the pod, not the image's empty file.
     for path in docker_pod.UI_FILES:
       assert docker_pod.ui_file_owner(result, path) == USER_UID
+
+
+def test_user_pipeline_runs_every_step_in_the_image_to_a_pushed_model(
+    image, work, mlmd_server, monkeypatch):
+  """examples/penguin_tpu, copied out of the repository, compiled with
+  `--pipeline`: each step in the image installs the module wheel that TFX
+  packaged under the pipeline root."""
+  user = work / 'user_files'
+  shutil.copytree(os.path.join(REPO_ROOT, 'examples', 'penguin_tpu'),
+                  user / 'penguin_tpu')
+  serving_data.write_penguins(str(user / 'data'), rows=300)
+  root = user / 'pipeline_root'
+  monkeypatch.setenv('PENGUIN_DATA_ROOT', str(user / 'data'))
+  monkeypatch.setenv('PENGUIN_PIPELINE_ROOT', str(root))
+  monkeypatch.setenv('PENGUIN_TRAIN_STEPS', '200')
+  out = work / 'compiled_user_image'
+  assert cli.main([
+      'compile', '--pipeline',
+      f'{user / "penguin_tpu" / "penguin_pipeline.py"}:create_pipeline',
+      '--output-dir', str(out), '--image', 'gcr.io/test/tfx-tpu-trainer:1',
+      '--no-use-tpu', '--beam-arg=--direct_num_workers=1']) == 0
+  workflow = compiled_files.read_argo_workflow(str(out / 'penguin-tpu.tar.gz'))
+  os.chmod(work, 0o755)
+  _shared_with_the_pods(user)  # The wheel TFX packaged, the data.
+  run = compiled_runs.workflow_run(work, workflow, mlmd_server, 'user-image')
+  run.base_env = {}
+  results = []
+  for task in run.dag_tasks():
+    results.append(docker_pod.run_step(run, task, [str(work)], image=image))
+    assert results[-1].returncode == 0, (
+        f'{task["name"]}:\n{compiled_runs.tail(results[-1])}')
+  assert [r.task for r in results] == USER_STEPS
+  transform_log = results[USER_STEPS.index('transform')].log()
+  assert '_wheels/tfx_user_code_transform-' in transform_log
+  assert 'No module named' not in transform_log
+  versions = os.listdir(root / 'serving_model')
+  assert len(versions) == 1, versions
+  model = root / 'serving_model' / versions[0] / 'saved_model.pb'
+  assert model.is_file() and os.stat(model).st_uid == USER_UID
