@@ -15,7 +15,6 @@ not root); `.ci/run` installs and starts it.
 
 import json
 import os
-import shutil
 import subprocess
 
 import pytest
@@ -25,11 +24,7 @@ from tests.fixtures import docker_pod
 from tests.fixtures.compiled_runs import data_root  # pylint: disable=unused-import
 from tests.fixtures.compiled_runs import mlmd_server  # pylint: disable=unused-import
 from tests.fixtures.compiled_runs import work  # pylint: disable=unused-import
-from tests.conftest import REPO_ROOT
-from tests.fixtures import serving_data
-from tfx_tpu_trainer.kubeflow import compiled_files
 from tfx_tpu_trainer_cli import kubeflow_compile
-from tfx_tpu_trainer_cli import main as cli
 
 _UNAVAILABLE = docker_pod.docker_unavailable_reason()
 
@@ -146,23 +141,10 @@ def test_user_pipeline_runs_every_step_in_the_image_to_a_pushed_model(
   """examples/penguin_tpu, copied out of the repository, compiled with
   `--pipeline`: each step in the image installs the module wheel that TFX
   packaged under the pipeline root."""
-  user = work / 'user_files'
-  shutil.copytree(os.path.join(REPO_ROOT, 'examples', 'penguin_tpu'),
-                  user / 'penguin_tpu')
-  serving_data.write_penguins(str(user / 'data'), rows=300)
-  root = user / 'pipeline_root'
-  monkeypatch.setenv('PENGUIN_DATA_ROOT', str(user / 'data'))
-  monkeypatch.setenv('PENGUIN_PIPELINE_ROOT', str(root))
-  monkeypatch.setenv('PENGUIN_TRAIN_STEPS', '200')
-  out = work / 'compiled_user_image'
-  assert cli.main([
-      'compile', '--pipeline',
-      f'{user / "penguin_tpu" / "penguin_pipeline.py"}:create_pipeline',
-      '--output-dir', str(out), '--image', 'gcr.io/test/tfx-tpu-trainer:1',
-      '--no-use-tpu', '--beam-arg=--direct_num_workers=1']) == 0
-  workflow = compiled_files.read_argo_workflow(str(out / 'penguin-tpu.tar.gz'))
+  workflow, root = compiled_runs.compile_user_pipeline(
+      work, monkeypatch, 'user_image')
   os.chmod(work, 0o755)
-  _shared_with_the_pods(user)  # The wheel TFX packaged, the data.
+  _shared_with_the_pods(root.parent)  # The wheel TFX packaged, the data.
   run = compiled_runs.workflow_run(work, workflow, mlmd_server, 'user-image')
   run.base_env = {}
   results = []
