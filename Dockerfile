@@ -29,30 +29,51 @@
 # own build script notes its TensorFlow is 2.15.0): the lock is what the
 # tests ran.
 
-FROM apache/beam_python3.10_sdk:2.59.0 AS beam-sdk
+# The bases, as build arguments: a machine that cannot pull them passes
+# locally made ones (scripts/build_image.sh, docs/kubeflow.md "Building the
+# image here").
+ARG PYTHON_IMAGE=python:3.10.13-slim-bookworm
+ARG BEAM_SDK_IMAGE=apache/beam_python3.10_sdk:2.59.0
+FROM ${BEAM_SDK_IMAGE} AS beam-sdk
 
-FROM python:3.10.13-slim-bookworm AS image
-ARG USER_UID=1000
-SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-COPY --from=beam-sdk /opt/apache/beam /opt/apache/beam
+# The repository's files the image holds, gathered in one layer (under the
+# vfs storage driver every layer is a full copy of the file system below it).
+FROM scratch AS source
 WORKDIR /tfx-tpu-trainer
-# The locked set, as tested; --no-deps installs exactly these versions.
-COPY requirements.lock ./
-RUN python -m pip install --no-cache-dir --no-deps -r requirements.lock
 COPY setup.py README.md ./
 COPY tfx_tpu_trainer ./tfx_tpu_trainer
 COPY tfx_tpu_trainer_cli ./tfx_tpu_trainer_cli
 COPY pipelines ./pipelines
 COPY components ./components
-# Editable, so the bundled pipelines find components/ beside them.
-RUN python -m pip install --no-cache-dir --no-deps -e . \
-    && python -c "import tfx_tpu_trainer.executor"
+
+FROM ${PYTHON_IMAGE} AS image
+ARG USER_UID=1000
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # The steps run as tfx. KFP v1 reads a step's UI outputs at /, where tfx may
 # not create files: they exist, writable by tfx (TFX's entrypoint and the
 # trainer's wrapper write them in place).
 RUN useradd --uid "${USER_UID}" --create-home --home-dir /home/tfx tfx \
     && touch /mlpipeline-ui-metadata.json /mlpipeline-metrics.json \
     && chown tfx /mlpipeline-ui-metadata.json /mlpipeline-metrics.json
+COPY --from=beam-sdk /opt/apache/beam /opt/apache/beam
+WORKDIR /tfx-tpu-trainer
+# pip's settings of the building machine (index, CA bundle), if any: build
+# arguments, so they are not in the image's environment.
+ARG PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_TRUSTED_HOST PIP_CERT
+# The locked set, as tested; --no-deps installs exactly these versions.
+# pyfarmhash (TFX's) is an sdist with a C++ extension: the compiler is
+# there for this layer only.
+COPY requirements.lock ./
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends g++ \
+    && python -m pip install --no-cache-dir --no-deps -r requirements.lock \
+    && apt-get purge -y --auto-remove g++ \
+    && rm -rf /var/lib/apt/lists/*
+COPY --from=source /tfx-tpu-trainer ./
+# Editable, so the bundled pipelines find components/ beside them.
+RUN python -m pip install --no-cache-dir --no-deps -e . \
+    && python -c "import tfx_tpu_trainer.executor"
 # Module files import their siblings (taxi_features), and Transform names
 # its preprocessing_fn by import path (taxi_preprocessing.preprocessing_fn).
 # The compiled pipelines set the same PYTHONPATH on every step.
@@ -72,6 +93,7 @@ ARG TF_TPU_VERSION=2.15.0
 ARG LIBTPU_VERSION=1.9.0
 ARG TF_TPU_WHEEL=https://storage.googleapis.com/cloud-tpu-tpuvm-artifacts/tensorflow/tf-${TF_TPU_VERSION}/tensorflow-${TF_TPU_VERSION}-cp310-cp310-manylinux_2_17_x86_64.manylinux2014_x86_64.whl
 ARG LIBTPU_URL=https://storage.googleapis.com/cloud-tpu-tpuvm-artifacts/libtpu/${LIBTPU_VERSION}/libtpu.so
+ARG PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_TRUSTED_HOST PIP_CERT
 USER 0
 # The wheel is pinned by its URL (version in the file name).
 # hadolint ignore=DL3013

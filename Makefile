@@ -49,12 +49,14 @@ lock:
 	  --python-platform x86_64-manylinux_2_28 -o requirements.lock
 
 # The Kubeflow images (Dockerfile targets; README "Kubeflow"). Needs Docker.
+# `make image` starts dockerd if needed and, where the Dockerfile's bases
+# cannot be pulled, makes local ones (scripts/build_image.sh).
 IMAGE ?= tfx-tpu-trainer:latest
 TPU_SE_IMAGE ?= tfx-tpu-trainer-tpu-se:latest
 TPU_PJRT_IMAGE ?= tfx-tpu-trainer-tpu-pjrt:latest
 
 image:
-	docker build --target image -t $(IMAGE) .
+	bash scripts/build_image.sh image $(IMAGE)
 
 # One image per TPU runtime (docs/kubeflow.md, "TPU runtimes").
 tpu-image:

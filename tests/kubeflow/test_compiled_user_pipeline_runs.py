@@ -11,12 +11,10 @@ test_compiled_pipeline_runs.py): each worker installs the module's wheel.
 
 import os
 
-from tests.conftest import REPO_ROOT
 from tests.fixtures import argo_pod
 from tests.fixtures import compiled_runs
 from tests.fixtures.compiled_runs import mlmd_server  # pylint: disable=unused-import
 from tests.fixtures.compiled_runs import work  # pylint: disable=unused-import
-from tfx_tpu_trainer_cli import main as cli
 
 pytestmark = compiled_runs.MARKS
 
@@ -29,25 +27,8 @@ def test_user_pipeline_outside_the_repo_runs_every_step_to_a_pushed_model(
   """examples/penguin_tpu, copied out of the repository, through
   `compile --pipeline`: TFX packages its module file as a wheel under the
   pipeline root, and every step, run as its pod would, installs it."""
-  import shutil  # pylint: disable=g-import-not-at-top
-  from tests.fixtures import serving_data  # pylint: disable=g-import-not-at-top
-  user = work / 'user_files'
-  shutil.copytree(os.path.join(REPO_ROOT, 'examples',
-                               'penguin_tpu'), user / 'penguin_tpu')
-  serving_data.write_penguins(str(user / 'data'), rows=300)
-  root = user / 'pipeline_root'
-  monkeypatch.setenv('PENGUIN_DATA_ROOT', str(user / 'data'))
-  monkeypatch.setenv('PENGUIN_PIPELINE_ROOT', str(root))
-  monkeypatch.setenv('PENGUIN_TRAIN_STEPS', '200')
-  out = work / 'compiled_user'
-  assert cli.main([
-      'compile', '--pipeline',
-      f'{user / "penguin_tpu" / "penguin_pipeline.py"}:create_pipeline',
-      '--output-dir', str(out), '--image', 'gcr.io/test/tfx-tpu-trainer:1',
-      '--no-use-tpu', '--beam-arg=--direct_num_workers=1']) == 0
-  from tfx_tpu_trainer.kubeflow import compiled_files  # pylint: disable=g-import-not-at-top
-  workflow = compiled_files.read_argo_workflow(str(out /
-                                                     'penguin-tpu.tar.gz'))
+  workflow, root = compiled_runs.compile_user_pipeline(
+      work, monkeypatch, 'user')
   assert os.listdir(root / '_wheels')  # TFX's packaging, at compile time.
   run = compiled_runs.workflow_run(work, workflow, mlmd_server, 'user')
   results = argo_pod.run_all(run)

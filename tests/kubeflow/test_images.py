@@ -1,7 +1,7 @@
 """The Dockerfile's images: they parse, pin what requirements.lock pins,
 take TensorFlow 2.15's TPU build and libtpu from Google's Cloud TPU storage,
 set each TPU runtime's environment as tpu/runtimes.py has it, and run as a
-non-root user. No Docker daemon here: nothing is built."""
+non-root user. Read only; test_built_image.py builds the CPU image."""
 
 import os
 import re
@@ -53,9 +53,15 @@ def _stage(dockerfile, name):
 
 def test_targets_image_tpu_and_one_per_runtime(dockerfile):
   froms = [a for _, i, a in dockerfile if i == 'FROM']
-  assert froms == ['apache/beam_python3.10_sdk:2.59.0 AS beam-sdk',
-                   'python:3.10.13-slim-bookworm AS image',
+  assert froms == ['${BEAM_SDK_IMAGE} AS beam-sdk', 'scratch AS source',
+                   '${PYTHON_IMAGE} AS image',
                    'image AS tpu', 'tpu AS tpu-se', 'tpu AS tpu-pjrt']
+  # The bases are build arguments (scripts/build_image.sh passes locally
+  # made ones where no registry is reachable); their defaults are the real
+  # images.
+  base_args = [a for s, i, a in dockerfile if s is None and i == 'ARG']
+  assert base_args == ['PYTHON_IMAGE=python:3.10.13-slim-bookworm',
+                       'BEAM_SDK_IMAGE=apache/beam_python3.10_sdk:2.59.0']
 
 
 def _env(dockerfile, stage):
@@ -135,13 +141,32 @@ def test_image_path_and_pythonpath_match_the_compiler(dockerfile):
   assert ('WORKDIR', kubeflow_compile.IMAGE_REPO_ROOT) in image
   assert ('ENV', 'PYTHONPATH=' +
           kubeflow_compile.STEP_ENV['PYTHONPATH']) in image
-  assert ('COPY', 'components ./components') in image
+  assert ('COPY', 'components ./components') in _stage(dockerfile, 'source')
+  assert ('COPY', '--from=source /tfx-tpu-trainer ./') in image
+
+
+def test_image_stage_has_one_layer_after_the_locked_install(dockerfile):
+  """Under the vfs driver every layer is a full copy of the file system:
+  after the big layer (the lock), only the repository's files and its
+  editable install add layers."""
+  image = _stage(dockerfile, 'image')
+  layers = [i for i, _ in image if i in ('RUN', 'COPY', 'ADD')]
+  lock = layers.index('RUN', layers.index('COPY', 2))
+  assert layers[lock:] == ['RUN', 'COPY', 'RUN'], layers
+
+
+def test_pip_settings_are_build_arguments_not_environment(dockerfile):
+  for stage in ('image', 'tpu'):
+    assert ('ARG', 'PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_TRUSTED_HOST '
+            'PIP_CERT') in _stage(dockerfile, stage), stage
+    assert not [a for i, a in _stage(dockerfile, stage)
+                if i == 'ENV' and 'PIP_' in a], stage
 
 
 def test_makefile_builds_every_target():
   with open(os.path.join(REPO, 'Makefile')) as f:
     makefile = f.read()
-  assert 'docker build --target image -t $(IMAGE) .' in makefile
+  assert 'bash scripts/build_image.sh image $(IMAGE)' in makefile
   assert 'docker build --target tpu-se -t $(TPU_SE_IMAGE) .' in makefile
   assert 'docker build --target tpu-pjrt -t $(TPU_PJRT_IMAGE) .' in makefile
 

@@ -1,0 +1,162 @@
+"""The built image runs every compiled step, as its pods would on a cluster.
+
+The image is built here (`scripts/build_image.sh`, as `make image`: local
+bases, docker's build cache), then the taxi pipeline compiled for KFP v1 on
+CPU runs step by step, each step a `docker run` of that image with the
+container spec's command, arguments and environment as Argo starts it, as
+the image's non-root user (`tests/fixtures/docker_pod.py`), the pipeline
+root on a volume and MLMD behind the test's gRPC server: to a pushed model,
+with the KFP UI files written in the container by that user; then a user's
+pipeline (examples/penguin_tpu compiled with `--pipeline`) the same way.
+
+Skipped only where Docker cannot be started (no docker CLI or dockerd, or
+not root); `.ci/run` installs and starts it.
+"""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from tests.fixtures import compiled_runs
+from tests.fixtures import docker_pod
+from tests.fixtures.compiled_runs import data_root  # pylint: disable=unused-import
+from tests.fixtures.compiled_runs import mlmd_server  # pylint: disable=unused-import
+from tests.fixtures.compiled_runs import work  # pylint: disable=unused-import
+from tfx_tpu_trainer_cli import kubeflow_compile
+
+_UNAVAILABLE = docker_pod.docker_unavailable_reason()
+
+pytestmark = [pytest.mark.slow, pytest.mark.heavy,
+              pytest.mark.skipif(bool(_UNAVAILABLE), reason=_UNAVAILABLE)]
+
+STEPS = ['csvexamplegen', 'statisticsgen', 'schemagen', 'examplevalidator',
+         'transform', 'tputrainer', 'evaluator', 'pusher']
+USER_STEPS = ['csvexamplegen', 'statisticsgen', 'schemagen', 'transform',
+              'tputrainer', 'evaluator', 'pusher']
+USER_UID = 1000
+
+
+@pytest.fixture(scope='module')
+def image():
+  docker_pod.build_image()
+  yield docker_pod.IMAGE
+  docker_pod.remove_test_containers()
+
+
+def _in_image(image, *argv):
+  """Runs `argv` in a container of `image` (no network); its stdout."""
+  result = subprocess.run(
+      ['docker', 'run', '--rm', '--network', 'none', '--label',
+       docker_pod.LABEL, '--entrypoint', argv[0], image] + list(argv[1:]),
+      capture_output=True, text=True, check=False)
+  assert result.returncode == 0, result.stdout + result.stderr
+  return result.stdout
+
+
+def test_image_is_non_root_with_the_paths_the_compiler_names(image):
+  config = docker_pod.image_config(image)
+  assert config['User'] == str(USER_UID)
+  assert config['WorkingDir'] == kubeflow_compile.IMAGE_REPO_ROOT
+  assert config['Entrypoint'] == ['/opt/apache/beam/boot']
+  env = dict(e.split('=', 1) for e in config['Env'])
+  assert env['PYTHONPATH'] == kubeflow_compile.STEP_ENV['PYTHONPATH']
+  # No pip setting of the building machine is left in the image.
+  assert not [k for k in env if k.startswith('PIP_')], env
+  report = json.loads(_in_image(image, 'python', '-c', '''
+import json, os, sys
+import tensorflow as tf, tfx, apache_beam, kfp, tfx_tpu_trainer.executor
+import taxi_preprocessing  # From PYTHONPATH, as Transform imports it.
+print(json.dumps({
+    "uid": os.getuid(), "cwd": os.getcwd(), "python": sys.version.split()[0],
+    "versions": [tf.__version__, tfx.__version__, apache_beam.__version__,
+                 kfp.__version__],
+    "ui_writable": [os.access(p, os.W_OK) for p in (
+        "/mlpipeline-ui-metadata.json", "/mlpipeline-metrics.json")],
+    "repo_writable": os.access(os.getcwd(), os.W_OK)}))
+'''))
+  assert report['uid'] == USER_UID
+  assert report['cwd'] == kubeflow_compile.IMAGE_REPO_ROOT
+  assert report['python'].startswith('3.10.')
+  assert report['versions'] == ['2.15.1', '1.15.1', '2.59.0', '1.8.22']
+  assert report['ui_writable'] == [True, True]
+  assert not report['repo_writable']  # The code is root's, read-only.
+  assert 'compile' in _in_image(image, 'tfx-tpu-trainer', '--help')
+
+
+def _shared_with_the_pods(path):
+  """`path`, made writable by the image's user, as a bucket is to pods."""
+  path.mkdir(exist_ok=True)
+  for folder, _, files in os.walk(path):
+    os.chown(folder, USER_UID, -1)
+    for name in files:
+      os.chown(os.path.join(folder, name), USER_UID, -1)
+
+
+def test_taxi_pipeline_runs_every_step_in_the_image_to_a_pushed_model(
+    image, work, data_root, mlmd_server):
+  os.chmod(work, 0o755)
+  _shared_with_the_pods(work / 'pipeline_root')
+  workflow = compiled_runs.compile_taxi(work, data_root, 'image',
+                                        '--no-use-tpu')
+  # The steps' environment is the compiled one on top of the image's (no
+  # PATH, no HOME from this machine).
+  run = compiled_runs.workflow_run(work, workflow, mlmd_server, 'image')
+  run.base_env = {}
+  mounts = [str(work)]
+  results = []
+  for task in run.dag_tasks():
+    results.append(docker_pod.run_step(run, task, mounts, image=image))
+    assert results[-1].returncode == 0, (
+        f'{task["name"]}:\n{compiled_runs.tail(results[-1])}')
+  assert [r.task for r in results] == STEPS
+
+  serving = work / 'pipeline_root' / 'serving_model'
+  versions = os.listdir(serving)
+  assert len(versions) == 1, versions
+  model = serving / versions[0] / 'saved_model.pb'
+  assert model.is_file()
+  assert os.stat(model).st_uid == USER_UID  # Written by the image's user.
+
+  trainer = results[STEPS.index('tputrainer')]
+  metrics = compiled_runs.read_json(
+      trainer.root_file('/mlpipeline-metrics.json'))
+  by_name = {m['name']: m['numberValue'] for m in metrics['metrics']}
+  assert by_name['global_step'] == compiled_runs.TRAIN_STEPS
+  ui = compiled_runs.read_json(
+      trainer.root_file('/mlpipeline-ui-metadata.json'))
+  types = [o['type'] for o in ui['outputs']]
+  assert types.count('tensorboard') == 1 and 'web-app' in types
+  for result in results:
+    outputs = compiled_runs.read_json(
+        result.root_file('/mlpipeline-ui-metadata.json'))['outputs']
+    assert outputs, result.task  # Written in the pod, not the image's empty file.
+    for path in docker_pod.UI_FILES:
+      assert docker_pod.ui_file_owner(result, path) == USER_UID
+
+
+def test_user_pipeline_runs_every_step_in_the_image_to_a_pushed_model(
+    image, work, mlmd_server, monkeypatch):
+  """examples/penguin_tpu, copied out of the repository, compiled with
+  `--pipeline`: each step in the image installs the module wheel that TFX
+  packaged under the pipeline root."""
+  workflow, root = compiled_runs.compile_user_pipeline(
+      work, monkeypatch, 'user_image')
+  os.chmod(work, 0o755)
+  _shared_with_the_pods(root.parent)  # The wheel TFX packaged, the data.
+  run = compiled_runs.workflow_run(work, workflow, mlmd_server, 'user-image')
+  run.base_env = {}
+  results = []
+  for task in run.dag_tasks():
+    results.append(docker_pod.run_step(run, task, [str(work)], image=image))
+    assert results[-1].returncode == 0, (
+        f'{task["name"]}:\n{compiled_runs.tail(results[-1])}')
+  assert [r.task for r in results] == USER_STEPS
+  transform_log = results[USER_STEPS.index('transform')].log()
+  assert '_wheels/tfx_user_code_transform-' in transform_log
+  assert 'No module named' not in transform_log
+  versions = os.listdir(root / 'serving_model')
+  assert len(versions) == 1, versions
+  model = root / 'serving_model' / versions[0] / 'saved_model.pb'
+  assert model.is_file() and os.stat(model).st_uid == USER_UID
