@@ -1,6 +1,7 @@
 """The main job end to end: `tfx-tpu-trainer run` on slices of the taxi data."""
 
 import os
+import types
 
 from ml_metadata.proto import metadata_store_pb2
 import pytest
@@ -12,6 +13,7 @@ from tfx_tpu_trainer_cli import local_runner
 from tfx_tpu_trainer_cli import main as cli
 
 from tests import conftest
+from tests.fixtures import bulk_inference
 from tests.fixtures import pipeline_outputs
 from tests.fixtures import saved_models
 
@@ -88,7 +90,8 @@ def test_taxi_pipeline_twice_with_other_data_and_module(tmp_path, capfd):
       inputs=tf.constant(raw_examples))
   assert classified['scores'].shape == (6, 2)
 
-  # Again, on other rows and with another trainer module: a new version.
+  # Again, on other rows and with another trainer module: a new version;
+  # and the optional TPUBulkInferrer (`--bulk-infer`) scores the eval split.
   data_two = str(tmp_path / 'data_two')
   os.makedirs(data_two)
   rows = open(os.path.join(
@@ -99,14 +102,24 @@ def test_taxi_pipeline_twice_with_other_data_and_module(tmp_path, capfd):
   stdout = _run_cli(
       capfd, '--data-root', data_two, '--output-root', str(output_root),
       '--module-file',
-      os.path.join(conftest.TEST_MODULES_DIR, 'linear_module.py'))
+      os.path.join(conftest.TEST_MODULES_DIR, 'linear_module.py'),
+      '--bulk-infer')
   assert 'Blessed:                yes' in stdout
+  assert f'[{len(COMPONENTS) + 1}/{len(COMPONENTS) + 1}] TPUBulkInferrer done in' in stdout
+  (line,) = [l for l in stdout.splitlines() if l.startswith('  Bulk inference:')]
+  result_dir = line.split(':', 1)[1].strip()
+  logs = bulk_inference.prediction_logs(types.SimpleNamespace(uri=result_dir))
+  assert logs and all(
+      log.predict_log.response.outputs['probabilities'].float_val
+      for log in logs)
   second_versions = sorted(os.listdir(layout.serving_model_dir))
   assert len(second_versions) == 2 and second_versions[0] == versions[0]
   with metadata.Metadata(metadata.sqlite_metadata_connection_config(
       layout.metadata_path)) as store:
     for component, runs in _executions_by_component(store).items():
-      assert len(runs) == 2, component  # Nothing reused from the first run.
+      # Nothing reused from the first run, which had no inferrer.
+      expected = 1 if component == 'TPUBulkInferrer' else 2
+      assert len(runs) == expected, component
     example_uris = {a.uri for a in store.store.get_artifacts_by_type(
         'Examples') if '/CsvExampleGen/' in a.uri}
     assert len(example_uris) == 2

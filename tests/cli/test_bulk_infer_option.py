@@ -1,16 +1,12 @@
-"""`compile --bulk-infer` and `run --bulk-infer`: the bundled pipeline's
-optional TPUBulkInferrer step scoring the eval split."""
+"""`compile --bulk-infer`: the bundled pipeline's optional TPUBulkInferrer step
+(`run --bulk-infer` runs in tests/test_pipeline_e2e.py's second run)."""
 
 import os
 import tarfile
 
-import pytest
 import yaml
 
 from tfx_tpu_trainer_cli import main as cli
-
-from tests import conftest
-from tests.fixtures import bulk_inference
 
 PIPELINE_ROOT = 'gs://test-bucket/tfx/taxi_tpu'
 DATA_ROOT = 'gs://test-bucket/data/taxi'
@@ -50,27 +46,3 @@ def test_compile_without_bulk_infer_has_no_inferrer(tmp_path, capsys):
                    str(tmp_path), '--no-use-tpu'])
   assert code == 0
   assert 'Inferrer step' not in capsys.readouterr().out
-
-
-@pytest.mark.slow
-@pytest.mark.heavy
-def test_run_bulk_infer_scores_the_eval_split(tmp_path, capfd):
-  data = conftest.write_taxi_slice(str(tmp_path / 'data'), rows=300)
-  code = cli.main(['run', '--train-steps', '30', '--eval-steps', '2',
-                   '--train-batch-size', '16', '--eval-batch-size', '16',
-                   '--min-accuracy', '0', '--data-root', data,
-                   '--output-root', str(tmp_path / 'out'), '--bulk-infer'])
-  captured = capfd.readouterr()
-  assert code == 0, captured.out + captured.err
-  assert '[9/9] TPUBulkInferrer done in' in captured.out
-  line = [l for l in captured.out.splitlines()
-          if l.startswith('  Bulk inference:')]
-  assert line, captured.out
-  result_dir = line[0].split(':', 1)[1].strip()
-
-  class _Result:
-    uri = result_dir
-
-  logs = bulk_inference.prediction_logs(_Result)
-  assert logs and all(log.predict_log.response.outputs['probabilities']
-                      .float_val for log in logs)
