@@ -4,11 +4,14 @@ The split's rows are numbered; a snapshot is shown to be read (not the
 records) by overwriting the record files with bytes that are no TFRecord.
 """
 
+import glob
 import os
+import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.core.protobuf import snapshot_pb2
 
 from tests.data import numbered_split
 from tfx_tpu_trainer.data import input_fns
@@ -41,12 +44,33 @@ def _spoil(paths):
       f.write(b'not a TFRecord file')
 
 
+def _wait_until_finalized(cache_dir, guard_secs=600):
+  """Until tf.data marks a snapshot under `cache_dir` finalized.
+
+  Its writer threads finish (and mark it) after the reader's last batch; on
+  a loaded machine a later call can come first and stream. The guard only
+  ends a snapshot that is never finalized.
+  """
+  deadline = time.monotonic() + guard_secs
+  while True:
+    for path in glob.glob(os.path.join(cache_dir, '**', 'snapshot.metadata'),
+                          recursive=True):
+      record = snapshot_pb2.SnapshotMetadataRecord()
+      with open(path, 'rb') as f:
+        record.ParseFromString(f.read())
+      if record.finalized:
+        return
+    assert time.monotonic() < deadline, f'no finalized snapshot in {cache_dir}'
+    time.sleep(0.1)
+
+
 def test_a_read_epoch_is_reused_by_a_later_input_fn_call(tmp_path):
   paths = _split(tmp_path)
   cache_dir = str(tmp_path / 'cache')
   first = _rows(_dataset(paths, cache_dir))
   np.testing.assert_array_equal(np.sort(first), np.arange(FILES *
                                                           ROWS_PER_FILE))
+  _wait_until_finalized(cache_dir)
   _spoil(paths)
   # A retry builds the input again: it reads the parsed snapshot.
   again = _rows(_dataset(paths, cache_dir))

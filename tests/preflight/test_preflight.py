@@ -509,7 +509,8 @@ def test_a_finding_is_data_and_its_text_is_rendered_from_it():
       'code': 'float64', 'severity': 'error', 'message': finding.message,
       'phase': 'train', 'op': 'Cast', 'where': "op 'Cast' (Cast)",
       'cause': 'computes float64 in the train step.', 'fix': 'Use float32.',
-      'knock_on': ["float64 at 'mul'"], 'also_in': ['eval', 'export']}
+      'knock_on': ["float64 at 'mul'"], 'also_in': ['eval', 'export'],
+      'error': ''}
   # Positional as before: code, severity, what is wrong, phase.
   assert preflight_report.Finding('x', preflight.INFO, 'all well.',
                            'train').message == 'all well.'
