@@ -509,7 +509,9 @@ def _disk_cached_batches(chunks: tf.data.Dataset,
 
   The first epoch reads and parses the records (`chunks`, in file order)
   while the snapshot is written; once an epoch has been read whole, the
-  snapshot is finalized and every later epoch, and a later input_fn call
+  snapshot is finalized (by tf.data's writer threads, just after the last
+  batch: a call that comes before that streams) and every later epoch, and a
+  later input_fn call
   (a retry of the execution), reads the parsed blocks back instead. A
   snapshot that was not finished (the process died, or training stopped
   mid-epoch) is never read: `tf.data` writes a new one (its metadata marks
