@@ -603,14 +603,8 @@ def _add_tpu_check(pipeline: tfx.dsl.Pipeline) -> str:
 
 
 def _custom_config(trainer: Any) -> Dict[str, Any]:
-  value = trainer.exec_properties.get(CUSTOM_CONFIG_KEY)
-  if value is None:
-    return {}
-  if isinstance(value, str):
-    return json_utils.loads(value) or {}
-  raise CompileError(
-      f'TPUTrainer {trainer.id!r}: custom_config is a {type(value).__name__} '
-      '(a runtime parameter?); a compile needs a dict.')
+  return inferrer_steps.compiled_custom_config(trainer, 'TPUTrainer',
+                                               CompileError)
 
 
 def _set_beam_args(pipeline: tfx.dsl.Pipeline,

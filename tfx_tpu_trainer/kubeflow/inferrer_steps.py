@@ -1,7 +1,8 @@
 """TPUBulkInferrer steps in a Kubeflow compile: their custom_config and checks."""
 
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Type
 
+from tfx.types import standard_component_specs
 from tfx.utils import json_utils
 
 from tfx_tpu_trainer import config as config_lib
@@ -11,7 +12,8 @@ from tfx_tpu_trainer.bulk_inferrer import executor as inferrer_executor
 from tfx_tpu_trainer.bulk_inferrer import inference_config
 from tfx_tpu_trainer.kubeflow import beam_args as beam_args_lib
 
-__all__ = ['InferrerCompileError', 'inferrer_custom_configs',
+__all__ = ['InferrerCompileError', 'compiled_custom_config',
+           'inferrer_custom_configs',
            'check_inferrer_beam_args']
 
 
@@ -19,15 +21,23 @@ class InferrerCompileError(errors.TPUTrainerError, ValueError):
   """A TPUBulkInferrer cannot be compiled as asked; nothing was written."""
 
 
-def _custom_config(inferrer: Any) -> Dict[str, Any]:
-  value = inferrer.exec_properties.get(inferrer_executor.CUSTOM_CONFIG_KEY)
+def compiled_custom_config(component: Any, kind: str,
+                           error: Type[Exception]) -> Dict[str, Any]:
+  """A component's custom_config as a compile reads it (a dict, maybe empty).
+
+  Raises:
+    error: naming the `kind` and id of a component whose custom_config is
+      not a dict (a runtime parameter is only known when the pipeline runs).
+  """
+  value = component.exec_properties.get(
+      standard_component_specs.CUSTOM_CONFIG_KEY)
   if value is None:
     return {}
   if isinstance(value, str):
     return json_utils.loads(value) or {}
-  raise InferrerCompileError(
-      f'TPUBulkInferrer {inferrer.id!r}: custom_config is a '
-      f'{type(value).__name__} (a runtime parameter?); a compile needs a dict.')
+  raise error(
+      f'{kind} {component.id!r}: custom_config is a {type(value).__name__} '
+      '(a runtime parameter?); a compile needs a dict.')
 
 
 def inferrer_custom_configs(pipeline: Any, use_tpu: bool,
@@ -48,7 +58,8 @@ def inferrer_custom_configs(pipeline: Any, use_tpu: bool,
   """
   configs = {}
   for inferrer in inferrer_component.tpu_bulk_inferrers(pipeline):
-    config = _custom_config(inferrer)
+    config = compiled_custom_config(inferrer, 'TPUBulkInferrer',
+                                    InferrerCompileError)
     if on_a_slice:
       raise InferrerCompileError(
           f'TPUBulkInferrer {inferrer.id!r}: a multi-host slice is for '
