@@ -28,7 +28,7 @@ from tfx_tpu_trainer_cli import run_temp_dir
 
 __all__ = ['BEAM_PIPELINE_ARGS', 'OutputLayout', 'RunSummary', 'TrainerSummary',
            'ComponentProgress', 'run', 'run_pipeline',
-           'mark_running_executions_failed', 'local_options', 'run_outputs']
+           'mark_running_executions_failed', 'local_options']
 
 # The bundled pipeline: package data, loaded by path.
 taxi_pipeline = paths.taxi_pipeline()
@@ -362,33 +362,6 @@ def local_options(output_root: str, **kwargs) -> taxi_pipeline.TaxiPipelineOptio
       **kwargs)
 
 
-def run_outputs(store, run_id: str) -> Dict[str, Any]:
-  """Type name -> the newest output artifact of the pipeline run `run_id`.
-
-  Only the executions of this pipeline run count (MLMD context of type
-  `pipeline_run` named by the run id), so a concurrent run on the same
-  metadata store cannot leak into the summary.
-  """
-  context = store.store.get_context_by_type_and_name(_PIPELINE_RUN_CONTEXT,
-                                                     run_id)
-  if context is None:
-    return {}
-  executions = store.store.get_executions_by_context(context.id)
-  events = store.store.get_events_by_execution_ids([e.id for e in executions])
-  output_ids = sorted({
-      event.artifact_id for event in events
-      if event.type in (metadata_store_pb2.Event.OUTPUT,
-                        metadata_store_pb2.Event.DECLARED_OUTPUT)})
-  outputs = {}
-  for proto in store.store.get_artifacts_by_id(output_ids):
-    artifact_type = store.store.get_artifact_types_by_id([proto.type_id])[0]
-    if (artifact_type.name not in outputs or
-        proto.id > outputs[artifact_type.name].id):
-      outputs[artifact_type.name] = artifact_utils.deserialize_artifact(
-          artifact_type, proto)
-  return outputs
-
-
 def _summarize(connection_config, run_id: str, seconds: float) -> RunSummary:
   """The run's summary, read from MLMD (this pipeline run's executions only)."""
   with metadata.Metadata(connection_config) as store:
@@ -396,8 +369,8 @@ def _summarize(connection_config, run_id: str, seconds: float) -> RunSummary:
     trainers = [_trainer_summary(run, execution)
                 for execution in run.executions
                 if {'Model', 'ModelRun'} <= set(run.output_types(execution))]
-    transform_graph = run_outputs(store, run_id).get('TransformGraph')
-    transformed_examples = _transformed_examples(store, run_id)
+    transform_graph = run.newest_output('TransformGraph')
+    transformed_examples = run.transformed_examples()
   if not trainers:
     raise ValueError(f'Pipeline run {run_id!r} recorded no trainer output '
                      '(Model and ModelRun) in MLMD.')
@@ -430,6 +403,8 @@ class _RunGraph:
     executions = (store.store.get_executions_by_context(context.id)
                   if context else [])
     self.executions = sorted(executions, key=lambda e: e.id)
+    self._execution_types = {t.id: t.name
+                             for t in store.store.get_execution_types()}
     self.node_ids = {}
     for execution in self.executions:
       contexts = {c.type: c.name for c in
@@ -462,6 +437,21 @@ class _RunGraph:
   def output_types(self, execution) -> Dict[str, Any]:
     """Type name -> the newest output artifact of `execution`."""
     return self._by_type(self._outputs.get(execution.id, []))
+
+  def newest_output(self, type_name: str) -> Optional[Any]:
+    """The run's newest output artifact of `type_name`, or None."""
+    return self._by_type([artifact_id for execution in self.executions
+                          for artifact_id in self._outputs.get(execution.id, [])
+                          ]).get(type_name)
+
+  def transformed_examples(self) -> Optional[str]:
+    """The uri of the Examples that Transform wrote in this run, if any."""
+    for execution in self.executions:
+      if self._execution_types.get(execution.type_id, '').endswith('Transform'):
+        examples = self.output_types(execution).get('Examples')
+        if examples is not None:
+          return examples.uri
+    return None
 
   def readers(self, artifact_id: int, output_type: str) -> List[Any]:
     """The executions that read the artifact and output an `output_type`."""
@@ -543,26 +533,6 @@ def _scored(inference_result: Any) -> Optional[str]:
 
 def _existing(path: str) -> Optional[str]:
   return path if os.path.isfile(path) else None
-
-
-def _transformed_examples(store, run_id: str) -> Optional[str]:
-  """The uri of the Examples that Transform wrote in this run, if any."""
-  context = store.store.get_context_by_type_and_name(_PIPELINE_RUN_CONTEXT,
-                                                     run_id)
-  if context is None:
-    return None
-  executions = store.store.get_executions_by_context(context.id)
-  types = {t.id: t.name for t in store.store.get_execution_types()}
-  transforms = [e.id for e in executions
-                if types.get(e.type_id, '').endswith('Transform')]
-  events = store.store.get_events_by_execution_ids(transforms)
-  ids = [e.artifact_id for e in events
-         if e.type == metadata_store_pb2.Event.OUTPUT]
-  for artifact in store.store.get_artifacts_by_id(ids):
-    artifact_type = store.store.get_artifact_types_by_id([artifact.type_id])[0]
-    if artifact_type.name == 'Examples':
-      return artifact.uri
-  return None
 
 
 def _evaluator_metrics(evaluation_uri: str) -> Dict[str, float]:
