@@ -55,7 +55,6 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN useradd --uid "${USER_UID}" --create-home --home-dir /home/tfx tfx \
     && touch /mlpipeline-ui-metadata.json /mlpipeline-metrics.json \
     && chown tfx /mlpipeline-ui-metadata.json /mlpipeline-metrics.json
-COPY --from=beam-sdk /opt/apache/beam /opt/apache/beam
 WORKDIR /tfx-tpu-trainer
 # pip's settings of the building machine (index, CA bundle), if any: build
 # arguments, so they are not in the image's environment.
@@ -74,6 +73,11 @@ COPY --from=source /tfx-tpu-trainer ./
 # Editable, so the bundled pipelines find components/ beside them.
 RUN python -m pip install --no-cache-dir --no-deps -e . \
     && python -c "import tfx_tpu_trainer.executor"
+# Beam's SDK container boot, after the packages (a new boot keeps their
+# layers). Boot makes a venv per worker under /opt/apache/beam-venv (boot.go's
+# setupVenv), which the non-root user must be able to create.
+COPY --from=beam-sdk /opt/apache/beam /opt/apache/beam
+RUN mkdir /opt/apache/beam-venv && chown "${USER_UID}" /opt/apache/beam-venv
 # Module files import their siblings (taxi_features), and Transform names
 # its preprocessing_fn by import path (taxi_preprocessing.preprocessing_fn).
 # The compiled pipelines set the same PYTHONPATH on every step.

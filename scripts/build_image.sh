@@ -13,11 +13,16 @@
 #   PYTHON_IMAGE    a Debian bookworm minbase (debootstrap, Debian's packages)
 #                   with this machine's CPython 3.10 at /usr/local, where
 #                   python:3.10-slim has it; tagged $LOCAL_PYTHON_IMAGE.
-#   BEAM_SDK_IMAGE  /opt/apache/beam/boot only, a script that exits with an
-#                   error: Beam's boot is a Go binary and no Go module source
-#                   is reachable here. Kubeflow steps do not use it (their
-#                   command replaces the entrypoint). Tagged
-#                   $LOCAL_BEAM_SDK_IMAGE.
+#   BEAM_SDK_IMAGE  /opt/apache/beam/boot only: scripts/beam_boot.py, a
+#                   Python re-implementation of Beam's Go boot
+#                   (sdks/python/container/boot.go), standing in for it
+#                   because Beam's SDK image cannot be pulled here and its Go
+#                   boot cannot be built without Go module sources. With it
+#                   the image runs as a Beam SDK harness (DOCKER environment,
+#                   worker pool); Kubeflow steps do not use it (their command
+#                   replaces the entrypoint). Tagged $LOCAL_BEAM_SDK_IMAGE,
+#                   labelled with the script's sha256 (remade when it
+#                   changes).
 #
 # Environment: PYTHON_PREFIX (CPython 3.10 to copy in; default: the base
 # prefix of .venv/bin/python or python3.10), DEBIAN_MIRROR, DOCKERD_LOG,
@@ -154,20 +159,28 @@ make_python_base() {
     - "$LOCAL_PYTHON_IMAGE" > /dev/null
 }
 
-# No Go module source reaches this machine, so no Beam boot is built: the
-# entrypoint of an image from this base says so and exits.
+# Beam's boot is a Go program: with no Go module source here, the base holds
+# the boot re-implemented in Python (scripts/beam_boot.py, run by the image's
+# python). Only for images built on this local base.
+BEAM_BOOT=scripts/beam_boot.py
+beam_boot_sha() { sha256sum "$BEAM_BOOT" | cut -c1-64; }
+
+beam_base_current() {
+  have_image "$LOCAL_BEAM_SDK_IMAGE" && [ "$(docker image inspect --format \
+    '{{index .Config.Labels "tfx-tpu-trainer.beam-boot-sha256"}}' \
+    "$LOCAL_BEAM_SDK_IMAGE" 2> /dev/null)" = "$(beam_boot_sha)" ]
+}
+
 make_beam_base() {
   local context
   context=$(mktemp -d /var/tmp/tfx-tpu-trainer-beam.XXXXXX)
   trap 'rm -rf "$context"; trap - RETURN' RETURN
   mkdir -p "$context/opt/apache/beam"
-  cat > "$context/opt/apache/beam/boot" <<EOF
-#!/bin/sh
-echo "boot: this image was built on a base made without Beam's SDK container boot (scripts/build_image.sh); build it on apache/beam_python3.10_sdk:$BEAM_VERSION to run it as a Beam SDK container." >&2
-exit 2
-EOF
-  chmod 755 "$context/opt/apache/beam/boot"
-  tar -C "$context" -c opt | docker import - "$LOCAL_BEAM_SDK_IMAGE" > /dev/null
+  install -m 755 "$BEAM_BOOT" "$context/opt/apache/beam/boot"
+  log "Beam SDK base $LOCAL_BEAM_SDK_IMAGE: boot from $BEAM_BOOT (Beam's image cannot be pulled)"
+  tar -C "$context" -c opt | docker import \
+    --change "LABEL tfx-tpu-trainer.beam-boot-sha256=$(beam_boot_sha)" \
+    - "$LOCAL_BEAM_SDK_IMAGE" > /dev/null
 }
 
 # Whether the Dockerfile's own bases are here or can be pulled.
@@ -182,7 +195,7 @@ ensure_bases() {
   if [ "${REBUILD_BASE:-0}" = 1 ] || ! have_image "$LOCAL_PYTHON_IMAGE"; then
     make_python_base
   fi
-  if [ "${REBUILD_BASE:-0}" = 1 ] || ! have_image "$LOCAL_BEAM_SDK_IMAGE"; then
+  if [ "${REBUILD_BASE:-0}" = 1 ] || ! beam_base_current; then
     make_beam_base
   fi
 }
