@@ -1,23 +1,27 @@
 """The built image as Beam's SDK harness: Transform, with a module file on
 no one's path, on Beam's portable runner with `--environment_type=DOCKER`.
 
-Beam's own job server, embedded (`--job_endpoint=embed`), starts each worker
-as Flink's or Spark's task managers do: `docker run -d --network=host IMAGE
---id=... --control_endpoint=...` (Beam's DockerSdkWorkerHandler), so the
-image's entrypoint, `/opt/apache/beam/boot`, fetches the job's staged files
-(TFX's user-module wheel), installs them and starts the SDK harness as the
-image's non-root user. ExampleGen, StatisticsGen and SchemaGen run here on
-the DirectRunner.
+As on a cluster, the step runs in the image as its non-root user (a `docker
+run` of the image, the driver below) and submits the job to Beam's own job
+server, here embedded in it (`--job_endpoint=embed`), which starts each
+worker as a Flink or Spark task manager with Docker does: `docker run -d
+--network=host IMAGE --id=... --control_endpoint=...` (Beam's
+DockerSdkWorkerHandler), through the host's Docker daemon (its socket and
+CLI given to the driver). The image's entrypoint, `/opt/apache/beam/boot`,
+fetches the job's staged files (TFX's user-module wheel), installs them in
+its venv and starts the SDK harness, as the image's user. ExampleGen,
+StatisticsGen and SchemaGen run in the driver on the DirectRunner.
 
-What a cluster gives the workers, given here: storage every worker reaches
-(a bucket there; here the test's work folder, mounted at the same path and
-writable by the image's user). Beam's `docker run` mounts nothing, so a
-`docker` first on PATH adds that volume, and a label to clean up by, to
-Beam's `docker run` and passes every other command through.
+What a cluster gives the pods, given here: storage every pod reaches (a
+bucket there; here the test's work folder, mounted at the same path).
+Beam's `docker run` mounts nothing, so a `docker` first on the driver's
+PATH adds that volume, and a label to clean up by, to Beam's `docker run`
+and passes every other command through.
 
 Skipped only where Docker cannot be started, as test_built_image.py.
 """
 
+import json
 import os
 import re
 import shutil
@@ -27,8 +31,8 @@ import pytest
 import tensorflow as tf
 
 from tests import conftest
+from tests.conftest import REPO_ROOT
 from tests.fixtures import docker_pod
-from tests.fixtures import pipeline_outputs
 from tfx_tpu_trainer_cli import paths
 
 _UNAVAILABLE = docker_pod.docker_unavailable_reason()
@@ -39,6 +43,18 @@ pytestmark = [pytest.mark.slow, pytest.mark.heavy,
 ROWS = 300
 USER_UID = 1000
 LABEL = f'tfx-tpu-trainer-test=beam-docker-{os.getpid()}'
+DOCKER_SOCKET = '/var/run/docker.sock'
+# In the driver: the host's docker CLI, and the repository's tests (for
+# tests/fixtures/pipeline_outputs.py, which runs the data components).
+DOCKER_CLI = '/usr/local/bin/docker-cli'
+TESTS_PARENT = '/beam-driver'
+DRIVER = """
+import json, sys
+from tests.fixtures import pipeline_outputs
+a = pipeline_outputs.run_data_components(*sys.argv[1:4], sys.argv[4:])
+print(json.dumps({k: getattr(a, k).uri for k in (
+    'raw_examples', 'transformed_examples', 'transform_graph')}))
+"""
 
 
 @pytest.fixture(scope='module')
@@ -48,41 +64,58 @@ def image():
 
 
 def _containers():
-  """The ids of the containers Beam started in this run."""
+  """The ids of the containers this test started (the driver, Beam's)."""
   return subprocess.run(['docker', 'ps', '-aq', '--filter', f'label={LABEL}'],
                         capture_output=True, text=True,
                         check=True).stdout.split()
 
 
 @pytest.fixture
-def beam_docker(tmp_path, monkeypatch):
-  """A work folder the workers reach; Beam's `docker run` mounts it."""
+def work(tmp_path):
+  """The pods' shared storage; the containers this test started go after."""
   work = tmp_path / 'work'
-  work.mkdir()
-  os.chown(work, USER_UID, -1)
-  bin_dir = tmp_path / 'bin'
-  bin_dir.mkdir()
-  docker = bin_dir / 'docker'
+  (work / 'bin').mkdir(parents=True)
+  (work / 'home').mkdir()
+  docker = work / 'bin' / 'docker'
   docker.write_text(
       '#!/bin/sh\n'
       'if [ "$1" = run ]; then\n'
       '  shift\n'
-      f'  exec {shutil.which("docker")} run --label {LABEL} '
-      f'--volume {work}:{work} "$@"\n'
+      f'  exec {DOCKER_CLI} run --label {LABEL} --volume {work}:{work} "$@"\n'
       'fi\n'
-      f'exec {shutil.which("docker")} "$@"\n')
+      f'exec {DOCKER_CLI} "$@"\n')
   docker.chmod(0o755)
-  monkeypatch.setenv('PATH', f'{bin_dir}{os.pathsep}{os.environ["PATH"]}')
-  # The image's user writes into folders this (root) process makes.
-  umask = os.umask(0)
   try:
     yield work
   finally:
-    os.umask(umask)
     ids = _containers()
     if ids:
       subprocess.run(['docker', 'rm', '--force'] + ids, capture_output=True,
                      check=False)
+
+
+def _run_driver(image, work, argv):
+  """The step: `python -c DRIVER argv` in the image, as its user."""
+  for folder, _, files in os.walk(work):
+    os.chown(folder, USER_UID, -1)
+    for name in files:
+      os.chown(os.path.join(folder, name), USER_UID, -1)
+  result = subprocess.run(
+      ['docker', 'run', '--name', f'beam-driver-{os.getpid()}', '--label',
+       LABEL, '--network', 'host',
+       '--group-add', str(os.stat(DOCKER_SOCKET).st_gid),
+       '--volume', f'{DOCKER_SOCKET}:{DOCKER_SOCKET}',
+       '--volume', f'{shutil.which("docker")}:{DOCKER_CLI}:ro',
+       '--volume', f'{work}:{work}',
+       '--volume', f'{os.path.join(REPO_ROOT, "tests")}:'
+                   f'{TESTS_PARENT}/tests:ro',
+       '--env', f'PATH={work}/bin:/usr/local/bin:/usr/bin:/bin',
+       '--env', f'HOME={work}/home',
+       '--env', f'PYTHONPATH={TESTS_PARENT}:/tfx-tpu-trainer/components',
+       '--entrypoint', 'python', image, '-c', DRIVER] + argv,
+      capture_output=True, text=True, check=False)
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+  return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def _records(uri):
@@ -92,8 +125,7 @@ def _records(uri):
 
 
 def test_transform_runs_in_the_image_as_beam_s_docker_sdk_harness(
-    image, beam_docker):
-  work = beam_docker
+    image, work):
   data = conftest.write_taxi_slice(str(work / 'data'), rows=ROWS)
   modules = work / 'user_modules'  # Not on the image's PYTHONPATH.
   modules.mkdir()
@@ -105,13 +137,13 @@ def test_transform_runs_in_the_image_as_beam_s_docker_sdk_harness(
                # As the compile sets it: TFX then stages no copy of itself.
                f'--sdk_container_image={image}']
 
-  artifacts = pipeline_outputs.run_data_components(
-      str(work), data, str(modules / 'user_preprocessing.py'), beam_args)
+  uris = _run_driver(image, work, [
+      str(work / 'run'), data, str(modules / 'user_preprocessing.py')] +
+                     beam_args)
 
-  # Transform's outputs, written by the image's user in the container.
-  examples = artifacts.transformed_examples.uri
-  assert _records(examples) == _records(artifacts.raw_examples.uri) == ROWS
-  graph = artifacts.transform_graph.uri
+  # Transform's outputs, every row, written by the image's user.
+  examples, graph = uris['transformed_examples'], uris['transform_graph']
+  assert _records(examples) == _records(uris['raw_examples']) == ROWS
   saved_model = os.path.join(graph, 'transform_fn', 'saved_model.pb')
   assert os.path.isfile(saved_model)
   assert os.path.isfile(os.path.join(graph, 'transformed_metadata',
@@ -122,10 +154,12 @@ def test_transform_runs_in_the_image_as_beam_s_docker_sdk_harness(
 
   # Beam started the workers from the image; its boot installed the staged
   # user-module wheel and ran the SDK harness.
-  ids = _containers()
-  assert ids
+  workers = [c for c in _containers() if subprocess.run(
+      ['docker', 'inspect', '--format', '{{.Name}}', c], capture_output=True,
+      text=True, check=True).stdout.strip() != f'/beam-driver-{os.getpid()}']
+  assert workers
   logs = []
-  for container in ids:
+  for container in workers:
     assert subprocess.run(
         ['docker', 'inspect', '--format', '{{.Config.Image}}', container],
         capture_output=True, text=True, check=True).stdout.strip() == image
@@ -133,7 +167,8 @@ def test_transform_runs_in_the_image_as_beam_s_docker_sdk_harness(
                             text=True, check=False)
     logs.append(logged.stdout + logged.stderr)
   log = '\n'.join(logs)
-  assert 'Installing extra package: tfx_user_code_Transform-' in log, log
+  assert re.search(r'Installing extra package: tfx_user_code_transform-\S+'
+                   r'\.whl', log, re.IGNORECASE), log
   assert re.search(r'Successfully installed tfx[-_]user[-_]code[-_]transform',
                    log, re.IGNORECASE), log
   assert 'Executing Python (worker' in log, log
