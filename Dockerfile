@@ -5,7 +5,10 @@
 #                    1.15.1, TF 2.15.1 CPU, Beam 2.59.0, kfp 1.8.22 ...), this
 #                    package, the repository at /tfx-tpu-trainer; Beam's SDK
 #                    worker boot as entrypoint, so Dataflow can run it as the
-#                    SDK container (--beam-arg=--sdk_container_image=...).
+#                    SDK container (--beam-arg=--sdk_container_image=...),
+#                    and Flink or Spark as the DOCKER environment or the
+#                    worker pool (docs/kubeflow.md, "Beam on Flink or
+#                    Spark").
 #   tpu              the trainer on GKE TPU VMs: the same plus TensorFlow 2.15's
 #                    TPU VM build and its libtpu at /lib/libtpu.so, from
 #                    Google's Cloud TPU release storage (PyPI's tensorflow-tpu
