@@ -146,9 +146,8 @@ def _pip(logger, args):
 
 def _pip_failed(returncode_ok):
   if not returncode_ok:
-    raise BootError('PIP failed to install dependencies. This error may be '
-                    f'unrecoverable, see {UNRECOVERABLE_URL} for more '
-                    'information')
+    raise BootError('pip failed to install the staged packages (its log is '
+                    f'above); Beam on such failures: {UNRECOVERABLE_URL}')
 
 
 def pip_install_requirements(logger, files, directory, name):
@@ -158,8 +157,8 @@ def pip_install_requirements(logger, files, directory, name):
   path = os.path.join(directory, name)
   if not _pip(logger, ['-r', path, '--no-index', '--no-deps', '--find-links',
                        directory]):
-    logger.info('Some packages could not be installed solely from the '
-                'requirements cache. Installing packages from PyPI.')
+    logger.info('Not every requirement is among the staged packages: '
+                'installing the rest from the package index.')
   _pip_failed(_pip(logger, ['-r', path, '--find-links', directory]))
 
 
@@ -215,8 +214,8 @@ def install_sdk(logger, files, directory, specs):
                           False, ['gcp'])
       return
     except BootError as e:
-      logger.info(f'Could not install Apache Beam SDK from a wheel: {e}, '
-                  'proceeding to install SDK from source tarball.')
+      logger.info(f'The staged Beam wheel did not install ({e}): trying '
+                  'the staged SDK tarball, if any.')
   if not os.path.exists(os.path.join(directory, SDK_SRC_FILE)):
     return
   pip_install_package(logger, files, directory, SDK_SRC_FILE, False, False,
@@ -233,10 +232,8 @@ def install_setup_packages(logger, files, directory, requirements_files):
   if subprocess.run(['python', '-m', 'pip', 'show', 'apache-beam'],
                     capture_output=True, check=False).returncode != 0:
     raise BootError(
-        'Apache Beam is not installed in the runtime environment. If you use '
-        'a custom container image, you must install apache-beam package in '
-        'the custom image using same version of Beam as in the pipeline '
-        'submission environment.')
+        'apache-beam is not installed in this image: install the Beam '
+        'version the pipeline was submitted with in it.')
   for name in requirements_files:
     try:
       pip_install_requirements(logger, files, directory, name)
@@ -448,10 +445,10 @@ def launch_sdk_process(flags):
         venv = setup_venv(logger, flags.id)
       except (OSError, subprocess.CalledProcessError) as e:
         raise BootError(
-            'failed to create a virtual environment. To run the SDK process '
-            'in default environment instead, set the environment variable '
-            f'`{DEFAULT_ENVIRONMENT_ENV}=1`. In custom Docker images, you can '
-            f'do that with an `ENV` statement. Encountered error: {e}') from e
+            f'could not make the worker\'s venv under {VENV_BASE_DIR} ({e}): '
+            'give the image\'s user that folder, or set '
+            f'{DEFAULT_ENVIRONMENT_ENV}=1 (an ENV line of the image) to run '
+            'the SDK in the image\'s own environment.') from e
     directory = os.path.join(flags.semi_persist_dir, 'staged')
     try:
       staged = materialize(logger, artifact_endpoint, info, directory)
