@@ -18,15 +18,24 @@ Beam's `docker run` mounts nothing, so a `docker` first on the driver's
 PATH adds that volume, and a label to clean up by, to Beam's `docker run`
 and passes every other command through.
 
+Then the image as the worker pool sidecar of a Flink task manager (`docker
+run IMAGE --worker_pool`), with a job on it.
+
 Skipped only where Docker cannot be started, as test_built_image.py.
 """
 
 import json
+import operator
 import os
 import re
 import shutil
+import socket
 import subprocess
+import time
 
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing import util as beam_testing
 import pytest
 import tensorflow as tf
 
@@ -44,6 +53,7 @@ ROWS = 300
 USER_UID = 1000
 LABEL = f'tfx-tpu-trainer-test=beam-docker-{os.getpid()}'
 DOCKER_SOCKET = '/var/run/docker.sock'
+WORKER_POOL_PORT = 50000  # boot.go's, for --worker_pool.
 # In the driver: the host's docker CLI, and the repository's tests (for
 # tests/fixtures/pipeline_outputs.py, which runs the data components).
 DOCKER_CLI = '/usr/local/bin/docker-cli'
@@ -172,3 +182,45 @@ def test_transform_runs_in_the_image_as_beam_s_docker_sdk_harness(
   assert re.search(r'Successfully installed tfx[-_]user[-_]code[-_]transform',
                    log, re.IGNORECASE), log
   assert 'Executing Python (worker' in log, log
+
+
+def _port_in_use(port):
+  with socket.socket() as s:
+    return s.connect_ex(('localhost', port)) == 0
+
+
+def test_the_image_serves_beam_s_worker_pool_as_a_flink_sidecar(image, work):
+  """`args: ["--worker_pool"]`, as the Flink operator's sidecar runs the
+  image (docs/kubeflow.md): boot serves Beam's worker pool on port 50000
+  and starts a boot per worker; a job with `--environment_type=EXTERNAL
+  --environment_config=localhost:50000` runs on it."""
+  del work  # Its teardown removes the containers labelled for this run.
+  if _port_in_use(WORKER_POOL_PORT):
+    pytest.skip(f'port {WORKER_POOL_PORT} (boot\'s worker pool) is in use')
+  pool = subprocess.run(
+      ['docker', 'run', '-d', '--label', LABEL, '--network', 'host', image,
+       '--worker_pool'], capture_output=True, text=True, check=True
+  ).stdout.strip()
+  while not _port_in_use(WORKER_POOL_PORT):
+    state = subprocess.run(
+        ['docker', 'inspect', '--format', '{{.State.Status}}', pool],
+        capture_output=True, text=True, check=True).stdout.strip()
+    assert state == 'running', subprocess.run(
+        ['docker', 'logs', pool], capture_output=True, text=True,
+        check=False).stderr
+    time.sleep(1)
+  options = PipelineOptions([
+      '--runner=PortableRunner', '--job_endpoint=embed',
+      '--environment_type=EXTERNAL',
+      f'--environment_config=localhost:{WORKER_POOL_PORT}'])
+  with beam.Pipeline(options=options) as p:
+    # Functions the workers import by name: nothing of this test module.
+    total = (p | beam.Create(range(10)) | beam.Map(operator.mul, 2)
+             | beam.CombineGlobally(sum))
+    beam_testing.assert_that(total, beam_testing.equal_to([90]))
+  logged = subprocess.run(['docker', 'logs', pool], capture_output=True,
+                          text=True, check=False)
+  log = logged.stdout + logged.stderr
+  assert 'Starting worker pool' in log, log
+  assert 'Initializing temporary Python venv in /opt/apache/beam-venv/' in log
+  assert 'Executing Python (worker worker_0)' in log, log
