@@ -1,17 +1,14 @@
-"""input_cache="disk": the training split parsed once into a tf.data snapshot.
+"""input_cache="disk": the training split parsed once into blocks on disk.
 
-The split's rows are numbered; a snapshot is shown to be read (not the
+The split's rows are numbered; the cache is shown to be read (not the
 records) by overwriting the record files with bytes that are no TFRecord.
 """
 
-import glob
 import os
-import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from tensorflow.core.protobuf import snapshot_pb2
 
 from tests.data import numbered_split
 from tfx_tpu_trainer.data import input_fns
@@ -44,33 +41,15 @@ def _spoil(paths):
       f.write(b'not a TFRecord file')
 
 
-def _wait_until_finalized(cache_dir, guard_secs=600):
-  """Until tf.data marks a snapshot under `cache_dir` finalized.
-
-  Its writer threads finish (and mark it) after the reader's last batch; on
-  a loaded machine a later call can come first and stream. The guard only
-  ends a snapshot that is never finalized.
-  """
-  deadline = time.monotonic() + guard_secs
-  while True:
-    for path in glob.glob(os.path.join(cache_dir, '**', 'snapshot.metadata'),
-                          recursive=True):
-      record = snapshot_pb2.SnapshotMetadataRecord()
-      with open(path, 'rb') as f:
-        record.ParseFromString(f.read())
-      if record.finalized:
-        return
-    assert time.monotonic() < deadline, f'no finalized snapshot in {cache_dir}'
-    time.sleep(0.1)
-
-
 def test_a_read_epoch_is_reused_by_a_later_input_fn_call(tmp_path):
   paths = _split(tmp_path)
   cache_dir = str(tmp_path / 'cache')
   first = _rows(_dataset(paths, cache_dir))
   np.testing.assert_array_equal(np.sort(first), np.arange(FILES *
                                                           ROWS_PER_FILE))
-  _wait_until_finalized(cache_dir)
+  # The marker is written before the epoch's end reaches the caller.
+  assert os.path.exists(os.path.join(cache_dir, 'host-0-of-1',
+                                     input_fns.DISK_COMPLETE_FILE))
   _spoil(paths)
   # A retry builds the input again: it reads the parsed snapshot.
   again = _rows(_dataset(paths, cache_dir))
@@ -78,16 +57,25 @@ def test_a_read_epoch_is_reused_by_a_later_input_fn_call(tmp_path):
   assert not np.array_equal(again, first)  # Rows permuted afresh.
 
 
-def test_a_half_written_snapshot_is_never_read(tmp_path):
+@pytest.mark.parametrize('marker', [None, 'float32:other[];v1'])
+def test_an_unfinished_or_foreign_cache_is_never_read(tmp_path, marker):
+  # A block without the marker (the writer died mid-epoch), or a marker of
+  # other columns: the cache is removed and written again from the records.
   paths = _split(tmp_path)
   cache_dir = str(tmp_path / 'cache')
-  iterator = iter(_dataset(paths, cache_dir, repeat=True))
-  next(iterator)  # The writer has started; the epoch is not finished.
-  del iterator
-  assert os.listdir(cache_dir)
+  host_dir = os.path.join(cache_dir, 'host-0-of-1')
+  os.makedirs(host_dir)
+  with open(os.path.join(host_dir, 'block-000000000.int64'), 'wb') as f:
+    f.write(b'half a block')
+  if marker is not None:
+    with open(os.path.join(host_dir, input_fns.DISK_COMPLETE_FILE), 'w') as f:
+      f.write(marker)
   rows = _rows(_dataset(paths, cache_dir))
   np.testing.assert_array_equal(np.sort(rows),
                                 np.arange(FILES * ROWS_PER_FILE))
+  _spoil(paths)
+  again = _rows(_dataset(paths, cache_dir))  # The rewritten cache.
+  np.testing.assert_array_equal(np.sort(again), np.sort(rows))
 
 
 def test_repeating_disk_input_crosses_epochs_with_static_batches(tmp_path):
