@@ -5,6 +5,7 @@ records) by overwriting the record files with bytes that are no TFRecord.
 """
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -163,3 +164,54 @@ def test_a_pipeline_run_caches_the_split_beside_its_checkpoints(
       in log, log
   assert f'Removed the parsed input cache {cache}.' in log
   assert not os.path.exists(cache)
+
+
+def _over_the_table_cap(monkeypatch):
+  monkeypatch.setattr(input_fns, 'PARSED_CACHE_MAX_BYTES', 1000)
+
+
+def test_auto_caches_a_split_over_the_table_cap_on_a_local_disk(
+    tmp_path, monkeypatch):
+  _over_the_table_cap(monkeypatch)
+  paths = _split(tmp_path)
+  cache_dir = str(tmp_path / 'not' / 'yet' / 'made')
+  spec = {'row': tf.io.FixedLenFeature([], tf.int64),
+          'y': tf.io.FixedLenFeature([], tf.int64)}
+  assert input_fns.choose_cache('auto', paths, spec,
+                                cache_dir=cache_dir) == 'disk'
+  rows = _rows(input_fns.default_dataset(
+      paths, _schema(), 'y', batch_size=50, training=True, repeat=False,
+      cache='auto', cache_dir=cache_dir))
+  np.testing.assert_array_equal(np.sort(rows),
+                                np.arange(FILES * ROWS_PER_FILE))
+  assert os.path.exists(os.path.join(cache_dir, 'host-0-of-1',
+                                     input_fns.DISK_COMPLETE_FILE))
+
+
+@pytest.mark.parametrize('cache_dir,reason', [
+    (None, 'no resumable directory'),
+    ('gs://bucket/run/cache', 'not a local disk'),
+    ('LOCAL', 'more than the .* GB free where it goes'),
+])
+def test_auto_streams_a_split_the_disk_cannot_hold(tmp_path, monkeypatch,
+                                                   caplog, cache_dir, reason):
+  _over_the_table_cap(monkeypatch)
+  # More headroom than any disk has: a local disk without room.
+  monkeypatch.setattr(input_fns, 'DISK_CACHE_HEADROOM_BYTES', 2**60)
+  paths = _split(tmp_path)
+  if cache_dir == 'LOCAL':
+    cache_dir = str(tmp_path / 'cache')
+  spec = {'row': tf.io.FixedLenFeature([], tf.int64)}
+  with caplog.at_level('INFO'):
+    chosen = input_fns.choose_cache('auto', paths, spec, cache_dir=cache_dir)
+  assert chosen == 'serialized'  # Small gzip files: cached serialized.
+  assert re.search(f'not caching the training split on disk: .*{reason}',
+                   caplog.text), caplog.text
+
+
+def test_disk_streams_when_the_local_disk_has_no_room(tmp_path, monkeypatch):
+  monkeypatch.setattr(input_fns, 'DISK_CACHE_HEADROOM_BYTES', 2**60)
+  paths = _split(tmp_path)
+  cache_dir = str(tmp_path / 'cache')
+  assert len(_rows(_dataset(paths, cache_dir))) == FILES * ROWS_PER_FILE
+  assert not os.path.exists(cache_dir)

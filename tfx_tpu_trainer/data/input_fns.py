@@ -57,7 +57,7 @@ STREAM_PARSE_ROWS = 2048
 DISK_CACHE_MAX_BYTES = 64 * 1024**3
 # Free space a local disk keeps beyond the cache, else the split streams.
 DISK_CACHE_HEADROOM_BYTES = 2 * 1024**3
-DISK_BLOCK_ROWS = 16384
+DISK_BLOCK_ROWS = 65536
 DISK_COMPLETE_FILE = 'COMPLETE'
 DISK_CHUNK_ROWS = STREAM_CHUNK_ROWS
 DISK_CHUNK_BUFFER = STREAM_CHUNK_BUFFER
@@ -623,11 +623,10 @@ def _no_rows(layouts: Mapping[str, List[Tuple[str, tf.TensorShape]]]
 def _read_blocks(cache_path: str,
                  layouts: Mapping[str, List[Tuple[str, tf.TensorShape]]],
                  repeat: bool) -> tf.data.Dataset:
-  """The cached rows: each epoch, blocks read in parallel in a fresh order.
+  """The cached blocks: each epoch, read in parallel in a fresh order.
 
   The files are listed when each epoch starts (the first input_fn call
-  writes them during its first epoch); the blocks are mixed within the
-  epoch (`_mixed_chunks`).
+  writes them during its first epoch).
   """
   dtypes = sorted(layouts)
   pattern = os.path.join(cache_path, f'block-*.{dtypes[0]}')
@@ -638,8 +637,8 @@ def _read_blocks(cache_path: str,
   def epoch(_):
     files = tf.data.Dataset.from_tensor_slices(
         tf.random.shuffle(tf.io.matching_files(pattern)))
-    return _mixed_chunks(files.map(read, num_parallel_calls=tf.data.AUTOTUNE,
-                                   deterministic=False))
+    return files.map(read, num_parallel_calls=tf.data.AUTOTUNE,
+                     deterministic=False)
 
   def read(path):
     blocks = {}
@@ -656,9 +655,32 @@ def _read_blocks(cache_path: str,
   return epochs.flat_map(epoch)
 
 
-def _mixed_chunks(blocks: tf.data.Dataset) -> tf.data.Dataset:
-  """One epoch's blocks as chunks of `DISK_CHUNK_ROWS` rows, shuffled."""
-  return blocks.rebatch(DISK_CHUNK_ROWS).shuffle(DISK_CHUNK_BUFFER)
+def _block_batches(blocks: tf.data.Dataset,
+                   layouts: Mapping[str, List[Tuple[str, tf.TensorShape]]],
+                   label_key: str, batch_size: int,
+                   repeat: bool) -> tf.data.Dataset:
+  """Batches of blocks, each block's rows permuted (one gather per dtype).
+
+  Batches are cut across blocks (and epochs) by about `ROWS_PER_GATHER`
+  rows at a time, as the parsed table cuts them.
+  """
+  batches_per_cut = max(1, ROWS_PER_GATHER // batch_size) if repeat else 1
+
+  def permuted(block_by_dtype):
+    rows = tf.random.shuffle(
+        tf.range(tf.shape(next(iter(block_by_dtype.values())))[0]))
+    return {dtype: tf.gather(block, rows)
+            for dtype, block in block_by_dtype.items()}
+
+  def features(block_by_dtype):
+    return _gathered_batches(
+        block_by_dtype, tf.range(batches_per_cut * batch_size), layouts,
+        batches_per_cut, batch_size, label_key)
+
+  cuts = blocks.map(permuted, num_parallel_calls=tf.data.AUTOTUNE,
+                    deterministic=False).rebatch(
+                        batches_per_cut * batch_size, drop_remainder=True)
+  return cuts.map(features).unbatch()
 
 
 def _disk_cached_batches(chunks: tf.data.Dataset,
@@ -673,10 +695,11 @@ def _disk_cached_batches(chunks: tf.data.Dataset,
   cache complete. Every later epoch, and a later input_fn call (a retry of
   the execution), reads the blocks back in a fresh random order instead. A
   cache without its marker (the process died, or training stopped
-  mid-epoch) is never read: it is removed and written again. The rows of
-  every epoch are mixed as streaming mixes them: chunks of
-  `DISK_CHUNK_ROWS` shuffled in a buffer of `DISK_CHUNK_BUFFER`, rows
-  permuted per window.
+  mid-epoch) is never read: it is removed and written again. The first
+  epoch's parsed rows are mixed as streaming mixes them (chunks of
+  `DISK_CHUNK_ROWS` shuffled in a buffer of `DISK_CHUNK_BUFFER`) before
+  they are cut into blocks; every epoch permutes the rows of each block
+  (`_block_batches`: windows of `DISK_BLOCK_ROWS`, 4x streaming's).
   """
   layouts = _column_layouts(feature_spec)
   signature = _cache_signature(layouts)
@@ -689,13 +712,14 @@ def _disk_cached_batches(chunks: tf.data.Dataset,
       logging.info('Removing the unfinished input cache %s.', cache_path)
       tf.io.gfile.rmtree(cache_path)
     tf.io.gfile.makedirs(cache_path)
-    blocks = _mixed_chunks(_written_blocks(
-        _parsed_chunks(chunks, feature_spec, layouts, deterministic=False),
-        cache_path, layouts, signature))
+    parsed = _parsed_chunks(chunks, feature_spec, layouts,
+                            deterministic=False)
+    blocks = _written_blocks(
+        parsed.rebatch(DISK_CHUNK_ROWS).shuffle(DISK_CHUNK_BUFFER),
+        cache_path, layouts, signature)
     if repeat:
       blocks = blocks.concatenate(_read_blocks(cache_path, layouts, True))
-  return _permuted_windows(blocks, layouts, label_key, batch_size,
-                           _window_rows(batch_size), repeat)
+  return _block_batches(blocks, layouts, label_key, batch_size, repeat)
 
 
 @tf.autograph.experimental.do_not_convert
