@@ -52,7 +52,7 @@ def test_a_read_epoch_is_reused_by_a_later_input_fn_call(tmp_path):
   assert os.path.exists(os.path.join(cache_dir, 'host-0-of-1',
                                      input_fns.DISK_COMPLETE_FILE))
   _spoil(paths)
-  # A retry builds the input again: it reads the parsed snapshot.
+  # A retry builds the input again: it reads the parsed blocks.
   again = _rows(_dataset(paths, cache_dir))
   np.testing.assert_array_equal(np.sort(again), np.sort(first))
   assert not np.array_equal(again, first)  # Rows permuted afresh.
@@ -112,7 +112,7 @@ def test_a_share_over_the_size_cap_streams(tmp_path, monkeypatch):
   assert not os.path.exists(cache_dir)
 
 
-def test_hosts_write_their_own_snapshots(tmp_path):
+def test_hosts_write_their_own_caches(tmp_path):
   paths = _split(tmp_path)
   cache_dir = str(tmp_path / 'cache')
   shares = [_rows(input_fns.default_dataset(
@@ -140,7 +140,7 @@ def test_cache_dir_is_bookkeeping_of_the_resumable_directory():
 def test_a_pipeline_run_caches_the_split_beside_its_checkpoints(
     taxi_artifacts, tmp_path):
   # The executor in a process of its own, as a pipeline step runs it: the
-  # snapshot goes into the resumable directory, and once the model is
+  # cache goes into the resumable directory, and once the model is
   # exported it is removed.
   # pylint: disable=g-import-not-at-top,protected-access
   from tests import test_reliability as reliability

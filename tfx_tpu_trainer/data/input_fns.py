@@ -680,7 +680,8 @@ def _block_batches(blocks: tf.data.Dataset,
   cuts = blocks.map(permuted, num_parallel_calls=tf.data.AUTOTUNE,
                     deterministic=False).rebatch(
                         batches_per_cut * batch_size, drop_remainder=True)
-  return cuts.map(features).unbatch()
+  return cuts.map(features, num_parallel_calls=tf.data.AUTOTUNE,
+                  deterministic=False).unbatch()
 
 
 def _disk_cached_batches(chunks: tf.data.Dataset,
@@ -753,7 +754,7 @@ def default_dataset(file_pattern: List[str],
     shuffle: how training input that is not the parsed table is mixed, one
       of `SHUFFLE_MODES`: "window" (chunks and windows of rows,
       `_window_shuffled_batches`) or "record" (a record buffer).
-    cache_dir: where input_cache="disk" writes its snapshot (None: it
+    cache_dir: where input_cache="disk" writes its blocks (None: it
       streams instead).
 
   Returns:
