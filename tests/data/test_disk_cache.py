@@ -1,17 +1,15 @@
-"""input_cache="disk": the training split parsed once into a tf.data snapshot.
+"""input_cache="disk": the training split parsed once into blocks on disk.
 
-The split's rows are numbered; a snapshot is shown to be read (not the
+The split's rows are numbered; the cache is shown to be read (not the
 records) by overwriting the record files with bytes that are no TFRecord.
 """
 
-import glob
 import os
-import time
+import re
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from tensorflow.core.protobuf import snapshot_pb2
 
 from tests.data import numbered_split
 from tfx_tpu_trainer.data import input_fns
@@ -44,50 +42,41 @@ def _spoil(paths):
       f.write(b'not a TFRecord file')
 
 
-def _wait_until_finalized(cache_dir, guard_secs=600):
-  """Until tf.data marks a snapshot under `cache_dir` finalized.
-
-  Its writer threads finish (and mark it) after the reader's last batch; on
-  a loaded machine a later call can come first and stream. The guard only
-  ends a snapshot that is never finalized.
-  """
-  deadline = time.monotonic() + guard_secs
-  while True:
-    for path in glob.glob(os.path.join(cache_dir, '**', 'snapshot.metadata'),
-                          recursive=True):
-      record = snapshot_pb2.SnapshotMetadataRecord()
-      with open(path, 'rb') as f:
-        record.ParseFromString(f.read())
-      if record.finalized:
-        return
-    assert time.monotonic() < deadline, f'no finalized snapshot in {cache_dir}'
-    time.sleep(0.1)
-
-
 def test_a_read_epoch_is_reused_by_a_later_input_fn_call(tmp_path):
   paths = _split(tmp_path)
   cache_dir = str(tmp_path / 'cache')
   first = _rows(_dataset(paths, cache_dir))
   np.testing.assert_array_equal(np.sort(first), np.arange(FILES *
                                                           ROWS_PER_FILE))
-  _wait_until_finalized(cache_dir)
+  # The marker is written before the epoch's end reaches the caller.
+  assert os.path.exists(os.path.join(cache_dir, 'host-0-of-1',
+                                     input_fns.DISK_COMPLETE_FILE))
   _spoil(paths)
-  # A retry builds the input again: it reads the parsed snapshot.
+  # A retry builds the input again: it reads the parsed blocks.
   again = _rows(_dataset(paths, cache_dir))
   np.testing.assert_array_equal(np.sort(again), np.sort(first))
   assert not np.array_equal(again, first)  # Rows permuted afresh.
 
 
-def test_a_half_written_snapshot_is_never_read(tmp_path):
+@pytest.mark.parametrize('marker', [None, 'float32:other[];v1'])
+def test_an_unfinished_or_foreign_cache_is_never_read(tmp_path, marker):
+  # A block without the marker (the writer died mid-epoch), or a marker of
+  # other columns: the cache is removed and written again from the records.
   paths = _split(tmp_path)
   cache_dir = str(tmp_path / 'cache')
-  iterator = iter(_dataset(paths, cache_dir, repeat=True))
-  next(iterator)  # The writer has started; the epoch is not finished.
-  del iterator
-  assert os.listdir(cache_dir)
+  host_dir = os.path.join(cache_dir, 'host-0-of-1')
+  os.makedirs(host_dir)
+  with open(os.path.join(host_dir, 'block-000000000.int64'), 'wb') as f:
+    f.write(b'half a block')
+  if marker is not None:
+    with open(os.path.join(host_dir, input_fns.DISK_COMPLETE_FILE), 'w') as f:
+      f.write(marker)
   rows = _rows(_dataset(paths, cache_dir))
   np.testing.assert_array_equal(np.sort(rows),
                                 np.arange(FILES * ROWS_PER_FILE))
+  _spoil(paths)
+  again = _rows(_dataset(paths, cache_dir))  # The rewritten cache.
+  np.testing.assert_array_equal(np.sort(again), np.sort(rows))
 
 
 def test_repeating_disk_input_crosses_epochs_with_static_batches(tmp_path):
@@ -123,7 +112,7 @@ def test_a_share_over_the_size_cap_streams(tmp_path, monkeypatch):
   assert not os.path.exists(cache_dir)
 
 
-def test_hosts_write_their_own_snapshots(tmp_path):
+def test_hosts_write_their_own_caches(tmp_path):
   paths = _split(tmp_path)
   cache_dir = str(tmp_path / 'cache')
   shares = [_rows(input_fns.default_dataset(
@@ -151,7 +140,7 @@ def test_cache_dir_is_bookkeeping_of_the_resumable_directory():
 def test_a_pipeline_run_caches_the_split_beside_its_checkpoints(
     taxi_artifacts, tmp_path):
   # The executor in a process of its own, as a pipeline step runs it: the
-  # snapshot goes into the resumable directory, and once the model is
+  # cache goes into the resumable directory, and once the model is
   # exported it is removed.
   # pylint: disable=g-import-not-at-top,protected-access
   from tests import test_reliability as reliability
@@ -175,3 +164,54 @@ def test_a_pipeline_run_caches_the_split_beside_its_checkpoints(
       in log, log
   assert f'Removed the parsed input cache {cache}.' in log
   assert not os.path.exists(cache)
+
+
+def _over_the_table_cap(monkeypatch):
+  monkeypatch.setattr(input_fns, 'PARSED_CACHE_MAX_BYTES', 1000)
+
+
+def test_auto_caches_a_split_over_the_table_cap_on_a_local_disk(
+    tmp_path, monkeypatch):
+  _over_the_table_cap(monkeypatch)
+  paths = _split(tmp_path)
+  cache_dir = str(tmp_path / 'not' / 'yet' / 'made')
+  spec = {'row': tf.io.FixedLenFeature([], tf.int64),
+          'y': tf.io.FixedLenFeature([], tf.int64)}
+  assert input_fns.choose_cache('auto', paths, spec,
+                                cache_dir=cache_dir) == 'disk'
+  rows = _rows(input_fns.default_dataset(
+      paths, _schema(), 'y', batch_size=50, training=True, repeat=False,
+      cache='auto', cache_dir=cache_dir))
+  np.testing.assert_array_equal(np.sort(rows),
+                                np.arange(FILES * ROWS_PER_FILE))
+  assert os.path.exists(os.path.join(cache_dir, 'host-0-of-1',
+                                     input_fns.DISK_COMPLETE_FILE))
+
+
+@pytest.mark.parametrize('cache_dir,reason', [
+    (None, 'no resumable directory'),
+    ('gs://bucket/run/cache', 'not a local disk'),
+    ('LOCAL', 'more than the .* GB free where it goes'),
+])
+def test_auto_streams_a_split_the_disk_cannot_hold(tmp_path, monkeypatch,
+                                                   caplog, cache_dir, reason):
+  _over_the_table_cap(monkeypatch)
+  # More headroom than any disk has: a local disk without room.
+  monkeypatch.setattr(input_fns, 'DISK_CACHE_HEADROOM_BYTES', 2**60)
+  paths = _split(tmp_path)
+  if cache_dir == 'LOCAL':
+    cache_dir = str(tmp_path / 'cache')
+  spec = {'row': tf.io.FixedLenFeature([], tf.int64)}
+  with caplog.at_level('INFO'):
+    chosen = input_fns.choose_cache('auto', paths, spec, cache_dir=cache_dir)
+  assert chosen == 'serialized'  # Small gzip files: cached serialized.
+  assert re.search(f'not caching the training split on disk: .*{reason}',
+                   caplog.text), caplog.text
+
+
+def test_disk_streams_when_the_local_disk_has_no_room(tmp_path, monkeypatch):
+  monkeypatch.setattr(input_fns, 'DISK_CACHE_HEADROOM_BYTES', 2**60)
+  paths = _split(tmp_path)
+  cache_dir = str(tmp_path / 'cache')
+  assert len(_rows(_dataset(paths, cache_dir))) == FILES * ROWS_PER_FILE
+  assert not os.path.exists(cache_dir)

@@ -1,6 +1,7 @@
 """Input functions for TPUEstimator over a split's TFRecord examples."""
 
 import os
+import shutil
 import struct
 import zlib
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
@@ -22,6 +23,7 @@ __all__ = ['InputFn', 'CACHE_MODES', 'CACHE_MAX_COMPRESSED_BYTES',
            'ROWS_PER_GATHER', 'SIZE_SAMPLE_BYTES', 'SHUFFLE_MODES',
            'STREAM_CHUNK_ROWS', 'STREAM_CHUNK_BUFFER', 'STREAM_WINDOW_ROWS',
            'STREAM_PARSE_ROWS', 'READ_BUFFER_BYTES', 'DISK_CACHE_MAX_BYTES',
+           'DISK_CACHE_HEADROOM_BYTES', 'DISK_BLOCK_ROWS', 'DISK_COMPLETE_FILE', 'DISK_CHUNK_ROWS',
            'DISK_CHUNK_BUFFER',
            'InputCacheError', 'estimated_record_count', 'check_cache_mode',
            'choose_cache', 'default_dataset', 'make_input_fn']
@@ -49,10 +51,17 @@ STREAM_WINDOW_ROWS = 16384
 # Records parsed per `parse_example` call of a streamed window.
 STREAM_PARSE_ROWS = 2048
 # input_cache="disk": the most parsed bytes one input invocation writes (a
-# larger share streams), and the parsed chunks of `STREAM_PARSE_ROWS` rows
-# shuffled in a buffer before rows are permuted per window.
+# larger share streams); rows per block file; the marker of a finished
+# cache; and, every epoch, chunks of `DISK_CHUNK_ROWS` rows shuffled in a
+# buffer of `DISK_CHUNK_BUFFER` before rows are permuted per window.
 DISK_CACHE_MAX_BYTES = 64 * 1024**3
-DISK_CHUNK_BUFFER = 8
+# Free space a local disk keeps beyond the cache, else the split streams.
+DISK_CACHE_HEADROOM_BYTES = 2 * 1024**3
+DISK_BLOCK_ROWS = 65536
+DISK_COMPLETE_FILE = 'COMPLETE'
+DISK_CHUNK_ROWS = STREAM_CHUNK_ROWS
+DISK_CHUNK_BUFFER = STREAM_CHUNK_BUFFER
+_DISK_FORMAT = 1
 # Records parsed per `parse_example` call while the parsed table is built.
 PARSE_CHUNK_SIZE = 4096
 # Rows a repeating parsed-table input gathers per call (whole batches).
@@ -181,15 +190,53 @@ def _share_rows(files: List[str], compressed: int, invocation_index: int,
       share, compressed if share is files else _compressed_size(share))
 
 
+def _free_bytes(path: str) -> Optional[int]:
+  """Free bytes of the local file system that holds (or will hold) `path`.
+
+  None for a path of a remote file system (`gs://...`).
+  """
+  if '://' in path:
+    return None
+  existing = os.path.abspath(path)
+  while not os.path.exists(existing):
+    existing = os.path.dirname(existing)
+  return shutil.disk_usage(existing).free
+
+
+def _disk_cache_refusal(cache_dir: str, cache_bytes: float,
+                        remote_ok: bool) -> Optional[str]:
+  """Why `cache_bytes` of parsed rows cannot go under `cache_dir`, or None.
+
+  Over `DISK_CACHE_MAX_BYTES`, or with less free space than the cache plus
+  `DISK_CACHE_HEADROOM_BYTES` (checkpoints and the export need room too).
+  The free space of a remote file system is not known: `remote_ok` says
+  whether to cache there anyway.
+  """
+  if cache_bytes > DISK_CACHE_MAX_BYTES:
+    return (f'about {cache_bytes / 1024**3:.1f} GB parsed is over the '
+            f'{DISK_CACHE_MAX_BYTES / 1024**3:.0f} GB cap')
+  free = _free_bytes(cache_dir)
+  if free is None:
+    return None if remote_ok else (
+        f'the free space of {cache_dir} (not a local disk) is unknown')
+  if cache_bytes + DISK_CACHE_HEADROOM_BYTES > free:
+    return (f'about {cache_bytes / 1024**3:.1f} GB parsed (plus '
+            f'{DISK_CACHE_HEADROOM_BYTES / 1024**3:.0f} GB of headroom) is '
+            f'more than the {free / 1024**3:.1f} GB free where it goes '
+            f'({cache_dir})')
+  return None
+
+
 def _disk_cache_path(files: List[str], feature_spec: Mapping[str, Any],
                      training: bool, cache_dir: Optional[str],
                      invocation_index: int,
                      invocation_count: int) -> Optional[str]:
-  """Where this invocation's snapshot goes, or None to stream instead.
+  """Where this invocation's cache goes, or None to stream instead.
 
   Evaluation input (read for a few steps) and a run without a cache
   directory (a direct `Do()` call) stream; so does a share whose parsed
-  size is estimated over `DISK_CACHE_MAX_BYTES`.
+  size is estimated over `DISK_CACHE_MAX_BYTES` or over the free space of
+  a local disk (`_disk_cache_refusal`).
   """
   if not training or cache_dir is None:
     logging.info('input_cache="disk" streams this split (%s).',
@@ -199,11 +246,10 @@ def _disk_cache_path(files: List[str], feature_spec: Mapping[str, Any],
   rows = _share_rows(files, _compressed_size(files), invocation_index,
                      invocation_count)
   cache_bytes = rows * _parsed_bytes_per_example(feature_spec)
-  if cache_bytes > DISK_CACHE_MAX_BYTES:
-    logging.warning(
-        'input_cache="disk": about %.1f GB parsed is over the %.0f GB cap; '
-        'streaming the split instead.', cache_bytes / 1024**3,
-        DISK_CACHE_MAX_BYTES / 1024**3)
+  refusal = _disk_cache_refusal(cache_dir, cache_bytes, remote_ok=True)
+  if refusal is not None:
+    logging.warning('input_cache="disk": %s; streaming the split instead.',
+                    refusal)
     return None
   path = os.path.join(cache_dir,
                       f'host-{invocation_index}-of-{invocation_count}')
@@ -216,12 +262,16 @@ def _disk_cache_path(files: List[str], feature_spec: Mapping[str, Any],
 def choose_cache(mode: str, files: List[str],
                  feature_spec: Mapping[str, Any], training: bool = True,
                  invocation_index: int = 0,
-                 invocation_count: int = 1) -> str:
-  """The cache of one split: "parsed", "serialized" or "none".
+                 invocation_count: int = 1,
+                 cache_dir: Optional[str] = None) -> str:
+  """The cache of one split: "parsed", "disk", "serialized" or "none".
 
   "auto" builds the parsed table for training input only: the table is
   built whole every time an input_fn is called, which pays off when the
   split is read for many epochs, not for an evaluation of a few steps.
+  Training input of fixed-length features whose table is over the memory
+  cap goes to the disk cache when `cache_dir` is on a local disk with room
+  for it (`_disk_cache_refusal`); the choice and its reason are logged.
 
   Args:
     mode: the requested mode, one of `CACHE_MODES`.
@@ -230,6 +280,7 @@ def choose_cache(mode: str, files: List[str],
     training: whether this is training input.
     invocation_index: which input invocation this is (a TPU host).
     invocation_count: how many input invocations share the split.
+    cache_dir: where input_cache="disk" would write (None: nowhere).
 
   Returns:
     The cache to build: `mode` itself unless it is "auto".
@@ -241,15 +292,26 @@ def choose_cache(mode: str, files: List[str],
   if mode != 'auto':
     return mode
   compressed = _compressed_size(files)
-  if training and not _not_tabular(feature_spec, numeric_only=True):
+  if training and not _not_tabular(feature_spec, numeric_only=False):
     rows = _share_rows(files, compressed, invocation_index, invocation_count)
     table_bytes = rows * _parsed_bytes_per_example(feature_spec)
     peak_bytes = 2 * table_bytes + 2 * 8 * rows
-    if peak_bytes <= PARSED_CACHE_MAX_BYTES:
+    if (peak_bytes <= PARSED_CACHE_MAX_BYTES and
+        not _not_tabular(feature_spec, numeric_only=True)):
       logging.info(
           'Caching the parsed training split in memory (about %.1f MB for '
           '%d examples).', table_bytes / 2**20, int(rows))
       return 'parsed'
+    refusal = ('no resumable directory to hold it' if cache_dir is None else
+               _disk_cache_refusal(cache_dir, table_bytes, remote_ok=False))
+    if refusal is None:
+      logging.info(
+          'input_cache="auto": the parsed training split (about %.1f MB) '
+          'is over the in-memory cap (%.0f MB at peak); caching it on disk.',
+          table_bytes / 2**20, PARSED_CACHE_MAX_BYTES / 2**20)
+      return 'disk'
+    logging.info('input_cache="auto": not caching the training split on '
+                 'disk: %s.', refusal)
   if compressed <= CACHE_MAX_COMPRESSED_BYTES:
     return 'serialized'
   logging.info('Not caching the split (%.1f MB of gzip files).',
@@ -501,31 +563,164 @@ def _window_rows(batch_size: int) -> int:
   return batch_size * max(1, -(-STREAM_WINDOW_ROWS // batch_size))
 
 
+def _cache_signature(layouts: Mapping[str, List[Tuple[str, tf.TensorShape]]]
+                    ) -> str:
+  """The columns a disk cache holds, as its completion marker records them."""
+  return ';'.join(
+      f'{dtype}:' + ','.join(f'{name}{shape.as_list()}'
+                             for name, shape in layout)
+      for dtype, layout in sorted(layouts.items())) + f';v{_DISK_FORMAT}'
+
+
+def _disk_cache_complete(cache_path: str, signature: str) -> bool:
+  """Whether a finished cache of these columns is in `cache_path`."""
+  marker = os.path.join(cache_path, DISK_COMPLETE_FILE)
+  if not tf.io.gfile.exists(marker):
+    return False
+  with tf.io.gfile.GFile(marker, 'r') as f:
+    return f.read() == signature
+
+
+def _written_blocks(parsed: tf.data.Dataset, cache_path: str,
+                    layouts: Mapping[str, List[Tuple[str, tf.TensorShape]]],
+                    signature: str) -> tf.data.Dataset:
+  """`parsed` in blocks of `DISK_BLOCK_ROWS` rows, each written as it passes.
+
+  Each block is one file per dtype (`block-<n>.<dtype>`, a serialized
+  tensor); after the last one, the marker `DISK_COMPLETE_FILE` (holding the
+  columns' `signature`) is written by a final element of no rows: tf.data
+  reaches it only when every block's write has returned.
+  """
+  prefix = os.path.join(cache_path, 'block-')
+
+  def write(index, blocks):
+    name = tf.strings.join([prefix, tf.strings.as_string(index, width=9,
+                                                         fill='0')])
+    writes = [tf.io.write_file(tf.strings.join([name, '.', dtype]),
+                               tf.io.serialize_tensor(block))
+              for dtype, block in blocks.items()]
+    with tf.control_dependencies(writes):
+      return {dtype: tf.identity(block) for dtype, block in blocks.items()}
+
+  def mark_complete(_):
+    with tf.control_dependencies([tf.io.write_file(
+        os.path.join(cache_path, DISK_COMPLETE_FILE), signature)]):
+      return _no_rows(layouts)
+
+  blocks = parsed.rebatch(DISK_BLOCK_ROWS).enumerate().map(
+      write, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+  return blocks.concatenate(tf.data.Dataset.range(1).map(mark_complete))
+
+
+def _no_rows(layouts: Mapping[str, List[Tuple[str, tf.TensorShape]]]
+            ) -> Dict[str, tf.Tensor]:
+  """Per-dtype blocks of no rows."""
+  return {dtype: tf.zeros([0, sum(shape.num_elements() for _, shape in layout)],
+                          tf.dtypes.as_dtype(dtype))
+          for dtype, layout in layouts.items()}
+
+
+def _read_blocks(cache_path: str,
+                 layouts: Mapping[str, List[Tuple[str, tf.TensorShape]]],
+                 repeat: bool) -> tf.data.Dataset:
+  """The cached blocks: each epoch, read in parallel in a fresh order.
+
+  The files are listed when each epoch starts (the first input_fn call
+  writes them during its first epoch).
+  """
+  dtypes = sorted(layouts)
+  pattern = os.path.join(cache_path, f'block-*.{dtypes[0]}')
+  suffix = f'\\.{dtypes[0]}$'
+  widths = {dtype: sum(shape.num_elements() for _, shape in layouts[dtype])
+            for dtype in dtypes}
+
+  def epoch(_):
+    files = tf.data.Dataset.from_tensor_slices(
+        tf.random.shuffle(tf.io.matching_files(pattern)))
+    return files.map(read, num_parallel_calls=tf.data.AUTOTUNE,
+                     deterministic=False)
+
+  def read(path):
+    blocks = {}
+    for dtype in dtypes:
+      block = tf.io.parse_tensor(
+          tf.io.read_file(tf.strings.regex_replace(path, suffix,
+                                                   f'.{dtype}')),
+          tf.dtypes.as_dtype(dtype))
+      block.set_shape([None, widths[dtype]])
+      blocks[dtype] = block
+    return blocks
+
+  epochs = tf.data.Dataset.range(1).repeat(None if repeat else 1)
+  return epochs.flat_map(epoch)
+
+
+def _block_batches(blocks: tf.data.Dataset,
+                   layouts: Mapping[str, List[Tuple[str, tf.TensorShape]]],
+                   label_key: str, batch_size: int,
+                   repeat: bool) -> tf.data.Dataset:
+  """Batches of blocks, each block's rows permuted (one gather per dtype).
+
+  Batches are cut across blocks (and epochs) by about `ROWS_PER_GATHER`
+  rows at a time, as the parsed table cuts them.
+  """
+  batches_per_cut = max(1, ROWS_PER_GATHER // batch_size) if repeat else 1
+
+  def permuted(block_by_dtype):
+    rows = tf.random.shuffle(
+        tf.range(tf.shape(next(iter(block_by_dtype.values())))[0]))
+    return {dtype: tf.gather(block, rows)
+            for dtype, block in block_by_dtype.items()}
+
+  def features(block_by_dtype):
+    return _gathered_batches(
+        block_by_dtype, tf.range(batches_per_cut * batch_size), layouts,
+        batches_per_cut, batch_size, label_key)
+
+  cuts = blocks.map(permuted, num_parallel_calls=tf.data.AUTOTUNE,
+                    deterministic=False).rebatch(
+                        batches_per_cut * batch_size, drop_remainder=True)
+  return cuts.map(features, num_parallel_calls=tf.data.AUTOTUNE,
+                  deterministic=False).unbatch()
+
+
 def _disk_cached_batches(chunks: tf.data.Dataset,
                          feature_spec: Mapping[str, Any], label_key: str,
                          batch_size: int, repeat: bool,
                          cache_path: str) -> tf.data.Dataset:
-  """Training batches of the split parsed once into a `tf.data` snapshot.
+  """Training batches of the split parsed once into blocks on disk.
 
-  The first epoch reads and parses the records (`chunks`, in file order)
-  while the snapshot is written; once an epoch has been read whole, the
-  snapshot is finalized (by tf.data's writer threads, just after the last
-  batch: a call that comes before that streams) and every later epoch, and a
-  later input_fn call
-  (a retry of the execution), reads the parsed blocks back instead. A
-  snapshot that was not finished (the process died, or training stopped
-  mid-epoch) is never read: `tf.data` writes a new one (its metadata marks
-  a snapshot finalized only after the last element). Parsed chunks are
-  shuffled in a buffer of `DISK_CHUNK_BUFFER`, rows permuted per window.
+  The first epoch of the first input_fn call streams (`chunks`, files in a
+  random order) and writes the parsed rows in blocks of `DISK_BLOCK_ROWS`
+  (`_written_blocks`); the marker written after the last block makes the
+  cache complete. Every later epoch, and a later input_fn call (a retry of
+  the execution), reads the blocks back in a fresh random order instead. A
+  cache without its marker (the process died, or training stopped
+  mid-epoch) is never read: it is removed and written again. The first
+  epoch's parsed rows are mixed as streaming mixes them (chunks of
+  `DISK_CHUNK_ROWS` shuffled in a buffer of `DISK_CHUNK_BUFFER`) before
+  they are cut into blocks; every epoch permutes the rows of each block
+  (`_block_batches`: windows of `DISK_BLOCK_ROWS`, 4x streaming's).
   """
   layouts = _column_layouts(feature_spec)
-  parsed = _parsed_chunks(chunks, feature_spec, layouts, deterministic=True)
-  parsed = parsed.snapshot(cache_path, compression=None)
-  parsed = parsed.shuffle(DISK_CHUNK_BUFFER)
-  if repeat:
-    parsed = parsed.repeat()
-  return _permuted_windows(parsed, layouts, label_key, batch_size,
-                           _window_rows(batch_size), repeat)
+  signature = _cache_signature(layouts)
+  if _disk_cache_complete(cache_path, signature):
+    logging.info('Reading the parsed training split cached in %s.',
+                 cache_path)
+    blocks = _read_blocks(cache_path, layouts, repeat)
+  else:
+    if tf.io.gfile.exists(cache_path):
+      logging.info('Removing the unfinished input cache %s.', cache_path)
+      tf.io.gfile.rmtree(cache_path)
+    tf.io.gfile.makedirs(cache_path)
+    parsed = _parsed_chunks(chunks, feature_spec, layouts,
+                            deterministic=False)
+    blocks = _written_blocks(
+        parsed.rebatch(DISK_CHUNK_ROWS).shuffle(DISK_CHUNK_BUFFER),
+        cache_path, layouts, signature)
+    if repeat:
+      blocks = blocks.concatenate(_read_blocks(cache_path, layouts, True))
+  return _block_batches(blocks, layouts, label_key, batch_size, repeat)
 
 
 @tf.autograph.experimental.do_not_convert
@@ -559,7 +754,7 @@ def default_dataset(file_pattern: List[str],
     shuffle: how training input that is not the parsed table is mixed, one
       of `SHUFFLE_MODES`: "window" (chunks and windows of rows,
       `_window_shuffled_batches`) or "record" (a record buffer).
-    cache_dir: where input_cache="disk" writes its snapshot (None: it
+    cache_dir: where input_cache="disk" writes its blocks (None: it
       streams instead).
 
   Returns:
@@ -572,7 +767,7 @@ def default_dataset(file_pattern: List[str],
   files = data_checks.split_files(file_pattern)
   feature_spec = schemas_lib.feature_spec(schema)
   chosen = choose_cache(cache, files, feature_spec, training,
-                        invocation_index, invocation_count)
+                        invocation_index, invocation_count, cache_dir)
   disk_path = None
   if chosen == 'disk':
     disk_path = _disk_cache_path(files, feature_spec, training, cache_dir,
@@ -580,7 +775,7 @@ def default_dataset(file_pattern: List[str],
     chosen = 'none'
   if disk_path is not None:
     dataset = _disk_cached_batches(
-        _records(files, False, invocation_index, invocation_count,
+        _records(files, True, invocation_index, invocation_count,
                  STREAM_CHUNK_ROWS),
         feature_spec, label_key, batch_size, repeat, disk_path)
   elif chosen == 'parsed':

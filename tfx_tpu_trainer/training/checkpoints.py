@@ -133,7 +133,7 @@ def input_cache_dir(context: Optional[base_executor.BaseExecutor.Context],
 
 
 def remove_input_cache(model_dir: str) -> None:
-  """Deletes input_cache="disk"'s snapshot (after the export), if any."""
+  """Deletes input_cache="disk"'s parsed blocks (after the export), if any."""
   path = os.path.join(model_dir, INPUT_CACHE_DIR)
   if fileio.exists(path):
     remove(path)
