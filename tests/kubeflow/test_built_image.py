@@ -7,7 +7,10 @@ container spec's command, arguments and environment as Argo starts it, as
 the image's non-root user (`tests/fixtures/docker_pod.py`), the pipeline
 root on a volume and MLMD behind the test's gRPC server: to a pushed model,
 with the KFP UI files written in the container by that user; then a user's
-pipeline (examples/penguin_tpu compiled with `--pipeline`) the same way.
+pipeline (examples/penguin_tpu compiled with `--pipeline`) the same way;
+and the TPUTrainer step of the taxi pipeline compiled for KFP v2, started
+from its executor's container spec with the ExecutorInput and arguments the
+KFP v2 driver and launcher give it (`tests/fixtures/kfp_v2_launch.py`).
 
 Skipped only where Docker cannot be started (no docker CLI or dockerd, or
 not root); `.ci/run` installs and starts it.
@@ -17,14 +20,23 @@ import json
 import os
 import subprocess
 
+from google.protobuf import json_format
+from kfp.pipeline_spec import pipeline_spec_pb2
 import pytest
+from tfx.utils import path_utils
+import yaml
 
 from tests.fixtures import compiled_runs
 from tests.fixtures import docker_pod
+from tests.fixtures import kfp_v2_launch
+from tests.fixtures import pipeline_outputs
 from tests.fixtures.compiled_runs import data_root  # pylint: disable=unused-import
 from tests.fixtures.compiled_runs import mlmd_server  # pylint: disable=unused-import
 from tests.fixtures.compiled_runs import work  # pylint: disable=unused-import
+from tfx_tpu_trainer.publishing import export
+from tfx_tpu_trainer.publishing import metrics as metrics_lib
 from tfx_tpu_trainer_cli import kubeflow_compile
+from tfx_tpu_trainer_cli import main as cli
 
 _UNAVAILABLE = docker_pod.docker_unavailable_reason()
 
@@ -35,7 +47,7 @@ STEPS = ['csvexamplegen', 'statisticsgen', 'schemagen', 'examplevalidator',
          'transform', 'tputrainer', 'evaluator', 'pusher']
 USER_STEPS = ['csvexamplegen', 'statisticsgen', 'schemagen', 'transform',
               'tputrainer', 'evaluator', 'pusher']
-USER_UID = 1000
+USER_UID = docker_pod.IMAGE_UID
 
 
 @pytest.fixture(scope='module')
@@ -160,3 +172,64 @@ def test_user_pipeline_runs_every_step_in_the_image_to_a_pushed_model(
   assert len(versions) == 1, versions
   model = root / 'serving_model' / versions[0] / 'saved_model.pb'
   assert model.is_file() and os.stat(model).st_uid == USER_UID
+
+
+def test_kfp_v2_trainer_step_runs_in_the_image_from_its_container_spec(
+    image, work, data_root):
+  """The TPUTrainer task of the taxi pipeline compiled for KFP v2 (CPU), as a
+  KFP v2 backend starts it: its upstream artifacts (ExampleGen..Transform run
+  here) as the driver reads them from MLMD, with the blank type schema the
+  backend gives them; `{{$}}` substituted by the launcher."""
+  os.chmod(work, 0o755)
+  v2 = work / 'kfp_v2'
+  upstream = pipeline_outputs.run_data_components(str(v2 / 'upstream'),
+                                                  data_root)
+  assert cli.main([
+      'compile', '--runner', 'kubeflow_v2', '--no-use-tpu', '--no-vertex-job',
+      '--pipeline-root', str(v2 / 'pipeline_root'), '--data-root', data_root,
+      '--output-dir', str(v2 / 'compiled'), '--image',
+      'gcr.io/test/tfx-tpu-trainer:1', '--train-steps',
+      str(compiled_runs.TRAIN_STEPS), '--eval-steps', '5',
+      '--train-batch-size', '32', '--eval-batch-size', '32']) == 0
+  with open(v2 / 'compiled' / 'taxi-tpu.kfp-v2-pipeline.yaml') as f:
+    spec = list(yaml.safe_load_all(f))[0]
+  _shared_with_the_pods(v2)
+  inputs = {
+      'examples': [kfp_v2_launch.upstream_artifact(
+          upstream.transformed_examples, 'transformed_examples')],
+      'schema': [kfp_v2_launch.upstream_artifact(upstream.schema, 'schema')],
+      'transform_graph': [kfp_v2_launch.upstream_artifact(
+          upstream.transform_graph, 'transform_graph')]}
+  result = kfp_v2_launch.run_task(
+      spec, 'TPUTrainer', inputs, spec['defaultPipelineRoot'],
+      str(v2 / 'pods'), [str(work)], image=image)
+  assert result.returncode == 0, result.log()[-6000:]
+  # The step's ExecutorInput parses as the pipeline spec's own message.
+  json_format.ParseDict(result.executor_input, pipeline_spec_pb2.ExecutorInput())
+  assert inputs['examples'][0]['type'] == {'instanceSchema': ''}
+
+  # The ExecutorOutput the launcher reads: each output at the URI the driver
+  # gave it, with its metadata (the MLMD custom properties it records).
+  assert os.stat(result.output_file).st_uid == USER_UID
+  with open(result.output_file) as f:
+    executor_output = json_format.Parse(f.read(),
+                                        pipeline_spec_pb2.ExecutorOutput())
+  artifacts = {k: v.artifacts[0] for k, v in executor_output.artifacts.items()}
+  assert sorted(artifacts) == ['metrics', 'model', 'model_run']
+  for key, artifact in artifacts.items():
+    assert artifact.name == key
+    assert artifact.uri == result.output_uri(key)
+  metrics = json_format.MessageToDict(artifacts['metrics'].metadata)
+  assert metrics['global_step'] == compiled_runs.TRAIN_STEPS
+  assert 'loss' in metrics
+  model_metadata = json_format.MessageToDict(artifacts['model'].metadata)
+  assert model_metadata['eval_global_step'] == compiled_runs.TRAIN_STEPS
+
+  serving = path_utils.serving_model_path(result.output_uri('model'))
+  assert export.saved_model_tag_sets(serving) == [('serve',), ('serve', 'tpu')]
+  assert os.stat(os.path.join(serving, 'saved_model.pb')).st_uid == USER_UID
+  written = os.path.join(result.output_uri('model_run'),
+                         metrics_lib.METRICS_FILE_NAME)
+  assert os.stat(written).st_uid == USER_UID
+  assert compiled_runs.read_json(written)['global_step'] == (
+      compiled_runs.TRAIN_STEPS)
