@@ -205,7 +205,8 @@ def test_kfp_v2_trainer_step_runs_in_the_image_from_its_container_spec(
       str(v2 / 'pods'), [str(work)], image=image)
   assert result.returncode == 0, result.log()[-6000:]
   # The step's ExecutorInput parses as the pipeline spec's own message.
-  json_format.ParseDict(result.executor_input, pipeline_spec_pb2.ExecutorInput())
+  json_format.ParseDict(result.executor_input,
+                        pipeline_spec_pb2.ExecutorInput())
   assert inputs['examples'][0]['type'] == {'instanceSchema': ''}
 
   # The ExecutorOutput the launcher reads: each output at the URI the driver
