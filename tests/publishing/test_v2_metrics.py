@@ -10,7 +10,6 @@ import pytest
 from tfx import types
 from tfx.orchestration.kubeflow.v2 import compiler_utils
 from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_entrypoint_utils
-from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_run_executor
 from tfx.types import standard_artifacts
 
 from tfx_tpu_trainer import TPUTrainer
@@ -104,13 +103,6 @@ def test_declared_as_kfp_2_declares_output_metrics():
                         pipeline_pb2.ArtifactTypeSchema())
 
 
-def test_trainer_step_command():
-  assert v2_metrics.trainer_step_command(
-      ['python', '-m', v2_metrics.KFP_V2_ENTRYPOINT]) == [
-          'python', '-m', 'tfx_tpu_trainer.kubeflow.v2_metrics']
-  assert v2_metrics.trainer_step_command(['my-entrypoint']) is None
-
-
 def test_tpu_trainer_declares_the_metrics_output():
   trainer = TPUTrainer(
       examples=types.Channel(type=standard_artifacts.Examples),
@@ -120,71 +112,3 @@ def test_tpu_trainer_declares_the_metrics_output():
   assert metrics.type is v2_metrics.Metrics
   assert metrics.producer_component_id == trainer.id
   assert metrics.output_key == 'metrics'
-
-
-def _backend_argv(input_type, invocation_inline=False):
-  """The trainer step's arguments as a KFP v2 launcher substitutes them: the
-  upstream Examples as the driver reads them from MLMD, with `input_type`."""
-  executor_input = {'inputs': {'artifacts': {'examples': {'artifacts': [{
-      'name': '12', 'type': input_type, 'uri': '/root/Transform/examples/5',
-      'metadata': {'split_names': '["train", "eval"]', 'span': 0.0,
-                   'display_name': 'transformed_examples'}}]}}},
-                    'outputs': {'outputFile': '/root/t/output_metadata.json'}}
-  # As the compiler writes it (the taxi spec's, shortened).
-  inputs_spec = {'artifacts': {'examples': {'artifactType': {
-      'instanceSchema': 'title: tfx.Examples\ntype: object\n'}}}}
-  invocation = json.dumps(executor_input)
-  return ['prog', '--executor_class_path', 'tfx_tpu_trainer.executor.Executor'
-         ] + ([f'{v2_metrics.INVOCATION_FLAG}={invocation}']
-              if invocation_inline else
-              [v2_metrics.INVOCATION_FLAG, invocation]) + [
-                  v2_metrics.INPUTS_SPEC_FLAG, json.dumps(inputs_spec),
-                  '--direct_num_workers=1']
-
-
-def _parsed_inputs(argv):
-  """The inputs TFX's v2 entrypoint builds from `argv`."""
-  args, beam_args = kubeflow_v2_run_executor._parse_flags(argv[1:])  # pylint: disable=protected-access
-  assert beam_args == ['--direct_num_workers=1']
-  executor_input = json_format.Parse(args.json_serialized_invocation_args,
-                                     pipeline_pb2.ExecutorInput(),
-                                     ignore_unknown_fields=True)
-  return kubeflow_v2_entrypoint_utils.parse_raw_artifact_dict(
-      executor_input.inputs.artifacts, {})
-
-
-@pytest.mark.parametrize('inline', [False, True])
-def test_input_types_the_kfp_v2_backend_leaves_blank_come_from_the_spec(
-    inline):
-  argv = _backend_argv({'instanceSchema': ''}, invocation_inline=inline)
-  # What TFX's v2 entrypoint makes of the backend's blank schema.
-  with pytest.raises(AttributeError, match="'NoneType' object has no "
-                     "attribute 'get'"):
-    _parsed_inputs(argv)
-  typed = v2_metrics.typed_inputs(argv)
-  assert len(typed) == len(argv)
-  [examples] = _parsed_inputs(typed)['examples']
-  assert isinstance(examples, standard_artifacts.Examples)
-  assert examples.uri == '/root/Transform/examples/5'
-  assert examples.split_names == '["train", "eval"]'
-  assert examples.span == 0
-
-
-@pytest.mark.parametrize('input_type', [
-    {'instanceSchema': 'title: tfx.Examples\ntype: object\n'},
-    {'schemaTitle': 'tfx.Examples'}])
-def test_input_types_given_are_left_alone(input_type):
-  argv = _backend_argv(input_type)
-  assert v2_metrics.typed_inputs(argv) == argv
-  # Without the flags there is nothing to complete.
-  assert v2_metrics.typed_inputs(['prog', '--other']) == ['prog', '--other']
-
-
-def test_an_input_declared_nowhere_is_an_error():
-  argv = _backend_argv({})
-  spec_at = argv.index(v2_metrics.INPUTS_SPEC_FLAG) + 1
-  argv[spec_at] = json.dumps({'artifacts': {}})
-  with pytest.raises(v2_metrics.InputTypeError,
-                     match="Input artifact 'examples' has no type in "
-                     '--json_serialized_invocation_args'):
-    v2_metrics.typed_inputs(argv)
