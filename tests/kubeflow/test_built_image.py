@@ -194,6 +194,9 @@ def test_kfp_v2_pipeline_runs_every_step_in_the_image_to_a_pushed_model(
       '--train-batch-size', '32', '--eval-batch-size', '32']) == 0
   with open(v2 / 'compiled' / 'taxi-tpu.kfp-v2-pipeline.yaml') as f:
     spec = list(yaml.safe_load_all(f))[0]
+  # The pipeline root, like a bucket, is the pods' to write (the Pusher
+  # writes `serving_model` there).
+  (v2 / 'pipeline_root').mkdir()
   _shared_with_the_pods(v2)
   order = kfp_v2_launch.task_order(spec)
   assert order == V2_TASKS
