@@ -303,7 +303,13 @@ def test_user_pipeline_compiles_for_kfp_v2_with_tpu_on_the_trainer_only(
   tasks = spec['root']['dag']['tasks']
   tpu_executors = [spec['components'][tasks[task]['componentRef']['name']][
       'executorLabel'] for task in ('TPUTrainer', 'TPUCheck')]
+  trainer = tpu_executors[0]
   for label, executor in executors.items():
+    # Each step types the inputs a KFP v2 backend hands over untyped; the
+    # trainer's entrypoint also reads back its system.Metrics output.
+    assert executor['container']['command'] == ['python', '-m', (
+        'tfx_tpu_trainer.kubeflow.v2_metrics' if label == trainer
+        else 'tfx_tpu_trainer.kubeflow.v2_step')], label
     resources = executor['container'].get('resources')
     if label in tpu_executors:
       assert resources['accelerator']['resourceType'] == 'google.com/tpu'

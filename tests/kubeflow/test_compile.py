@@ -345,8 +345,8 @@ def test_v2_trainer_outputs_system_metrics_and_runs_through_its_entrypoint(
       if name == trainer:
         assert command == ['python', '-m', 'tfx_tpu_trainer.kubeflow.v2_metrics']
       else:
-        assert command[-1] == (
-            'tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor')
+        # Every other step types the inputs a KFP v2 backend leaves blank.
+        assert command == ['python', '-m', 'tfx_tpu_trainer.kubeflow.v2_step']
 
 
 def test_v2_vertex_job_machine_fields_on_the_trainer_only(v2_cpu_outputs):

@@ -96,6 +96,10 @@ def test_v2_and_vertex_the_inferrer_executor_gets_the_tpu(tmp_path):
         label in tpu_executors), label
     assert ('accelerator' in (container.get('resources') or {})) is (
         label in tpu_executors), label
+    # The inferrer too types the inputs a KFP v2 backend leaves blank.
+    assert container['command'][-2:] == ['-m', (
+        'tfx_tpu_trainer.kubeflow.v2_metrics' if label == labels['TPUTrainer']
+        else 'tfx_tpu_trainer.kubeflow.v2_step')], label
   # Vertex AI: without a TPU the job is written, the inferrer on CPU.
   cpu = compiler.compile_pipeline(
       _pipeline(), str(tmp_path / 'cpu' / 'p.yaml'),

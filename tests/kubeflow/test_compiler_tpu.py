@@ -131,8 +131,8 @@ def test_v2_tpu_executors_and_beam_args_on_beam_components_only(tmp_path):
   for trainer in TRAINERS:
     assert executors[labels[trainer]]['container']['command'] == [
         'python', '-m', 'tfx_tpu_trainer.kubeflow.v2_metrics']
-  assert executors[labels['TPUCheck']]['container']['command'][-1] == (
-      'tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor')
+  assert executors[labels['TPUCheck']]['container']['command'] == [
+      'python', '-m', 'tfx_tpu_trainer.kubeflow.v2_step']
 
 
 def test_v2_cpu_writes_the_vertex_job(tmp_path):

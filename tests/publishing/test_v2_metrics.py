@@ -1,5 +1,6 @@
 """The trainer's `system.Metrics` output, as TFX's KFP v2 entrypoint handles it."""
 
+import json
 import sys
 import types as python_types
 
@@ -100,13 +101,6 @@ def test_declared_as_kfp_2_declares_output_metrics():
   # Parses as the pipeline spec's ArtifactTypeSchema.
   json_format.ParseDict(artifacts['metrics']['artifactType'],
                         pipeline_pb2.ArtifactTypeSchema())
-
-
-def test_trainer_step_command():
-  assert v2_metrics.trainer_step_command(
-      ['python', '-m', v2_metrics.KFP_V2_ENTRYPOINT]) == [
-          'python', '-m', 'tfx_tpu_trainer.kubeflow.v2_metrics']
-  assert v2_metrics.trainer_step_command(['my-entrypoint']) is None
 
 
 def test_tpu_trainer_declares_the_metrics_output():

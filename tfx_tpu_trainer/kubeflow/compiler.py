@@ -31,6 +31,8 @@ from tfx_tpu_trainer.kubeflow import options as kubeflow_options
 from tfx_tpu_trainer.kubeflow import scheduling
 from tfx_tpu_trainer.kubeflow import tpu_check_step
 from tfx_tpu_trainer.kubeflow import tpu_slices
+from tfx_tpu_trainer.kubeflow import v2_metrics as v2_metrics_step
+from tfx_tpu_trainer.kubeflow import v2_step
 from tfx_tpu_trainer.kubeflow import vertex_tpu
 from tfx_tpu_trainer.publishing import v2_metrics
 from tfx_tpu_trainer.tpu import runtimes
@@ -681,10 +683,12 @@ def _compile_v2(options: KubeflowOptions, vertex_type: Optional[str],
       output_filename=runner_output).run(pipeline)
   with open(os.path.join(staging, runner_output)) as f:
     job = json.load(f)
-  for executor in (compiled_files.trainer_executor_label(job['pipelineSpec'],
-                                                        i)
-                   for i in tpu_steps.trainer_ids):
+  trainer_executors = [
+      compiled_files.trainer_executor_label(job['pipelineSpec'], i)
+      for i in tpu_steps.trainer_ids]
+  for executor in trainer_executors:
     _start_with_system_metrics(job['pipelineSpec'], executor)
+  _start_through_v2_step(job['pipelineSpec'], trainer_executors)
   for trainer_id in tpu_steps.trainer_ids:
     v2_metrics.declare_as_kfp_does(
         compiled_files.component_of(job['pipelineSpec'], trainer_id))
@@ -745,13 +749,31 @@ def _compile_v2(options: KubeflowOptions, vertex_type: Optional[str],
 def _start_with_system_metrics(spec: Dict[str, Any], executor: str) -> None:
   """A trainer's system.Metrics output needs the `system` module at start."""
   container = compiled_files.container(spec, executor)
-  command = v2_metrics.trainer_step_command(container['command'])
+  command = v2_step.step_command(container['command'],
+                                 v2_metrics_step.TRAINER_STEP_ENTRYPOINT)
   if command is None:
     raise CompileError(
         f'The v2 trainer step runs {container["command"]}, not TFX\'s '
-        f'{v2_metrics.KFP_V2_ENTRYPOINT}; its system.Metrics output could not '
+        f'{v2_step.KFP_V2_ENTRYPOINT}; its system.Metrics output could not '
         'be read back.')
   container['command'] = command
+
+
+def _start_through_v2_step(spec: Dict[str, Any],
+                           done: Sequence[str]) -> None:
+  """Every other step that runs TFX's v2 entrypoint runs v2_step instead: it
+  types the inputs a KFP v2 backend hands over untyped (tensorflow/tfx#7768).
+
+  Args:
+    spec: the PipelineSpec (JSON), changed in place.
+    done: executor labels already started otherwise (the trainers).
+  """
+  for label, executor in spec['deploymentSpec']['executors'].items():
+    if label in done or 'container' not in executor:
+      continue
+    command = v2_step.step_command(executor['container'].get('command', []))
+    if command is not None:
+      executor['container']['command'] = command
 
 
 def _parse_vertex_job(job: Dict[str, Any]) -> None:

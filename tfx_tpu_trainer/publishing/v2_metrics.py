@@ -2,23 +2,18 @@
 
 import sys
 import types as python_types
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional
 
 from tfx.types import artifact
 
-__all__ = ['OUTPUT_KEY', 'KFP_V2_ARTIFACT_TYPE', 'SYSTEM_MODULE',
-           'KFP_V2_ENTRYPOINT', 'TRAINER_STEP_ENTRYPOINT', 'Metrics',
-           'install_system_module', 'record_metrics', 'declare_as_kfp_does',
-           'trainer_step_command', 'main']
+__all__ = ['OUTPUT_KEY', 'KFP_V2_ARTIFACT_TYPE', 'SYSTEM_MODULE', 'Metrics',
+           'install_system_module', 'record_metrics', 'declare_as_kfp_does']
 
 OUTPUT_KEY = 'metrics'
 # How kfp 2 declares an `Output[Metrics]` (kfp/dsl/types/artifact_types.py).
 KFP_V2_ARTIFACT_TYPE = {'schemaTitle': 'system.Metrics',
                         'schemaVersion': '0.0.1'}
 SYSTEM_MODULE = 'system'
-KFP_V2_ENTRYPOINT = 'tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor'
-# The step's entrypoint module (kubeflow/v2_metrics.py runs `main`).
-TRAINER_STEP_ENTRYPOINT = 'tfx_tpu_trainer.kubeflow.v2_metrics'
 
 
 class Metrics(artifact.Artifact):
@@ -76,25 +71,3 @@ def declare_as_kfp_does(component: Dict[str, Any]) -> None:
   artifacts = component.get('outputDefinitions', {}).get('artifacts', {})
   if OUTPUT_KEY in artifacts:
     artifacts[OUTPUT_KEY]['artifactType'] = dict(KFP_V2_ARTIFACT_TYPE)
-
-
-def trainer_step_command(command: Sequence[str]) -> Optional[list]:
-  """The trainer's v2 container command through `main`, or None if unknown.
-
-  Args:
-    command: the command TFX's v2 compiler wrote (`python -m <entrypoint>`).
-  """
-  if list(command[-2:]) != ['-m', KFP_V2_ENTRYPOINT]:
-    return None
-  return list(command[:-1]) + [TRAINER_STEP_ENTRYPOINT]
-
-
-def main() -> None:
-  """The trainer's KFP v2 step: `system` module, then TFX's v2 entrypoint."""
-  install_system_module()
-  # pylint: disable-next=g-import-not-at-top
-  from absl import app
-  from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_run_executor  # pylint: disable=g-import-not-at-top
-  app.run(kubeflow_v2_run_executor.main,
-          flags_parser=kubeflow_v2_run_executor._parse_flags)  # pylint: disable=protected-access
-

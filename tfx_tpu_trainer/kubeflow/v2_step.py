@@ -1,0 +1,136 @@
+"""`python -m tfx_tpu_trainer.kubeflow.v2_step`: a KFP v2 step of a compiled
+spec, TFX's v2 entrypoint after input types the backend left blank."""
+
+import json
+import sys
+from typing import Any, List, Mapping, Optional, Sequence
+
+import yaml
+
+from tfx_tpu_trainer import errors
+
+__all__ = ['KFP_V2_ENTRYPOINT', 'STEP_ENTRYPOINT', 'INVOCATION_FLAG',
+           'INPUTS_SPEC_FLAG', 'InputTypeError', 'step_command',
+           'typed_inputs', 'run']
+
+KFP_V2_ENTRYPOINT = 'tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor'
+# This module, which compiled specs run in place of KFP_V2_ENTRYPOINT.
+STEP_ENTRYPOINT = 'tfx_tpu_trainer.kubeflow.v2_step'
+# The flags of TFX's v2 entrypoint that carry the ExecutorInput and the
+# compiled input definitions (kubeflow_v2_run_executor._parse_flags).
+INVOCATION_FLAG = '--json_serialized_invocation_args'
+INPUTS_SPEC_FLAG = '--json_serialized_inputs_spec_args'
+
+
+class InputTypeError(errors.TPUTrainerError, ValueError):
+  """An input artifact of the step has no type anywhere."""
+
+
+def step_command(command: Sequence[str],
+                 entrypoint: str = STEP_ENTRYPOINT) -> Optional[List[str]]:
+  """`command` with TFX's v2 entrypoint replaced by `entrypoint`.
+
+  Args:
+    command: a container command TFX's v2 compiler wrote
+      (`python -m <KFP_V2_ENTRYPOINT>`).
+    entrypoint: the module to run instead (one that ends in `run`).
+
+  Returns:
+    The new command, or None if `command` does not run TFX's v2 entrypoint.
+  """
+  if list(command[-2:]) != ['-m', KFP_V2_ENTRYPOINT]:
+    return None
+  return list(command[:-1]) + [entrypoint]
+
+
+def _flag_value(argv: Sequence[str], flag: str) -> Optional[int]:
+  """The index in `argv` of `flag`'s value (`--flag value` or `--flag=v`)."""
+  for i, arg in enumerate(argv):
+    if arg == flag and i + 1 < len(argv):
+      return i + 1
+    if arg.startswith(flag + '='):
+      return i
+  return None
+
+
+def _has_title(type_schema: Mapping[str, Any]) -> bool:
+  title = type_schema.get('schemaTitle', type_schema.get('schema_title'))
+  if title:
+    return True
+  schema = type_schema.get('instanceSchema',
+                           type_schema.get('instance_schema')) or ''
+  loaded = yaml.safe_load(schema) if schema.strip() else None
+  return isinstance(loaded, dict) and bool(loaded.get('title'))
+
+
+def typed_inputs(argv: Sequence[str]) -> List[str]:
+  """`argv` with each input artifact's type taken from the compiled spec
+  where the ExecutorInput gives it without a schema title.
+
+  A KFP v2 backend hands a task its upstream artifacts with an empty
+  `instanceSchema` (backend/src/v2/metadata/client.go
+  GetOutputArtifactsByExecutionId leaves the schema blank), which TFX's v2
+  entrypoint cannot read (`yaml.safe_load('')` is None:
+  tensorflow/tfx#7768). The input definitions compiled into the step's
+  arguments (`--json_serialized_inputs_spec_args`) name every input's type.
+  Inputs that have a type (Vertex AI's `schemaTitle`) are left alone.
+
+  Args:
+    argv: the step's arguments as the launcher substituted them.
+
+  Returns:
+    A copy of `argv`, the ExecutorInput completed (unchanged if no type was
+    missing).
+
+  Raises:
+    InputTypeError: an input artifact without a type whose key the compiled
+      input definitions do not name either.
+  """
+  argv = list(argv)
+  invocation_at = _flag_value(argv, INVOCATION_FLAG)
+  spec_at = _flag_value(argv, INPUTS_SPEC_FLAG)
+  if invocation_at is None or spec_at is None:
+    return argv
+
+  def value(i):
+    arg = argv[i]
+    inline = arg.startswith((INVOCATION_FLAG + '=', INPUTS_SPEC_FLAG + '='))
+    return arg.split('=', 1)[1] if inline else arg
+
+  executor_input = json.loads(value(invocation_at))
+  declared = json.loads(value(spec_at)).get('artifacts', {})
+  changed = False
+  for key, listed in executor_input.get('inputs', {}).get(
+      'artifacts', {}).items():
+    for runtime_artifact in listed.get('artifacts', []):
+      if _has_title(runtime_artifact.get('type') or {}):
+        continue
+      artifact_type = declared.get(key, {}).get(
+          'artifactType', declared.get(key, {}).get('artifact_type'))
+      if not artifact_type:
+        raise InputTypeError(
+            f'Input artifact {key!r} has no type in {INVOCATION_FLAG} and '
+            f'{INPUTS_SPEC_FLAG} does not declare it; compile the pipeline '
+            'again with this image (tfx-tpu-trainer compile).')
+      runtime_artifact['type'] = dict(artifact_type)
+      changed = True
+  if changed:
+    completed = json.dumps(executor_input)
+    inline = argv[invocation_at].startswith(INVOCATION_FLAG + '=')
+    argv[invocation_at] = (f'{INVOCATION_FLAG}={completed}' if inline
+                           else completed)
+  return argv
+
+
+def run() -> None:
+  """Completes this process's input types, then runs TFX's v2 entrypoint."""
+  sys.argv = typed_inputs(sys.argv)
+  # pylint: disable-next=g-import-not-at-top
+  from absl import app
+  from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_run_executor  # pylint: disable=g-import-not-at-top
+  app.run(kubeflow_v2_run_executor.main,
+          flags_parser=kubeflow_v2_run_executor._parse_flags)  # pylint: disable=protected-access
+
+
+if __name__ == '__main__':
+  run()
