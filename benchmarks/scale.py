@@ -57,7 +57,8 @@ def replicate(spec_path: str, work_dir: str, factor: int) -> str:
   `<work_dir>/scale/x<factor>/examples`; the eval split is copied once. A
   replica is written once and reused while its source split (file names
   and sizes, kept in its data spec) is the same; a changed source rewrites
-  it. It appears whole or not at all (written under `.partial`, renamed).
+  it. It appears whole or not at all (written under `.partial`, renamed);
+  its row count is the source's times `factor` (`train_rows`).
 
   Args:
     spec_path: the original data spec (benchmarks.data).
@@ -93,33 +94,46 @@ def replicate(spec_path: str, work_dir: str, factor: int) -> str:
                       os.path.join(split, f'copy{copy:04d}-{name}'))
   shutil.rmtree(examples_uri, ignore_errors=True)
   os.rename(staging, examples_uri)
-  for stale in (replica_spec_path + '.train_rows',):
-    if os.path.exists(stale):
-      os.remove(stale)
   spec['input_dict']['examples'][0]['artifact']['uri'] = examples_uri
   spec['scale_factor'] = factor
   spec[_FINGERPRINT] = fingerprint
   with open(replica_spec_path + '.partial', 'w') as f:
     json.dump(spec, f, indent=2)
+  # Exact copies: the rows are the source's times `factor` (counting ten
+  # million gzip records again would take minutes).
+  _save_rows(replica_spec_path, os.path.join(examples_uri, 'Split-train'),
+             factor * train_rows(spec_path))
   os.rename(replica_spec_path + '.partial', replica_spec_path)
   return replica_spec_path
 
 
+def _save_rows(spec_path: str, split: str, rows: int) -> None:
+  with open(spec_path + '.train_rows', 'w') as f:
+    json.dump({'rows': rows, _FINGERPRINT: _fingerprint(split)}, f)
+
+
 def train_rows(spec_path: str) -> int:
-  """Rows of the training split of a data spec (counted once, cached)."""
-  count_path = spec_path + '.train_rows'
-  if os.path.exists(count_path):
-    with open(count_path) as f:
-      return int(f.read())
-  # pylint: disable-next=g-import-not-at-top
-  import tensorflow as tf
+  """Rows of the training split of a data spec (counted once, cached).
+
+  The count is kept beside the spec with the split's file names and sizes,
+  and counted again when they change.
+  """
   with open(spec_path) as f:
     split = _train_split_uri(json.load(f))
+  try:
+    with open(spec_path + '.train_rows') as f:
+      cached = json.load(f)
+    if (isinstance(cached, dict) and
+        cached.get(_FINGERPRINT) == _fingerprint(split)):
+      return int(cached['rows'])
+  except (OSError, ValueError):
+    pass  # No count yet, or one from before the fingerprint: count.
+  # pylint: disable-next=g-import-not-at-top
+  import tensorflow as tf
   files = [os.path.join(split, name) for name in sorted(os.listdir(split))]
   count = int(tf.data.TFRecordDataset(files, compression_type='GZIP').reduce(
       tf.constant(0, tf.int64), lambda total, _: total + 1).numpy())
-  with open(count_path, 'w') as f:
-    f.write(str(count))
+  _save_rows(spec_path, split, count)
   return count
 
 
