@@ -105,7 +105,8 @@ def run_trainer(kind: str, spec: Dict[str, Any], batch_size: int,
                 train_steps: int, eval_steps: int, output_dir: str,
                 config_overrides: Optional[Dict[str, Any]] = None,
                 module: str = 'tpu',
-                steps_per_execution: int = 1) -> Dict[str, Any]:
+                steps_per_execution: int = 1,
+                pipeline_run: bool = False) -> Dict[str, Any]:
   """Runs one trainer executor's `Do()` and reads its step rates.
 
   Args:
@@ -118,6 +119,9 @@ def run_trainer(kind: str, spec: Dict[str, Any], batch_size: int,
     config_overrides: entries merged into TPUTrainer's custom_config.
     module: TPUTrainer's module file (a key of TPU_MODULE_FILES).
     steps_per_execution: the native-Keras Trainer's model.compile setting.
+    pipeline_run: TPUTrainer only: run `Do()` as a pipeline's execution
+      (`pipeline_context`), so it trains in a resumable checkpoint directory
+      under `output_dir` (where `input_cache="disk"` writes its snapshot).
 
   Returns:
     The measurement: wall time of Do() and its parts; the event-file step
@@ -129,6 +133,10 @@ def run_trainer(kind: str, spec: Dict[str, Any], batch_size: int,
     executor_class = executor_lib.Executor
     module_file = TPU_MODULE_FILES[module]
     custom_config = tpu_trainer_config(batch_size, config_overrides)
+    if pipeline_run:
+      custom_config.setdefault('checkpoint_dir',
+                               os.path.join(os.path.abspath(output_dir),
+                                            'checkpoints'))
   elif kind == 'keras_trainer':
     from tfx.components.trainer import executor as executor_lib
     executor_class = executor_lib.GenericExecutor
@@ -147,8 +155,10 @@ def run_trainer(kind: str, spec: Dict[str, Any], batch_size: int,
   output_dict = _output_dict(output_dir)
   exec_properties = _exec_properties(module_file, train_steps, eval_steps,
                                      custom_config)
+  executor = (executor_class(pipeline_context(output_dir)) if pipeline_run
+              else executor_class())
   start = time.time()
-  executor_class().Do(input_dict, output_dict, exec_properties)
+  executor.Do(input_dict, output_dict, exec_properties)
   end = time.time()
 
   model_run_dir = output_dict['model_run'][0].uri
@@ -190,6 +200,19 @@ def run_trainer(kind: str, spec: Dict[str, Any], batch_size: int,
           last_step_to_eval_end_seconds=eval_end - last,
           eval_end_to_do_end_seconds=end - eval_end)
   return result
+
+
+def pipeline_context(output_dir: str):
+  """An executor context as a pipeline run gives it (one run per dir)."""
+  # pylint: disable=g-import-not-at-top
+  from tfx.dsl.components.base import base_executor
+  from tfx.proto.orchestration import pipeline_pb2
+  # pylint: enable=g-import-not-at-top
+  return base_executor.BaseExecutor.Context(
+      pipeline_info=pipeline_pb2.PipelineInfo(id='benchmark'),
+      pipeline_node=pipeline_pb2.PipelineNode(
+          node_info=pipeline_pb2.NodeInfo(id='TPUTrainer')),
+      pipeline_run_id=os.path.basename(os.path.abspath(output_dir)))
 
 
 def run_input(spec: Dict[str, Any], batch_size: int, batches: int,
@@ -439,6 +462,10 @@ _MODULE = flags.DEFINE_enum('module', 'tpu', list(TPU_MODULE_FILES),
 _STEPS_PER_EXECUTION = flags.DEFINE_integer(
     'steps_per_execution', 1, "The native-Keras Trainer's "
     'model.compile(steps_per_execution=...).')
+_PIPELINE_RUN = flags.DEFINE_boolean(
+    'pipeline_run', False, 'tpu_trainer: run Do() as a pipeline execution '
+    '(resumable checkpoints under --output_dir; what input_cache="disk" '
+    'needs).')
 _SHORT_STEPS = flags.DEFINE_integer(
     'short_steps', 100, 'compute_limit: the short step count.')
 
@@ -462,7 +489,8 @@ def main(argv: List[str]) -> None:
                          _OUTPUT_DIR.value,
                          json.loads(_TPU_TRAINER_CONFIG.value),
                          module=_MODULE.value,
-                         steps_per_execution=_STEPS_PER_EXECUTION.value)
+                         steps_per_execution=_STEPS_PER_EXECUTION.value,
+                         pipeline_run=_PIPELINE_RUN.value)
   result.update(
       kind=_KIND.value,
       batch_size=_BATCH_SIZE.value,

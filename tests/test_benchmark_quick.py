@@ -86,14 +86,32 @@ def test_quick_benchmark_measures_everything(tmp_path):
     else:
       assert entry['ratio_of_medians'] == pytest.approx(rates[0] / rates[1])
   assert results['targets']
-  # The scale run: x1 and x3 of the training split, cached and streaming.
+  # The scale run: x1 and x3 of the training split, with the table, the
+  # disk cache and streaming; one table and issue 33's targets, printed and
+  # in the results.
   scale_rows = results['scale']['rows']
   assert [(row['factor'], row['cache']) for row in scale_rows] == [
-      (1, 'parsed'), (1, 'none'), (3, 'parsed'), (3, 'none')]
+      (1, 'parsed'), (1, 'disk'), (1, 'none'),
+      (3, 'parsed'), (3, 'disk'), (3, 'none')]
   for row in scale_rows:
     assert 'error' not in row and row['max_rss_kb'] > 100_000, row
-  assert scale_rows[2]['rows'] == 3 * scale_rows[0]['rows']
-  assert 'Scale run' in completed.stdout
+    assert row['first_step_seconds'] > 0, row
+  assert scale_rows[3]['rows'] == 3 * scale_rows[0]['rows']
+  # The disk cache's pair trains one more epoch in both runs.
+  assert scale_rows[4]['first_epoch_steps'] == -(-scale_rows[3]['rows'] //
+                                                 512)
+  assert 'Scale run' in completed.stdout and 'Scale targets' in (
+      completed.stdout)
+  scale_targets = results['scale']['targets']
+  assert [target['target'].split(',')[0] for target in scale_targets] == [
+      'x3 rate', 'x3 rate', 'stream rate x3 / x1', 'stream peak RSS x3 / x1',
+      'disk rate x3 / x1', 'disk peak RSS x3 / x1',
+      'table time to the first step x3 / x1']
+  for target in scale_targets:
+    assert target['verdict'] in ('PASS', 'FAIL', 'N/A'), target
+    assert (target['verdict'] == 'N/A') == (target['value'] is None), target
+    assert f'[{target["verdict"]:<4}] {target["target"]}' in completed.stdout
+  assert '--only=scale' in results['scale']['command']
   for target in results['targets']:
     # N/A exactly where a figure of the target is missing.
     top, bottom = target['figures']

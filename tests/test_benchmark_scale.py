@@ -8,8 +8,8 @@ import tensorflow as tf
 from benchmarks import scale
 
 
-def _write_split(directory, rows):
-  os.makedirs(directory)
+def _write_split(directory, rows, exist_ok=False):
+  os.makedirs(directory, exist_ok=exist_ok)
   path = os.path.join(directory, 'data_tfrecord-00000-of-00001.gz')
   with tf.io.TFRecordWriter(path, options='GZIP') as writer:
     for row in range(rows):
@@ -53,52 +53,105 @@ def test_replica_copies_the_train_split_once_and_is_reused(tmp_path):
   assert os.stat(replica).st_mtime_ns == stamp
 
 
-def test_run_measures_each_factor_and_cache_mode(tmp_path):
+def test_replica_is_written_again_when_its_source_changes(tmp_path):
+  work_dir, examples = _spec(tmp_path)
+  spec_path = os.path.join(work_dir, 'data.json')
+  replica = scale.replicate(spec_path, work_dir, 2)
+  assert scale.train_rows(replica) == 10
+  # The source split grows: the replica (and its row count) follow.
+  split = os.path.join(examples, 'Split-train')
+  for name in os.listdir(split):
+    os.remove(os.path.join(split, name))
+  _write_split(split, 6, exist_ok=True)
+  assert scale.replicate(spec_path, work_dir, 2) == replica
+  assert scale.train_rows(replica) == 12
+  assert scale.replica_bytes(spec_path, 2) == 2 * sum(
+      os.path.getsize(os.path.join(split, name)) for name in os.listdir(split))
+
+
+def test_run_measures_each_factor_and_chain(tmp_path, monkeypatch):
   work_dir, _ = _spec(tmp_path)
+  monkeypatch.setattr(scale, 'TABLE_MAX_ROWS', 5)
   calls = []
 
-  def measure_pair(spec_path, cache, run_name):
-    calls.append((os.path.relpath(spec_path, work_dir), cache, run_name))
+  def measure_pair(spec_path, cache, run_name, extra_steps):
+    calls.append((os.path.relpath(spec_path, work_dir), cache, run_name,
+                  extra_steps))
     rows = scale.train_rows(spec_path)
     return {'external_examples_per_sec': 1000.0, 'short_do_seconds': 1.0,
             'external_overhead_seconds': 2.0, 'do_seconds': 3.0,
-            'max_rss_kb': 100_000 + rows * 1000}
+            'max_rss_kb': 100_000 + rows * 1000,
+            'phases': {'before_first_step_seconds': 4.0}}
 
-  rows = scale.run(work_dir, [1, 2], 8, 10, 20, measure_pair,
+  rows = scale.run(work_dir, [1, 2], 4, 10, 20, measure_pair,
                    progress=lambda line: None)
-  assert calls == [('data.json', 'parsed', 'x1-parsed'),
-                   ('data.json', 'none', 'x1-none'),
-                   (os.path.join('scale', 'x2', 'data.json'), 'parsed',
-                    'x2-parsed'),
-                   (os.path.join('scale', 'x2', 'data.json'), 'none',
-                    'x2-none')]
-  assert [row['rows'] for row in rows] == [5, 5, 10, 10]
-  assert rows[2]['rate'] == 1000.0
+  x2 = os.path.join('scale', 'x2', 'data.json')
+  # The table only where it fits; the disk cache's pair first trains one
+  # epoch (5 rows at batch 4: 2 steps; 10 rows: 3 steps) in both runs.
+  assert calls == [('data.json', 'parsed', 'x1-parsed', 0),
+                   ('data.json', 'disk', 'x1-disk', 2),
+                   ('data.json', 'none', 'x1-none', 0),
+                   (x2, 'disk', 'x2-disk', 3),
+                   (x2, 'none', 'x2-none', 0)]
+  assert [row['rows'] for row in rows] == [5, 5, 5, 10, 10]
+  assert [row['chain'] for row in rows] == ['table', 'disk', 'stream',
+                                            'disk', 'stream']
+  assert (rows[3]['short_steps'], rows[3]['steps']) == (13, 23)
+  assert rows[3]['rate'] == 1000.0 and rows[3]['first_step_seconds'] == 4.0
+
+
+def _row(factor, cache, rate, first_step, rss_mb):
+  return {'factor': factor, 'rows': factor * 10_000, 'cache': cache,
+          'chain': scale.CHAIN_NAMES[cache], 'rate': rate,
+          'first_step_seconds': first_step, 'overhead_seconds': 4.0,
+          'max_rss_kb': rss_mb * 1024, 'pair_seconds': 60.0}
 
 
 def test_targets_and_table():
   rows = [
-      {'factor': 1, 'rows': 10_000, 'cache': 'parsed', 'rate': 800_000.0,
-       'overhead_seconds': 4.0, 'max_rss_kb': 900 * 1024},
-      {'factor': 1, 'rows': 10_000, 'cache': 'none', 'rate': 400_000.0,
-       'overhead_seconds': 4.0, 'max_rss_kb': 800 * 1024},
-      {'factor': 100, 'rows': 1_000_000, 'cache': 'parsed',
-       'rate': 600_000.0, 'overhead_seconds': 9.0,
-       'max_rss_kb': 1400 * 1024},
-      {'factor': 100, 'rows': 1_000_000, 'cache': 'none', 'rate': 380_000.0,
-       'overhead_seconds': 4.5, 'max_rss_kb': 850 * 1024},
+      _row(1, 'parsed', 800_000.0, 10.0, 900),
+      _row(1, 'disk', 700_000.0, 8.0, 800),
+      _row(1, 'none', 400_000.0, 8.0, 800),
+      _row(100, 'parsed', 600_000.0, 25.0, 1400),
+      _row(100, 'disk', 570_000.0, 8.0, 850),
+      _row(100, 'none', 380_000.0, 8.0, 850),
+      _row(1000, 'disk', 560_000.0, 9.0, 1300),
+      _row(1000, 'none', 300_000.0, 9.0, 850),
   ]
   verdicts = {v['target']: (v['verdict'], v['value'])
               for v in scale.verdicts(rows)}
   assert verdicts == {
-      'scale x100 / x1 rate, input_cache=parsed, >= 0.85': ('FAIL', 0.75),
-      'scale x100 / x1 rate, input_cache=none, >= 0.85': ('PASS', 0.95),
-      'scale x100 / x1 peak RSS, streaming, <= 1.5': ('PASS', 850 / 800),
+      'x100 rate, stream / table, >= 0.8': ('FAIL', 380 / 600),
+      'x100 rate, disk / table, >= 0.9': ('PASS', 0.95),
+      'stream rate x1000 / x1, >= 0.85': ('FAIL', 0.75),
+      'stream peak RSS x1000 / x1, <= 1.5': ('PASS', 850 / 800),
+      'disk rate x1000 / x1, >= 0.85': ('FAIL', 0.8),
+      'disk peak RSS x1000 / x1, <= 1.5': ('FAIL', 1300 / 800),
+      'table time to the first step x100 / x1, <= 2.0': ('FAIL', 2.5),
   }
   table = scale.format_table(rows + [{'factor': 10, 'rows': 100_000,
                                       'cache': 'none', 'error': 'exit 1'}])
-  assert '1,000,000' in table and '600,000' in table and '0.75' in table
-  # (1400 - 900) MB over 990,000 extra rows: 50.5 MB per 100k rows.
-  assert '50.5' in table
+  lines = table.splitlines()
+  assert len(lines) == 2 + 9
+  # x100 disk: 570,000 ex/s, 0.95 of the table, 0.81 of its x1 rate.
+  assert lines[6].split()[:5] == ['100', '1,000,000', 'disk', '570,000',
+                                  '0.95']
+  assert lines[6].split()[5] == '0.81'
+  # The table's first step: 25 s at x100, 2.50x its x1.
+  assert lines[5].split()[6:8] == ['25.0', '2.50']
   assert 'FAILED: exit 1' in table
-  assert scale.verdicts(rows[:2]) == []
+  printed = scale.format_verdicts(scale.verdicts(rows))
+  assert '[FAIL] stream rate x1000 / x1, >= 0.85: 0.75' in printed
+
+
+def test_targets_with_missing_figures_are_na():
+  rows = [_row(1, 'parsed', 800_000.0, 10.0, 900),
+          _row(1, 'none', 400_000.0, 8.0, 800),
+          {'factor': 1, 'rows': 10_000, 'cache': 'disk', 'error': 'exit 1'}]
+  # One factor: only the comparisons with the table, the disk one N/A.
+  assert scale.verdicts(rows) == [
+      {'target': 'x1 rate, stream / table, >= 0.8', 'value': 0.5,
+       'verdict': 'FAIL'},
+      {'target': 'x1 rate, disk / table, >= 0.9', 'value': None,
+       'verdict': 'N/A'}]
+  assert scale.verdicts([]) == []
