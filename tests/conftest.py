@@ -1,5 +1,6 @@
 """Shared fixtures: a small slice of the taxi data through real TFX components."""
 
+import contextlib
 import csv
 import logging as python_logging
 import os
@@ -78,9 +79,9 @@ def taxi_artifacts(tmp_path_factory, taxi_data_dir):
       lambda root: pipeline_outputs.run_data_components(root, taxi_data_dir))
 
 
-@pytest.fixture
-def absl_warnings(caplog):
-  """caplog that sees absl's WARNING records whatever earlier tests set.
+@contextlib.contextmanager
+def _absl_records(caplog, level: int):
+  """caplog sees absl's records at `level` and above, whatever tests set.
 
   Some tests leave the absl logger not propagating, or at a higher level;
   this attaches caplog's handler to it directly.
@@ -88,7 +89,21 @@ def absl_warnings(caplog):
   absl_logger = python_logging.getLogger('absl')
   absl_logger.addHandler(caplog.handler)
   try:
-    with caplog.at_level(python_logging.WARNING, logger='absl'):
+    with caplog.at_level(level, logger='absl'):
       yield caplog
   finally:
     absl_logger.removeHandler(caplog.handler)
+
+
+@pytest.fixture
+def absl_warnings(caplog):
+  """caplog that sees absl's WARNING records whatever earlier tests set."""
+  with _absl_records(caplog, python_logging.WARNING) as records:
+    yield records
+
+
+@pytest.fixture
+def absl_info(caplog):
+  """caplog that sees absl's INFO records whatever earlier tests set."""
+  with _absl_records(caplog, python_logging.INFO) as records:
+    yield records

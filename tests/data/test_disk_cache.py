@@ -194,7 +194,8 @@ def test_auto_caches_a_split_over_the_table_cap_on_a_local_disk(
     ('LOCAL', 'more than the .* GB free where it goes'),
 ])
 def test_auto_streams_a_split_the_disk_cannot_hold(tmp_path, monkeypatch,
-                                                   caplog, cache_dir, reason):
+                                                   absl_info, cache_dir,
+                                                   reason):
   _over_the_table_cap(monkeypatch)
   # More headroom than any disk has: a local disk without room.
   monkeypatch.setattr(input_fns, 'DISK_CACHE_HEADROOM_BYTES', 2**60)
@@ -202,11 +203,10 @@ def test_auto_streams_a_split_the_disk_cannot_hold(tmp_path, monkeypatch,
   if cache_dir == 'LOCAL':
     cache_dir = str(tmp_path / 'cache')
   spec = {'row': tf.io.FixedLenFeature([], tf.int64)}
-  with caplog.at_level('INFO'):
-    chosen = input_fns.choose_cache('auto', paths, spec, cache_dir=cache_dir)
+  chosen = input_fns.choose_cache('auto', paths, spec, cache_dir=cache_dir)
   assert chosen == 'serialized'  # Small gzip files: cached serialized.
   assert re.search(f'not caching the training split on disk: .*{reason}',
-                   caplog.text), caplog.text
+                   absl_info.text), absl_info.text
 
 
 def test_disk_streams_when_the_local_disk_has_no_room(tmp_path, monkeypatch):
