@@ -154,6 +154,28 @@ def window_rates(samples: Sequence[ScalarEvent],
   return rates
 
 
+def rate_after_step(samples: Sequence[Sequence[float]],
+                    after_step: int) -> Optional[float]:
+  """Steps/s over the `[step, steps/s]` samples of steps past `after_step`.
+
+  A sample covers the steps since the previous sample; only samples whose
+  previous one is at or past `after_step` count.
+
+  Args:
+    samples: `[step, steps_per_sec]` pairs in step order.
+    after_step: the last step not to count (e.g. a first epoch's).
+
+  Returns:
+    The steps/s of those steps, or None when no sample covers them.
+  """
+  steps, seconds = 0, 0.0
+  for (previous, _), (step, rate) in zip(samples, samples[1:]):
+    if previous >= after_step and step > previous and rate > 0:
+      steps += step - previous
+      seconds += (step - previous) / rate
+  return steps / seconds if seconds else None
+
+
 def median_after_warmup(values: Sequence[float], warmup: int = 1) -> float:
   """The median of `values` without the first `warmup` ones.
 

@@ -5,6 +5,7 @@ import os
 
 import tensorflow as tf
 
+from benchmarks import events
 from benchmarks import scale
 
 
@@ -78,7 +79,12 @@ def test_run_measures_each_factor_and_chain(tmp_path, monkeypatch):
     calls.append((os.path.relpath(spec_path, work_dir), cache, run_name,
                   extra_steps))
     rows = scale.train_rows(spec_path)
-    return {'external_examples_per_sec': 1000.0, 'short_do_seconds': 1.0,
+    # The disk cache's rate comes from its samples past the first epoch
+    # (250 steps/s x batch 4), not the pair's external rate.
+    samples = ([[1, 10.0], [extra_steps, 5.0], [extra_steps + 10, 250.0],
+                [extra_steps + 20, 250.0]] if extra_steps else [])
+    return {'external_examples_per_sec': 0.0 if extra_steps else 1000.0,
+            'short_do_seconds': 1.0, 'step_rate_samples': samples,
             'external_overhead_seconds': 2.0, 'do_seconds': 3.0,
             'max_rss_kb': 100_000 + rows * 1000,
             'phases': {'before_first_step_seconds': 4.0}}
@@ -98,6 +104,17 @@ def test_run_measures_each_factor_and_chain(tmp_path, monkeypatch):
                                             'disk', 'stream']
   assert (rows[3]['short_steps'], rows[3]['steps']) == (13, 23)
   assert rows[3]['rate'] == 1000.0 and rows[3]['first_step_seconds'] == 4.0
+  assert [row['rate'] for row in rows] == [1000.0] * 5
+
+
+def test_rate_after_step_counts_only_the_steps_past_it():
+  samples = [[100, 10.0], [200, 20.0], [300, 50.0], [400, 50.0]]
+  # 200 -> 300 and 300 -> 400 at 50 steps/s; the first epoch's left out.
+  assert events.rate_after_step(samples, 200) == 50.0
+  assert events.rate_after_step(samples, 150) == 50.0
+  assert events.rate_after_step(samples, 100) == 300 / (100 / 20 + 2 * 100 / 50)
+  assert events.rate_after_step(samples, 400) is None
+  assert events.rate_after_step([], 0) is None
 
 
 def _row(factor, cache, rate, first_step, rss_mb):
