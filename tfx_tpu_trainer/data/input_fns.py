@@ -612,12 +612,18 @@ def _written_blocks(parsed: tf.data.Dataset, cache_path: str,
   return blocks.concatenate(tf.data.Dataset.range(1).map(mark_complete))
 
 
+def _block_widths(layouts: Mapping[str, List[Tuple[str, tf.TensorShape]]]
+                 ) -> Dict[str, int]:
+  """The columns of each dtype's block: its features' values side by side."""
+  return {dtype: sum(shape.num_elements() for _, shape in layout)
+          for dtype, layout in layouts.items()}
+
+
 def _no_rows(layouts: Mapping[str, List[Tuple[str, tf.TensorShape]]]
             ) -> Dict[str, tf.Tensor]:
   """Per-dtype blocks of no rows."""
-  return {dtype: tf.zeros([0, sum(shape.num_elements() for _, shape in layout)],
-                          tf.dtypes.as_dtype(dtype))
-          for dtype, layout in layouts.items()}
+  return {dtype: tf.zeros([0, width], tf.dtypes.as_dtype(dtype))
+          for dtype, width in _block_widths(layouts).items()}
 
 
 def _read_blocks(cache_path: str,
@@ -631,8 +637,7 @@ def _read_blocks(cache_path: str,
   dtypes = sorted(layouts)
   pattern = os.path.join(cache_path, f'block-*.{dtypes[0]}')
   suffix = f'\\.{dtypes[0]}$'
-  widths = {dtype: sum(shape.num_elements() for _, shape in layouts[dtype])
-            for dtype in dtypes}
+  widths = _block_widths(layouts)
 
   def epoch(_):
     files = tf.data.Dataset.from_tensor_slices(
