@@ -323,7 +323,8 @@ def _build_input_fns(fn_args: fn_args_utils.FnArgs,
                                schemas_lib.feature_spec(run.schemas.examples))
   train_input_fn = run.input_fn(
       fn_args.train_files, fn_args.data_accessor, training=True, repeat=True,
-      cache=cache, shuffle=config.input_shuffle, cache_dir=cache_dir)
+      cache=cache, shuffle=config.input_shuffle, cache_dir=cache_dir,
+      table_first=config.eval_strategy == 'alternate')
   eval_input_fn = run.input_fn(
       fn_args.eval_files, fn_args.data_accessor, training=False,
       repeat=fn_args.eval_steps is not None, cache=cache,

@@ -95,7 +95,8 @@ class PreparedRun:
                cache: str,
                schema: Optional[schema_pb2.Schema] = None,
                shuffle: str = 'window',
-               cache_dir: Optional[str] = None) -> input_fns.InputFn:
+               cache_dir: Optional[str] = None,
+               table_first: bool = False) -> input_fns.InputFn:
     """The `input_fn(params)` of one split: the module's, else the default.
 
     Args:
@@ -107,6 +108,8 @@ class PreparedRun:
       schema: parses the examples (default: the run's example schema).
       shuffle: the default chain's shuffle (config.input_shuffle).
       cache_dir: where input_cache="disk" keeps the parsed split.
+      table_first: build the parsed table before the first batch
+        (input_fns.default_dataset).
 
     Returns:
       The input function.
@@ -126,7 +129,7 @@ class PreparedRun:
         file_pattern, data_accessor, schema, self.label_key,
         training=training, repeat=repeat,
         module_input_fn=self.module.input_fn, cache=cache, shuffle=shuffle,
-        cache_dir=cache_dir)
+        cache_dir=cache_dir, table_first=table_first)
 
 
 def prepare_run(config: config_lib.TrainerConfig,

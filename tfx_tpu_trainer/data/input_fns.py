@@ -17,6 +17,7 @@ from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import user_module as user_module_lib
 from tfx_tpu_trainer.data import data_checks
 from tfx_tpu_trainer.data import schemas as schemas_lib
+from tfx_tpu_trainer.data import shared_cache
 
 __all__ = ['InputFn', 'CACHE_MODES', 'CACHE_MAX_COMPRESSED_BYTES',
            'PARSED_CACHE_MAX_BYTES', 'SHUFFLE_BUFFER_SIZE', 'PARSE_CHUNK_SIZE',
@@ -389,10 +390,20 @@ def _gathered_batches(blocks: Mapping[str, tf.Tensor], rows: tf.Tensor,
 
   `batches` may be -1 (as many as `rows` holds); the label is apart.
   """
+  return _as_batches({dtype: tf.gather(block, rows)
+                      for dtype, block in blocks.items()},
+                     layouts, batches, batch_size, label_key)
+
+
+def _as_batches(blocks: Mapping[str, tf.Tensor],
+                layouts: Mapping[str, List[Tuple[str, tf.TensorShape]]],
+                batches: int, batch_size: int, label_key: str
+               ) -> Tuple[Dict[str, tf.Tensor], tf.Tensor]:
+  """Per-dtype blocks of whole batches as `[batches, batch_size, ...]`."""
   features = {}
   for dtype, block in blocks.items():
     layout = layouts[dtype]
-    parts = tf.split(tf.gather(block, rows),
+    parts = tf.split(block,
                      [shape.num_elements() for _, shape in layout], axis=1)
     for (name, shape), part in zip(layout, parts):
       features[name] = tf.reshape(part,
@@ -405,7 +416,7 @@ def _parsed_table_batches(chunks: tf.data.Dataset,
                           feature_spec: Mapping[str, Any], label_key: str,
                           batch_size: int, training: bool,
                           repeat: bool) -> tf.data.Dataset:
-  """Batches gathered from the split parsed once into dense blocks.
+  """Batches gathered from the split parsed whole into dense blocks first.
 
   Each chunk of records (each file's records batched by `PARSE_CHUNK_SIZE`
   as they are read) is parsed and joined into its per-dtype blocks
@@ -413,15 +424,56 @@ def _parsed_table_batches(chunks: tf.data.Dataset,
   the table about twice (the chunks and the joined blocks), and training
   holds it once (docs/performance.md, "Round three"; joining the parsed
   columns first, then the columns into blocks, held it about three times).
-  A repeating input gathers the rows of several batches per call (about
-  `ROWS_PER_GATHER`) and cuts them into batches: the same batches, in the
-  same order, for fewer function calls per batch.
+  Training input starts on the stream instead (`_table_after_first_epoch`).
   """
   layouts = _column_layouts(feature_spec)
   table = chunks.map(
       lambda serialized: _blocks_by_dtype(
           tf.io.parse_example(serialized, feature_spec), layouts),
       num_parallel_calls=tf.data.AUTOTUNE).rebatch(_WHOLE_SPLIT)
+  return _table_batches(table, layouts, label_key, batch_size, training,
+                        repeat)
+
+
+def _table_after_first_epoch(chunks: tf.data.Dataset,
+                             feature_spec: Mapping[str, Any], label_key: str,
+                             batch_size: int,
+                             repeat: bool) -> tf.data.Dataset:
+  """Training batches: the first epoch streamed, later ones from the table.
+
+  The first epoch is streamed as `_window_shuffled_batches` streams it
+  (chunks of `STREAM_CHUNK_ROWS` records shuffled, parsed by
+  `STREAM_PARSE_ROWS`, rows permuted per window), and its parsed blocks are
+  kept in memory as they pass; when it ends they are joined into the table,
+  which every later epoch permutes whole. Training starts as soon as a
+  window is parsed instead of after the whole split, and the records are
+  read and parsed once either way. Memory: the kept blocks and the joined
+  table, about twice the table (what building the table alone peaks at).
+  """
+  layouts = _column_layouts(feature_spec)
+  kept = shared_cache.kept_in_memory(_parsed_chunks(
+      chunks.shuffle(STREAM_CHUNK_BUFFER), feature_spec, layouts,
+      deterministic=False))
+  first_epoch = _permuted_windows(kept, layouts, label_key, batch_size,
+                                  _window_rows(batch_size), repeat=False)
+  if not repeat:
+    return first_epoch
+  return first_epoch.concatenate(_table_batches(
+      kept.rebatch(_WHOLE_SPLIT), layouts, label_key, batch_size,
+      training=True, repeat=True))
+
+
+def _table_batches(table: tf.data.Dataset,
+                   layouts: Mapping[str, List[Tuple[str, tf.TensorShape]]],
+                   label_key: str, batch_size: int, training: bool,
+                   repeat: bool) -> tf.data.Dataset:
+  """Batches gathered from `table`, the split's rows as one block per dtype.
+
+  A training table is permuted whole every epoch. A repeating input gathers
+  the rows of several batches per call (about `ROWS_PER_GATHER`) and cuts
+  them into batches: the same batches, in the same order, for fewer
+  function calls per batch.
+  """
   # Without repeat a multiple-batch gather would drop more than the last
   # partial batch at the end of the split.
   batches_per_gather = max(1, ROWS_PER_GATHER // batch_size) if repeat else 1
@@ -678,9 +730,8 @@ def _block_batches(blocks: tf.data.Dataset,
             for dtype, block in block_by_dtype.items()}
 
   def features(block_by_dtype):
-    return _gathered_batches(
-        block_by_dtype, tf.range(batches_per_cut * batch_size), layouts,
-        batches_per_cut, batch_size, label_key)
+    return _as_batches(block_by_dtype, layouts, batches_per_cut, batch_size,
+                       label_key)
 
   cuts = blocks.map(permuted, num_parallel_calls=tf.data.AUTOTUNE,
                     deterministic=False).rebatch(
@@ -739,7 +790,8 @@ def default_dataset(file_pattern: List[str],
                     invocation_count: int = 1,
                     cache: str = 'auto',
                     shuffle: str = 'window',
-                    cache_dir: Optional[str] = None) -> tf.data.Dataset:
+                    cache_dir: Optional[str] = None,
+                    table_first: bool = False) -> tf.data.Dataset:
   """The default dataset of `(features, label)` batches of one split.
 
   Its dataset functions are traced without autograph: none has
@@ -761,6 +813,9 @@ def default_dataset(file_pattern: List[str],
       `_window_shuffled_batches`) or "record" (a record buffer).
     cache_dir: where input_cache="disk" writes its blocks (None: it
       streams instead).
+    table_first: build the parsed table of training input whole before the
+      first batch instead of while its first epoch streams (an input_fn
+      that stops before an epoch ends, as eval_strategy="alternate" does).
 
   Returns:
     The dataset.
@@ -783,6 +838,11 @@ def default_dataset(file_pattern: List[str],
         _records(files, True, invocation_index, invocation_count,
                  STREAM_CHUNK_ROWS),
         feature_spec, label_key, batch_size, repeat, disk_path)
+  elif chosen == 'parsed' and training and not table_first:
+    dataset = _table_after_first_epoch(
+        _records(files, training, invocation_index, invocation_count,
+                 STREAM_CHUNK_ROWS),
+        feature_spec, label_key, batch_size, repeat)
   elif chosen == 'parsed':
     dataset = _parsed_table_batches(
         _records(files, training, invocation_index, invocation_count,
@@ -826,7 +886,8 @@ def make_input_fn(file_pattern: List[str],
                       user_module_lib.ModuleFunction] = None,
                   cache: str = 'auto',
                   shuffle: str = 'window',
-                  cache_dir: Optional[str] = None) -> InputFn:
+                  cache_dir: Optional[str] = None,
+                  table_first: bool = False) -> InputFn:
   """Builds the `input_fn(params)` that TPUEstimator calls for one split.
 
   Args:
@@ -841,6 +902,8 @@ def make_input_fn(file_pattern: List[str],
     cache: the default chain's cache, one of `CACHE_MODES`.
     shuffle: the default chain's shuffle, one of `SHUFFLE_MODES`.
     cache_dir: where input_cache="disk" keeps the parsed split.
+    table_first: build the parsed table before the first batch
+      (`default_dataset`).
 
   Returns:
     The input function.
@@ -851,7 +914,7 @@ def make_input_fn(file_pattern: List[str],
       index, count = _input_invocation(params)
       return default_dataset(file_pattern, schema, label_key,
                              params['batch_size'], training, repeat, index,
-                             count, cache, shuffle, cache_dir)
+                             count, cache, shuffle, cache_dir, table_first)
     # params['mode']: which step the input feeds (ModeKeys.TRAIN or EVAL).
     dataset = module_input_fn(
         file_pattern=file_pattern,
