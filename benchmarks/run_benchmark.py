@@ -34,6 +34,8 @@ QUICK = {'repeats': 1, 'steps': 3000, 'large_batch_steps': 400,
 # loop length is `auto`).
 TPU_TRAINER_CONFIG = {}
 SCALE = 'scale'  # --only: the scale run.
+# The scale run's streamed input alone: batches drained after the warm-up.
+STREAM_INPUT_BATCHES = 3000
 
 _REPEATS = flags.DEFINE_integer('repeats', 2, 'Runs of each measurement.')
 # Long-run step counts: enough timed work (10-60 s on 2 quiet cores) for the
@@ -288,8 +290,14 @@ def run_scale(work_dir: str, factors: List[int], batch_size: int,
                          eval_steps, timeout, args,
                          suffix=f'-scale-{run_name}', data_spec=spec_path)
 
+  def measure_stream_input(spec_path):
+    return _measure(work_dir, scale.STREAM_INPUT, batch_size, 0,
+                    STREAM_INPUT_BATCHES, eval_steps, timeout,
+                    _measure_args(scale.STREAM_INPUT, 0, '{}'), suffix='-scale',
+                    data_spec=spec_path)
+
   return scale.run(work_dir, factors, batch_size, short_steps, steps,
-                   measure_pair,
+                   measure_pair, measure_stream_input,
                    progress=lambda line: print(line, flush=True))
 
 

@@ -15,7 +15,10 @@ SCALE_DIR = 'scale'
 # input_shuffle="window", the default).
 TABLE, DISK, STREAM = 'parsed', 'disk', 'none'
 CACHE_MODES = (TABLE, DISK, STREAM)
-CHAIN_NAMES = {TABLE: 'table', DISK: 'disk', STREAM: 'stream'}
+# The streamed chain's input alone, no model: the most streaming can feed.
+STREAM_INPUT = 'stream_input'
+CHAIN_NAMES = {TABLE: 'table', DISK: 'disk', STREAM: 'stream',
+               STREAM_INPUT: 'stream input'}
 INPUT_SHUFFLE = 'window'
 # The table is measured only where it fits `auto`'s 512 MB cap: about 4
 # million taxi rows (124 parsed bytes a row, built at twice its size).
@@ -142,17 +145,18 @@ Measure = Callable[..., Dict[str, Any]]
 
 
 def first_epoch_steps(cache: str, rows: int, batch_size: int) -> int:
-  """Steps both runs of a pair train first: one epoch for the disk cache.
+  """Steps both runs of a pair train first: one epoch for the caches.
 
-  The disk cache streams its first epoch while it writes the snapshot; with
-  that epoch in both runs of the pair, the pair's rate (the extra steps of
-  the long run over its extra time) is read from the snapshot only.
+  The disk cache streams its first epoch while it writes its blocks, the
+  table while it keeps the parsed rows; with that epoch in both runs, the
+  rate after it is the cache's own.
   """
-  return -(-rows // batch_size) if cache == DISK else 0
+  return -(-rows // batch_size) if cache in (DISK, TABLE) else 0
 
 
 def run(work_dir: str, factors: Sequence[int], batch_size: int,
         short_steps: int, steps: int, measure_pair: Measure,
+        measure_stream_input: Optional[Measure] = None,
         progress: Callable[[str], None] = print) -> List[Dict[str, Any]]:
   """Measures TPUTrainer at each factor with each training chain.
 
@@ -165,12 +169,17 @@ def run(work_dir: str, factors: Sequence[int], batch_size: int,
     measure_pair: `measure_pair(spec_path, cache, run_name, extra_steps)` ->
       the measurement of TPUTrainer at `extra_steps` + short_steps and
       `extra_steps` + steps (run_benchmark).
+    measure_stream_input: `measure_stream_input(spec_path)` -> the
+      streamed chain's input alone, no training (run_benchmark): what
+      streaming could feed here at most. None: not measured.
     progress: prints a line per measurement.
 
   Returns:
     One row per (factor, chain): factor, rows, cache, rate, time to the
     first training step, overhead, peak RSS, and the error if the
     measurement failed. The table (`parsed`) only up to TABLE_MAX_ROWS.
+    With `measure_stream_input`, a row per factor of cache
+    `STREAM_INPUT` (its rate only).
   """
   spec_path = os.path.join(work_dir, 'data.json')
   rows = []
@@ -196,32 +205,45 @@ def run(work_dir: str, factors: Sequence[int], batch_size: int,
       if 'error' in result:
         row['error'] = result['error']
       else:
-        row.update(rate=_rate(result, extra, batch_size),
+        row.update(rate=_rate(result, short_steps + extra, batch_size),
+                   pair_rate=report.run_rate(result),
                    first_step_seconds=result.get('phases', {}).get(
                        'before_first_step_seconds'),
                    overhead_seconds=result.get('external_overhead_seconds'),
                    do_seconds=result.get('do_seconds'),
                    max_rss_kb=result.get('max_rss_kb'))
       rows.append(row)
+    if measure_stream_input is not None:
+      progress(f'scale x{factor} ({count:,} rows), the streamed input '
+               'alone ...')
+      result = measure_stream_input(replica)
+      row = {'factor': factor, 'rows': count, 'cache': STREAM_INPUT,
+             'chain': CHAIN_NAMES[STREAM_INPUT], 'batch_size': batch_size}
+      if 'error' in result:
+        row['error'] = result['error']
+      else:
+        row['rate'] = result.get('examples_per_sec')
+      rows.append(row)
   return rows
 
 
-def _rate(result: Dict[str, Any], first_epoch: int,
+def _rate(result: Dict[str, Any], after_step: int,
           batch_size: int) -> Optional[float]:
-  """Examples/s of a pair: after the first epoch from the trainer's events.
+  """Examples/s of a pair's long run past `after_step`, from its events.
 
-  The pair's external rate (report.run_rate) divides the long run's extra
-  steps by its extra time; with a first epoch of streaming and writing in
-  both runs, that epoch's variation between the runs swamps the difference
-  (x1000: 19,459 steps of it against 9,700 read from the cache). The disk
-  cache's rate is read instead from the long run's own `global_step/sec`
-  samples past the first epoch.
+  Every chain's rate is read from the long run's own `global_step/sec`
+  samples past the short run's steps and, for the caches, their first
+  epoch. The pair's external rate (report.run_rate, kept as `pair_rate`)
+  divides the long run's extra steps by its extra time; with a first epoch
+  of streaming in both runs, that epoch's variation between the runs
+  swamps the difference (x1000: 19,459 steps of it against 9,700 read from
+  the cache).
   """
-  if not first_epoch:
-    return report.run_rate(result)
   steps_per_sec = events.rate_after_step(result.get('step_rate_samples', []),
-                                         first_epoch)
-  return None if steps_per_sec is None else steps_per_sec * batch_size
+                                         after_step)
+  if steps_per_sec is None:
+    return report.run_rate(result)
+  return steps_per_sec * batch_size
 
 
 def _find(rows: List[Dict[str, Any]], factor: int,
@@ -272,6 +294,13 @@ def verdicts(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
       result.append(_verdict(
           f'x{at} rate, {CHAIN_NAMES[cache]} / table, >= {target}', value,
           None if value is None else value >= target))
+      ceiling = _ratio(_find(rows, at, STREAM_INPUT), _find(rows, at, TABLE),
+                       'rate')
+      if cache == STREAM and ceiling is not None:
+        result.append({
+            'target': f'x{at} streamed input alone, no training / table '
+                      '(the most streaming can reach on this machine)',
+            'value': ceiling, 'verdict': 'INFO'})
   if largest == smallest:
     return result
   for cache in (STREAM, DISK):
@@ -312,20 +341,20 @@ def format_verdicts(targets: List[Dict[str, Any]]) -> str:
 
 def format_table(rows: List[Dict[str, Any]]) -> str:
   """One line per factor and chain: rate, time to the first step, memory."""
-  header = (f'{"factor":>6} {"train rows":>11} {"chain":>6} '
-            f'{"ext ex/s":>10} {"vs table":>8} {"vs x1":>6} '
+  header = (f'{"factor":>6} {"train rows":>11} {"chain":>12} '
+            f'{"ex/s":>10} {"vs table":>8} {"vs x1":>6} '
             f'{"1st step s":>10} {"vs x1":>6} {"overhead s":>10} '
             f'{"peak RSS MB":>11} {"vs x1":>6} {"pair s":>7}')
   lines = [header, '-' * len(header)]
   for row in rows:
     chain = CHAIN_NAMES.get(row['cache'], row['cache'])
     if 'error' in row:
-      lines.append(f'{row["factor"]:>6} {row["rows"]:>11,} {chain:>6} '
+      lines.append(f'{row["factor"]:>6} {row["rows"]:>11,} {chain:>12} '
                    f'FAILED: {row["error"]}')
       continue
     rss = row.get('max_rss_kb')
     lines.append(
-        f'{row["factor"]:>6} {row["rows"]:>11,} {chain:>6} '
+        f'{row["factor"]:>6} {row["rows"]:>11,} {chain:>12} '
         f'{report.fmt(row.get("rate"), ",.0f"):>10} '
         f'{report.fmt(_vs_table(rows, row), ".2f"):>8} '
         f'{report.fmt(_relative(rows, row, "rate"), ".2f"):>6} '
