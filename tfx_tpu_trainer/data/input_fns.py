@@ -450,6 +450,12 @@ def _table_after_first_epoch(chunks: tf.data.Dataset,
   read and parsed once either way. Memory: the kept blocks and the joined
   table, about twice the table (what building the table alone peaks at).
   """
+  logging.info(
+      'Training starts on the streamed first epoch while the parsed table '
+      'fills; later epochs read the table. Should training stop before the '
+      'first epoch ends, TensorFlow warns that "the calling iterator did not '
+      'fully read the dataset being cached": nothing is lost, the rows kept '
+      'so far are dropped.')
   layouts = _column_layouts(feature_spec)
   kept = shared_cache.kept_in_memory(_parsed_chunks(
       chunks.shuffle(STREAM_CHUNK_BUFFER), feature_spec, layouts,
