@@ -455,7 +455,8 @@ class TrainerConfig:
       'auto', check=lambda k, v: _choice(k, v, INPUT_CACHE_MODES),
       help='the default input chain\'s cache: `parsed` (the split parsed once '
       'into in-memory dense columns; each epoch a fresh permutation gathered '
-      'in batches), `disk` (training input: the split parsed once, while the '
+      'in batches; training input streams its first epoch while the columns '
+      'fill, unless eval_strategy is `alternate`), `disk` (training input: the split parsed once, while the '
       'first epoch streams, into blocks of dense columns in the resumable '
       'checkpoint directory, read back in a fresh order on later epochs and '
       'by a retry of the execution, removed after the export; at most 64 '
