@@ -1,5 +1,6 @@
 """TPUTrainer executor `Do()` on real TFX artifacts of the taxi slice."""
 
+import inspect
 import json
 import os
 
@@ -11,6 +12,7 @@ from tfx.utils import path_utils
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import executor
 from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.data import input_fns
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
 from tfx_tpu_trainer_cli import paths
@@ -113,7 +115,19 @@ def test_raw_examples_without_transform(taxi_artifacts, tmp_path):
       'eval_global_step'].int_value == 10
 
 
-def test_alternate_strategy_api_v2_and_params(taxi_artifacts, tmp_path):
+def test_alternate_strategy_api_v2_and_params(taxi_artifacts, tmp_path,
+                                              monkeypatch):
+  built = []
+  default_dataset = input_fns.default_dataset
+
+  def recording_default_dataset(*args, **kwargs):
+    arguments = inspect.signature(default_dataset).bind(*args, **kwargs)
+    arguments.apply_defaults()
+    built.append((arguments.arguments['training'],
+                  arguments.arguments['table_first']))
+    return default_dataset(*args, **kwargs)
+
+  monkeypatch.setattr(input_fns, 'default_dataset', recording_default_dataset)
   probe = tmp_path / 'params.json'
   hyperparameters = standard_artifacts.HyperParameters()
   hyperparameters.uri = str(tmp_path / 'hparams')
@@ -133,7 +147,11 @@ def test_alternate_strategy_api_v2_and_params(taxi_artifacts, tmp_path):
   assert params['learning_rate'] == 0.05
   assert params['depth'] == 3
   assert params['batch_size'] == 16 and params['use_tpu'] is False
-  # Two train/evaluate cycles of 6 steps each.
+  # Two train/evaluate cycles of 6 steps each; each cycle's training input
+  # builds its table before the first batch (a cycle may stop inside an
+  # epoch, before a streamed first epoch would have filled it).
+  assert [table_first for training, table_first in built if training] == [
+      True, True]
   eval_events = os.listdir(os.path.join(run.model_run.uri, 'eval_eval'))
   assert eval_events
   assert run.model.mlmd_artifact.custom_properties[
