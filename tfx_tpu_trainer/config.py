@@ -453,7 +453,7 @@ class TrainerConfig:
       'before export, naming the variable; training/finite_variables.py)')
   input_cache: str = _key(
       'auto', check=lambda k, v: _choice(k, v, INPUT_CACHE_MODES),
-      help='the default input chain\'s cache: `parsed` (the split parsed once '
+      help="the default input chain's cache: `parsed` (the split parsed once "
       'into in-memory dense columns; each epoch a fresh permutation gathered '
       'in batches; training input streams its first epoch while the columns '
       'fill, unless eval_strategy is `alternate`), `disk` (training input: '
@@ -462,16 +462,16 @@ class TrainerConfig:
       'fresh order on later epochs and by a retry of the execution, removed '
       'after the export; at most 64 GB per host and 2 GB less than the free '
       'space of a local disk, else it streams; a run outside a pipeline '
-      'streams), `serialized` (the serialized records cached in memory), `none` '
-      '(streamed; both mixed as `input_shuffle` says); `auto` takes `parsed` '
-      'for training input when all features are fixed-length numbers and '
-      'building the table (about twice its size at peak, estimated from the '
-      'start of a file) fits in 512 MB per host, else `disk` for training '
+      'streams), `serialized` (the serialized records cached in memory), '
+      '`none` (streamed; both mixed as `input_shuffle` says); `auto` takes '
+      '`parsed` for training input when all features are fixed-length numbers '
+      'and building the table (about twice its size at peak, estimated from '
+      'the start of a file) fits in 512 MB per host, else `disk` for training '
       'input of fixed-length features in a pipeline run whose checkpoint '
-      'directory is on a local disk with room for it (logged, with the '
-      'reason when not), else `serialized` when the gzip files add up to at '
-      'most 128 MB, else `none` (evaluation input, read for a few steps, is '
-      'never cached by `auto`)')
+      'directory is on a local disk with room for it (logged, with the reason '
+      'when not), else `serialized` when the gzip files add up to at most 128 '
+      'MB, else `none` (evaluation input, read for a few steps, is never '
+      'cached by `auto`)')
   input_shuffle: str = _key(
       'window', check=lambda k, v: _choice(k, v, INPUT_SHUFFLE_MODES),
       help='how training input that is not the parsed table (`serialized`, '
