@@ -1,5 +1,6 @@
 """gzip'd TFRecord splits whose rows are numbered: where each row went."""
 
+import numpy as np
 import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2
 
@@ -32,3 +33,15 @@ def write_split(directory, files: int, rows_per_file: int):
             'y': tf.train.Feature(int64_list=tf.train.Int64List(value=[0])),
         })).SerializeToString())
   return paths
+
+
+def rows_of(batches) -> np.ndarray:
+  """The `row` numbers of `(features, label)` batches, in order."""
+  return np.concatenate([features['row'].numpy() for features, _ in batches])
+
+
+def spoil(paths):
+  """Overwrites record files with bytes that are no TFRecord."""
+  for path in paths:
+    with open(path, 'wb') as f:
+      f.write(b'not a TFRecord file')

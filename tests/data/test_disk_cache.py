@@ -32,28 +32,18 @@ def _dataset(paths, cache_dir, repeat=False, training=True):
       cache='disk', cache_dir=cache_dir)
 
 
-def _rows(dataset):
-  return np.concatenate([features['row'].numpy() for features, _ in dataset])
-
-
-def _spoil(paths):
-  for path in paths:
-    with open(path, 'wb') as f:
-      f.write(b'not a TFRecord file')
-
-
 def test_a_read_epoch_is_reused_by_a_later_input_fn_call(tmp_path):
   paths = _split(tmp_path)
   cache_dir = str(tmp_path / 'cache')
-  first = _rows(_dataset(paths, cache_dir))
+  first = numbered_split.rows_of(_dataset(paths, cache_dir))
   np.testing.assert_array_equal(np.sort(first), np.arange(FILES *
                                                           ROWS_PER_FILE))
   # The marker is written before the epoch's end reaches the caller.
   assert os.path.exists(os.path.join(cache_dir, 'host-0-of-1',
                                      input_fns.DISK_COMPLETE_FILE))
-  _spoil(paths)
+  numbered_split.spoil(paths)
   # A retry builds the input again: it reads the parsed blocks.
-  again = _rows(_dataset(paths, cache_dir))
+  again = numbered_split.rows_of(_dataset(paths, cache_dir))
   np.testing.assert_array_equal(np.sort(again), np.sort(first))
   assert not np.array_equal(again, first)  # Rows permuted afresh.
 
@@ -71,11 +61,12 @@ def test_an_unfinished_or_foreign_cache_is_never_read(tmp_path, marker):
   if marker is not None:
     with open(os.path.join(host_dir, input_fns.DISK_COMPLETE_FILE), 'w') as f:
       f.write(marker)
-  rows = _rows(_dataset(paths, cache_dir))
+  rows = numbered_split.rows_of(_dataset(paths, cache_dir))
   np.testing.assert_array_equal(np.sort(rows),
                                 np.arange(FILES * ROWS_PER_FILE))
-  _spoil(paths)
-  again = _rows(_dataset(paths, cache_dir))  # The rewritten cache.
+  numbered_split.spoil(paths)
+  # The rewritten cache.
+  again = numbered_split.rows_of(_dataset(paths, cache_dir))
   np.testing.assert_array_equal(np.sort(again), np.sort(rows))
 
 
@@ -99,7 +90,8 @@ def test_evaluation_and_runs_without_a_directory_stream(tmp_path, training,
                                                         cache_dir):
   paths = _split(tmp_path)
   cache_dir = cache_dir and str(tmp_path / cache_dir)
-  rows = _rows(_dataset(paths, cache_dir, training=training))
+  rows = numbered_split.rows_of(
+      _dataset(paths, cache_dir, training=training))
   assert len(rows) == FILES * ROWS_PER_FILE
   assert cache_dir is None or not os.path.exists(cache_dir)
 
@@ -108,14 +100,15 @@ def test_a_share_over_the_size_cap_streams(tmp_path, monkeypatch):
   monkeypatch.setattr(input_fns, 'DISK_CACHE_MAX_BYTES', 1000)
   paths = _split(tmp_path)
   cache_dir = str(tmp_path / 'cache')
-  assert len(_rows(_dataset(paths, cache_dir))) == FILES * ROWS_PER_FILE
+  rows = numbered_split.rows_of(_dataset(paths, cache_dir))
+  assert len(rows) == FILES * ROWS_PER_FILE
   assert not os.path.exists(cache_dir)
 
 
 def test_hosts_write_their_own_caches(tmp_path):
   paths = _split(tmp_path)
   cache_dir = str(tmp_path / 'cache')
-  shares = [_rows(input_fns.default_dataset(
+  shares = [numbered_split.rows_of(input_fns.default_dataset(
       paths, _schema(), 'y', batch_size=10, training=True, repeat=False,
       invocation_index=host, invocation_count=2, cache='disk',
       cache_dir=cache_dir)) for host in range(2)]
@@ -179,7 +172,7 @@ def test_auto_caches_a_split_over_the_table_cap_on_a_local_disk(
           'y': tf.io.FixedLenFeature([], tf.int64)}
   assert input_fns.choose_cache('auto', paths, spec,
                                 cache_dir=cache_dir) == 'disk'
-  rows = _rows(input_fns.default_dataset(
+  rows = numbered_split.rows_of(input_fns.default_dataset(
       paths, _schema(), 'y', batch_size=50, training=True, repeat=False,
       cache='auto', cache_dir=cache_dir))
   np.testing.assert_array_equal(np.sort(rows),
@@ -213,5 +206,6 @@ def test_disk_streams_when_the_local_disk_has_no_room(tmp_path, monkeypatch):
   monkeypatch.setattr(input_fns, 'DISK_CACHE_HEADROOM_BYTES', 2**60)
   paths = _split(tmp_path)
   cache_dir = str(tmp_path / 'cache')
-  assert len(_rows(_dataset(paths, cache_dir))) == FILES * ROWS_PER_FILE
+  rows = numbered_split.rows_of(_dataset(paths, cache_dir))
+  assert len(rows) == FILES * ROWS_PER_FILE
   assert not os.path.exists(cache_dir)

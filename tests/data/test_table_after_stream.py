@@ -20,24 +20,16 @@ def _dataset(paths, table_first=False):
       repeat=True, cache='parsed', table_first=table_first)
 
 
-def _rows(batches):
-  return np.concatenate([features['row'].numpy() for features, _ in batches])
-
-
-def _spoil(paths):
-  for path in paths:
-    with open(path, 'wb') as f:
-      f.write(b'not a TFRecord file')
-
-
 def test_later_epochs_permute_the_table_kept_from_the_first(tmp_path):
   paths = numbered_split.write_split(tmp_path, 3, 1000)
   epoch = 3000 // BATCH
   iterator = iter(_dataset(paths))
-  first = _rows(next(iterator) for _ in range(epoch))
+  first = numbered_split.rows_of(next(iterator) for _ in range(epoch))
   np.testing.assert_array_equal(np.sort(first), np.arange(3000))
-  _spoil(paths)  # Later epochs read the kept rows, not the records.
-  later = [_rows(next(iterator) for _ in range(epoch)) for _ in range(2)]
+  # Later epochs read the kept rows, not the records.
+  numbered_split.spoil(paths)
+  later = [numbered_split.rows_of(next(iterator) for _ in range(epoch))
+           for _ in range(2)]
   for rows in later:
     np.testing.assert_array_equal(np.sort(rows), np.arange(3000))
   assert not np.array_equal(later[0], later[1])
