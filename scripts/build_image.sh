@@ -3,6 +3,7 @@
 # makes the local bases once (no registry is reachable), builds, reports size.
 #
 #   scripts/build_image.sh [TARGET [TAG]]      defaults: image tfx-tpu-trainer:latest
+#   scripts/build_image.sh --start-dockerd     starts dockerd if needed, only
 #
 # Where the Dockerfile's bases (python:3.10.13-slim-bookworm, Beam's SDK
 # image) can be pulled, it builds on them, as plain `docker build` does.
@@ -25,7 +26,8 @@
 #                   changes).
 #
 # Environment: PYTHON_PREFIX (CPython 3.10 to copy in; default: the base
-# prefix of .venv/bin/python or python3.10), DEBIAN_MIRROR, DOCKERD_LOG,
+# prefix of .venv/bin/python, else of the 3.10 `make env` finds),
+# DEBIAN_MIRROR, DOCKERD_LOG,
 # DOCKERD_STORAGE_DRIVER (default: overlay2 where it mounts, else vfs),
 # REBUILD_BASE=1 (remake the bases). The host's pip settings (index URLs,
 # trusted hosts, CA bundle) are passed as build arguments; file:// indexes
@@ -89,15 +91,18 @@ ensure_dockerd() {
 
 have_image() { docker image inspect "$1" > /dev/null 2>&1; }
 
+# shellcheck source=python310.sh
+source scripts/python310.sh
+
+# The install prefix of .venv's CPython 3.10, else of the one `make env`
+# would find (scripts/python310.sh): a fresh clone has no .venv yet.
 python_prefix() {
   if [ -n "${PYTHON_PREFIX:-}" ]; then echo "$PYTHON_PREFIX"; return; fi
   local python
-  for python in .venv/bin/python python3.10; do
-    if "$python" -c 'import sys; assert sys.version_info[:2] == (3, 10); print(sys.base_prefix)' 2> /dev/null; then
-      return
-    fi
-  done
-  fail "no CPython 3.10 to copy into the base (tried .venv/bin/python, python3.10): set PYTHON_PREFIX to a CPython 3.10 install prefix."
+  python=.venv/bin/python
+  python310_works "$python" || python=$(find_python310) \
+    || fail "no CPython 3.10 to copy into the base (tried .venv/bin/python, \$PYTHON310, python3.10, pyenv's versions, /usr/local/bin, /usr/bin): set PYTHON_PREFIX to a CPython 3.10 install prefix."
+  "$python" -c 'import sys; print(sys.base_prefix)'
 }
 
 # A debootstrap target: what it left mounted (proc, sys) first.
@@ -218,6 +223,7 @@ pip_build_args() {
 
 main() {
   ensure_dockerd
+  [ "$TARGET" = --start-dockerd ] && return
   local start use_local=0 args=()
   case "${BASES:-auto}" in
     real) ;;

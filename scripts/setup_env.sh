@@ -13,22 +13,8 @@ tools="${repo_root}/.tools"
 
 log() { echo "[setup] $*" >&2; }
 
-python_works() { "$1" -c 'import sys; assert sys.version_info[:2] == (3, 10)' >/dev/null 2>&1; }
-
-find_python310() {
-  local candidate
-  for candidate in "${PYTHON310:-}" python3.10 \
-      "$(command -v pyenv >/dev/null 2>&1 && pyenv root)"/versions/3.10*/bin/python3.10 \
-      "${HOME}"/.pyenv/versions/3.10*/bin/python3.10 \
-      /usr/local/bin/python3.10 /usr/bin/python3.10; do
-    [ -n "${candidate}" ] || continue
-    if python_works "${candidate}"; then
-      command -v "${candidate}" || echo "${candidate}"
-      return 0
-    fi
-  done
-  return 1
-}
+# shellcheck source=python310.sh
+source "${repo_root}/scripts/python310.sh"
 
 find_uv() {
   if command -v uv >/dev/null 2>&1; then command -v uv; return 0; fi
