@@ -1,5 +1,6 @@
-# Images of the Kubeflow steps, built from this repository (see README,
-# "Kubeflow", and docs/kubeflow.md, "TPU runtimes"). Targets:
+# Images of the Kubeflow steps, built from this repository (see
+# docs/guide/kubeflow.md, "Build and push the images", and
+# docs/guide/tpu_slices.md, "TPU runtimes"). Targets:
 #
 #   image (default)  every step: Python 3.10, exactly requirements.lock (TFX
 #                    1.15.1, TF 2.15.1 CPU, Beam 2.59.0, kfp 1.8.22 ...), this
@@ -7,8 +8,8 @@
 #                    worker boot as entrypoint, so Dataflow can run it as the
 #                    SDK container (--beam-arg=--sdk_container_image=...),
 #                    and Flink or Spark as the DOCKER environment or the
-#                    worker pool (docs/kubeflow.md, "Beam on Flink or
-#                    Spark").
+#                    worker pool (docs/guide/kubeflow.md, "Beam on
+#                    Flink or Spark").
 #   tpu              the trainer on GKE TPU VMs: the same plus TensorFlow 2.15's
 #                    TPU VM build and its libtpu at /lib/libtpu.so, from
 #                    Google's Cloud TPU release storage (PyPI's tensorflow-tpu
@@ -33,8 +34,8 @@
 # tests ran.
 
 # The bases, as build arguments: a machine that cannot pull them passes
-# locally made ones (scripts/build_image.sh, docs/kubeflow.md "Building the
-# image here").
+# locally made ones (scripts/build_image.sh, docs/guide/kubeflow.md,
+# "Building the image where nothing can be pulled").
 ARG PYTHON_IMAGE=python:3.10.13-slim-bookworm
 ARG BEAM_SDK_IMAGE=apache/beam_python3.10_sdk:2.59.0
 FROM ${BEAM_SDK_IMAGE} AS beam-sdk

@@ -16,7 +16,7 @@ XDIST_ARGS := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 RUN_ARGS ?=
 UV ?= $(shell command -v uv || echo .tools/uv/bin/uv)
 
-.PHONY: env run test test-fast lock bench bench-smoke clean image tpu-image
+.PHONY: env run test test-fast lock docs bench bench-smoke clean image tpu-image
 
 env:
 	@bash scripts/setup_env.sh
@@ -48,7 +48,13 @@ lock:
 	$(UV) pip compile setup.py --extra test --python-version 3.10 \
 	  --python-platform x86_64-manylinux_2_28 -o requirements.lock
 
-# The Kubeflow images (Dockerfile targets; README "Kubeflow"). Needs Docker.
+# The generated reference: every option of every command, from the parsers
+# (tests/cli/test_cli_reference.py fails when the page differs).
+docs: env
+	$(PY) -m tfx_tpu_trainer_cli.cli_reference > docs/reference/cli.md
+
+# The Kubeflow images: Dockerfile targets, built with Docker
+# (docs/guide/kubeflow.md).
 # `make image` starts dockerd if needed and, where the Dockerfile's bases
 # cannot be pulled, makes local ones (scripts/build_image.sh).
 IMAGE ?= tfx-tpu-trainer:latest
@@ -58,7 +64,7 @@ TPU_PJRT_IMAGE ?= tfx-tpu-trainer-tpu-pjrt:latest
 image:
 	bash scripts/build_image.sh image $(IMAGE)
 
-# One image per TPU runtime (docs/kubeflow.md, "TPU runtimes").
+# One image per TPU runtime (docs/guide/tpu_slices.md, "TPU runtimes").
 tpu-image:
 	docker build --target tpu-se -t $(TPU_SE_IMAGE) .
 	docker build --target tpu-pjrt -t $(TPU_PJRT_IMAGE) .

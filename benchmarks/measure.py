@@ -23,7 +23,7 @@ KINDS = ('tpu_trainer', 'stock_trainer', 'keras_trainer', 'compute_limit',
 TRAINER_KINDS = ('tpu_trainer', 'stock_trainer', 'keras_trainer')
 INPUT_CACHES = {'input': 'serialized', 'trainer_input': 'auto',
                 # The training chain by cache (the scale comparison of
-                # docs/performance.md, "Streaming"); record_input streams
+                # docs/guide/performance.md, "Streaming"); record_input streams
                 # with input_shuffle="record".
                 'table_input': 'parsed', 'disk_input': 'disk',
                 'stream_input': 'none', 'record_input': 'none'}

@@ -1,4 +1,5 @@
-"""Sends one raw taxi trip to the pushed model (README, "Serving").
+"""Sends one raw taxi trip to the pushed model (docs/guide/your_model.md,
+"Serving").
 
     python examples/predict_taxi.py tfx_output/serving_model/taxi_tpu
 

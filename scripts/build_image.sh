@@ -8,8 +8,8 @@
 # Where the Dockerfile's bases (python:3.10.13-slim-bookworm, Beam's SDK
 # image) can be pulled, it builds on them, as plain `docker build` does.
 # Where they cannot (BASES=auto, the default; BASES=local forces it), the two
-# bases are made locally and passed as build arguments (docs/kubeflow.md,
-# "Building the image here"):
+# bases are made locally and passed as build arguments (docs/guide/kubeflow.md,
+# "Building the image where nothing can be pulled"):
 #
 #   PYTHON_IMAGE    a Debian bookworm minbase (debootstrap, Debian's packages)
 #                   with this machine's CPython 3.10 at /usr/local, where

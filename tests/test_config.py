@@ -154,17 +154,17 @@ def test_every_key_is_declared_once_with_its_check_and_help():
   assert from_custom_config({}, environ={}) == config_lib.TrainerConfig()
 
 
-def test_readme_table_of_keys_is_rendered_from_the_fields():
+def test_reference_table_of_keys_is_rendered_from_the_fields():
   import os  # pylint: disable=g-import-not-at-top
-  readme = os.path.join(os.path.dirname(os.path.dirname(__file__)),
-                        'README.md')
-  with open(readme) as f:
+  page = os.path.join(os.path.dirname(os.path.dirname(__file__)), 'docs',
+                      'reference', 'custom_config.md')
+  with open(page) as f:
     text = f.read()
   table = config_lib.keys_table()
   assert table in text, (
-      'README.md\'s custom_config table differs from the TrainerConfig '
-      'fields; paste the output of `python -m tfx_tpu_trainer.config` under '
-      '"### custom_config":\n' + table)
+      'docs/reference/custom_config.md\'s TPUTrainer table differs from the '
+      'TrainerConfig fields; paste the output of `python -m '
+      'tfx_tpu_trainer.config` under "## TPUTrainer":\n' + table)
   assert table.startswith('| key | default | meaning |\n')
   assert "| `train_batch_size` | `64` |" in table
   assert '| `per_host_input` | `PER_HOST_V2` |' in table

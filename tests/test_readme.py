@@ -2,12 +2,14 @@
 
 Its commands run in a fresh shell (no PATH but the system's, no variables
 of this one) after the line the README gives to put `tfx-tpu-trainer` on
-PATH; every `tfx-tpu-trainer` command it shows parses; its sample summary
-agrees with the defaults and with itself; its FROM lines name images its
-build commands make; its environment size is the environment's; the page
-its screenshot was rendered from shows the defaults.
+PATH; every `tfx-tpu-trainer` command it and the guides show parses; its
+sample summary agrees with the defaults and with itself; the FROM lines of
+the docs name images their build commands make; its environment size is the
+environment's; the page its screenshot was rendered from shows the defaults
+of every key, with no path of the machine it ran on.
 """
 
+import dataclasses
 import html
 import math
 import os
@@ -26,6 +28,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENV = os.path.join(REPO, '.venv')
 with open(os.path.join(REPO, 'README.md')) as _f:
   README = _f.read()
+# The README and every page of the guide and reference.
+DOCS = ['README.md'] + sorted(
+    os.path.relpath(os.path.join(d, f), REPO)
+    for d, _, files in os.walk(os.path.join(REPO, 'docs')) for f in files
+    if f.endswith('.md') and f != 'architecture.md')
 # A fresh login's environment: the system's PATH and a HOME, nothing else.
 FRESH_ENV = {'HOME': os.environ.get('HOME', '/root'),
              'PATH': '/usr/local/bin:/usr/bin:/bin', 'LANG': 'C.UTF-8'}
@@ -33,8 +40,13 @@ DEFAULT_TRAIN_STEPS = run_command._BUNDLED_ONLY['--train-steps'][1]  # pylint: d
 DEFAULT_BATCH_SIZE = run_command._BUNDLED_ONLY['--train-batch-size'][1]  # pylint: disable=protected-access
 
 
-def _sh_blocks():
-  return re.findall(r'```sh\n(.*?)```', README, re.S)
+def _sh_blocks(text=README):
+  return re.findall(r'```sh\n(.*?)```', text, re.S)
+
+
+def _doc(relative):
+  with open(os.path.join(REPO, relative)) as f:
+    return f.read()
 
 
 def _commands(block):
@@ -87,10 +99,11 @@ def test_readme_kfp_v1_compile_runs_in_a_fresh_shell(tmp_path):
   assert result.stderr == ''
 
 
-def test_every_readme_command_parses():
+def _parsed_commands(text):
+  """How many `tfx-tpu-trainer` commands of the text's sh blocks parse."""
   parser = cli.build_parser()
   checked = 0
-  for block in _sh_blocks():
+  for block in _sh_blocks(text):
     for command in _commands(block):
       words = shlex.split(command)
       while words and re.fullmatch(r'[A-Z_][A-Z0-9_]*=\S*', words[0]):
@@ -101,11 +114,24 @@ def test_every_readme_command_parses():
         _, extras = parser.parse_known_args(words[1:])
       except SystemExit as e:  # --version and --help exit 0.
         if e.code:
-          pytest.fail(f'README command does not parse: {command}')
+          pytest.fail(f'Documented command does not parse: {command}')
         extras = []
       assert not extras, (command, extras)
       checked += 1
-  assert checked >= 4
+  return checked
+
+
+def test_every_readme_command_parses():
+  assert _parsed_commands(README) >= 4
+
+
+@pytest.mark.parametrize('doc', DOCS[1:])
+def test_every_command_of_the_guides_parses(doc):
+  _parsed_commands(_doc(doc))
+
+
+def test_the_guides_show_commands():
+  assert sum(_parsed_commands(_doc(doc)) for doc in DOCS[1:]) >= 8
 
 
 def _sample_summary():
@@ -137,19 +163,22 @@ def test_sample_summary_agrees_with_the_defaults_and_itself():
   assert 2 / 3 <= int(seconds) / int(about) <= 3 / 2, (seconds, about)
 
 
-def test_from_lines_name_images_the_readme_builds():
+def test_from_lines_name_images_the_docs_build():
   built = set()
-  for block in _sh_blocks():
-    for command in _commands(block):
-      if command.startswith('make image') or command.startswith(
-          'make tpu-image'):
-        built.update(re.findall(r'\b[A-Z_]*IMAGE=(\S+)', command))
+  for doc in DOCS:
+    for block in _sh_blocks(_doc(doc)):
+      for command in _commands(block):
+        if command.startswith('make image') or command.startswith(
+            'make tpu-image'):
+          built.update(re.findall(r'\b[A-Z_]*IMAGE=(\S+)', command))
   assert built
-  froms = re.findall(r'`?FROM (\S+?)`?(?:\s|$)', README)
+  froms = [(doc, image) for doc in DOCS
+           for image in re.findall(r'(?:^|`)FROM (\S+?)`?(?:\s|$)', _doc(doc),
+                                   re.M)]
   assert froms
-  for image in froms:
+  for doc, image in froms:
     image = image.rstrip('`').replace('...', 'gcr.io/MY_PROJECT/')
-    assert image in built, f'FROM {image}: no README command builds it'
+    assert image in built, f'{doc}: FROM {image}: no doc command builds it'
 
 
 @pytest.mark.skipif(not os.path.isdir(VENV), reason='no .venv')
@@ -181,6 +210,13 @@ def test_the_screenshots_page_shows_the_defaults_and_the_sample():
   assert config['custom_config.eval_every_steps'] == str(math.ceil(
       DEFAULT_TRAIN_STEPS / run_command.DEFAULT_EVALUATIONS))
   assert config['train_args.num_steps'] == str(DEFAULT_TRAIN_STEPS)
+  # A row for every key, and no path of the machine the run was on.
+  for field in dataclasses.fields(config_lib.TrainerConfig):
+    assert f'custom_config.{field.name}' in config, field.name
+  assert config['module_file'] == 'components/taxi_tpu_module.py'
+  text = re.sub(r'data:[^"]*', '', page)  # The plots' bytes.
+  assert REPO not in text
+  assert not re.findall(r'(?<![\w.])/(?:work|home|root|tmp)/', text)
   # The report as the code writes it now: no caption repeating a title.
   assert '<figcaption>' not in page
   from tfx_tpu_trainer.publishing import training_report as report  # pylint: disable=g-import-not-at-top

@@ -284,7 +284,7 @@ def _params(value: Any) -> Dict[str, Any]:
 # `TrainerConfig`: its default (the field's), its check and its help text.
 # `from_custom_config` and `keys_table` read them from the fields.
 CHECK = 'check'  # f(key, raw value) -> the typed value, or raises ConfigError.
-HELP = 'help'  # What the key does (markdown), as the README table shows it.
+HELP = 'help'  # What the key does (markdown), as docs/reference/ shows it.
 SHOWN_DEFAULT = 'shown_default'  # The default as users read it.
 
 
@@ -298,7 +298,7 @@ def _key(default: Any = None, *, check: Callable[[str, Any], Any],
     default: the value when the key is absent (also `TrainerConfig()`'s).
     check: validates a raw value given for the key: `check(key, value)`
       returns the typed value or raises `ConfigError` naming the key.
-    help: what the key does, one markdown paragraph (the README table).
+    help: what the key does, one markdown paragraph (the reference table).
     shown_default: the default as the docs state it (default: `default`
       rendered as code).
     default_factory: for mutable defaults, instead of `default`.
@@ -326,7 +326,8 @@ class TrainerConfig:
 
   To add a key, add a field here with `_key(default, check=..., help=...)`:
   the parser (`from_custom_config`), the accepted-keys message and the
-  README table (`keys_table`, checked by tests/test_config.py) follow.
+  table of docs/reference/custom_config.md (`keys_table`, checked by
+  tests/test_config.py) follow.
   """
   use_tpu: bool = _key(
       False, check=lambda k, v: None if v is None else _bool(k, v),
@@ -385,8 +386,8 @@ class TrainerConfig:
       'explicit number must divide `save_checkpoints_steps`, and such a model '
       'or input is an error; `1`: no loop. v1 summaries the `model_fn` makes '
       '(a canned Estimator\'s) are not written inside the loop, as on TPU; '
-      'a warning names them. See docs/performance.md for '
-      'what it gains; ignored on TPU')
+      'a warning names them. See docs/guide/performance.md, "The host '
+      'loop", for what it gains; ignored on TPU')
   num_shards: Optional[int] = _key(
       None, check=_optional_positive_int, shown_default='from the TPU',
       help='replicas')
@@ -418,7 +419,7 @@ class TrainerConfig:
       'plain log line every 15 s elsewhere, a line per evaluation; it fetches '
       'the step and loss at most every 0.5 s (terminal) or 15 s, and on a '
       "session's first and last run, never on other steps (see "
-      'docs/performance.md)')
+      'docs/guide/performance.md, "The cost of the live progress")')
   save_checkpoints_steps: Optional[int] = _key(
       None, check=_optional_positive_int, shown_default='estimator default',
       help='checkpoint frequency in steps')
@@ -482,7 +483,8 @@ class TrainerConfig:
       'faster. `record` is the former chain: each record through a '
       '10,000-record shuffle buffer, then batched and parsed. Both shuffle '
       'the file order every epoch; see '
-      'docs/performance.md, "Streaming", for how far a row moves under each')
+      'docs/guide/performance.md, "Streaming", for how far a row moves under '
+      'each')
   params: Mapping[str, Any] = _key(
       check=lambda k, v: _params(v), default_factory=dict,
       shown_default='`{}`',
@@ -631,7 +633,7 @@ class TrainerConfig:
 
 
 def keys_table() -> str:
-  """The README's table of custom_config keys, rendered from the fields."""
+  """The table of custom_config keys (docs/reference/custom_config.md)."""
   rows = ['| key | default | meaning |', '|---|---|---|']
   for field in dataclasses.fields(TrainerConfig):
     rows.append(f'| `{field.name}` | {field.metadata[SHOWN_DEFAULT]} | '

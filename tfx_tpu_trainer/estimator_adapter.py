@@ -1,4 +1,4 @@
-"""The documented import path of `to_tpu_model_fn` (README, docs/)."""
+"""Where user modules import `to_tpu_model_fn` (docs/guide/your_model.md)."""
 
 from tfx_tpu_trainer.model_fn.estimator_spec_adapter import AdapterError
 from tfx_tpu_trainer.model_fn.estimator_spec_adapter import to_tpu_model_fn

@@ -11,6 +11,15 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 EXIT_USAGE = 2
 # What a shell reports for a command ended by Ctrl-C (128 + SIGINT).
 EXIT_INTERRUPTED = 130
+# What the bundled pipeline's step and batch options set (run, compile).
+BUNDLED_FLAG_HELP = {
+    '--train-steps': 'Training steps (train_args.num_steps)',
+    '--eval-steps': 'Steps of each evaluation (eval_args.num_steps)',
+    '--train-batch-size': 'Global training batch size (custom_config '
+                          'train_batch_size)',
+    '--eval-batch-size': 'Global evaluation batch size (custom_config '
+                         'eval_batch_size)',
+}
 
 
 class UsageError(Exception):

@@ -162,8 +162,10 @@ def add_parser(subparsers) -> None:
   parser.add_argument('--tpu-name', default=None,
                       help='TPU the trainer resolves (default: local for '
                       'tpu-vm; for tpu-node, the TPU_NAME of the pod).')
-  parser.add_argument('--tpu-zone', default=None)
-  parser.add_argument('--tpu-project', default=None)
+  parser.add_argument('--tpu-zone', default=None,
+                      help='The Cloud TPU\'s zone, with --tpu-name.')
+  parser.add_argument('--tpu-project', default=None,
+                      help='The Cloud TPU\'s project, with --tpu-name.')
   parser.add_argument(
       '--vertex-accelerator-type', default=None,
       help='kubeflow_v2: the trainer\'s accelerator in the Vertex AI job, a '
@@ -171,7 +173,7 @@ def add_parser(subparsers) -> None:
       'Vertex pipeline step takes TPU_V2/TPU_V3, which would disagree with '
       'the GKE TPU VM slice of the KFP v2 spec, and TPU_V4_POD/'
       'TPU_V5_LITEPOD need a machine type and topology a step cannot carry '
-      '(use --no-vertex-job; docs/kubeflow.md, "Vertex AI and TPUs").')
+      '(use --no-vertex-job; docs/guide/kubeflow.md, "Vertex AI and TPUs").')
   parser.add_argument(
       '--trainer-node-selector', action='append', default=[],
       metavar='KEY=VALUE',
@@ -197,13 +199,14 @@ def add_parser(subparsers) -> None:
   for flag in ('--train-steps', '--eval-steps', '--train-batch-size',
                '--eval-batch-size'):
     parser.add_argument(flag, type=common.positive_int, default=None,
-                        help=f'(default: {_BUNDLED_ONLY[flag][1]})')
+                        help=f'{common.BUNDLED_FLAG_HELP[flag]} (default: '
+                        f'{_BUNDLED_ONLY[flag][1]}).')
   parser.add_argument(
       '--bulk-infer', dest='bulk_infer', action='store_const', const=True,
       default=None,
       help='Add a TPUBulkInferrer step that scores the eval split with the '
       'blessed model, scheduled like the trainer (its TPU, image and '
-      'runtime; docs/bulk_inference.md).')
+      'runtime; docs/guide/batch_inference.md).')
   parser.set_defaults(handler=_compile)
 
 
@@ -213,9 +216,9 @@ def _add_tpu_runtime_arguments(parser) -> None:
       '--tpu-runtime', choices=runtimes.RUNTIMES, default=None,
       help='tpu-vm: TensorFlow 2.15\'s TPU runtime on the TPU steps, set '
       'by their environment: se (StreamExecutor) or pjrt (default: the '
-      'generation\'s, se on v4, pjrt on v5e and v5p; docs/kubeflow.md, "TPU '
-      'runtimes"). Build the trainer image with the Dockerfile target '
-      'tpu-se or tpu-pjrt to match.')
+      'generation\'s, se on v4, pjrt on v5e and v5p; '
+      'docs/guide/tpu_slices.md, "TPU runtimes"). Build the trainer image '
+      'with the Dockerfile target tpu-se or tpu-pjrt to match.')
   parser.add_argument(
       '--tpu-check', action='store_true',
       help='Add `tfx-tpu-trainer tpu-check` as the first step, scheduled like '
@@ -706,7 +709,7 @@ def _print_summary(result) -> None:
             f'{", ".join(names)}: the compiled file carries the value(s) in '
             'plain text (masked here) for anyone who can read it or the '
             'pipeline in the KFP UI. Pass secrets from a Kubernetes secret '
-            'instead (docs/kubeflow.md, "Secrets").')
+            'instead (docs/guide/kubeflow.md, "Secrets").')
       custom_config = secrets.masked(custom_config)
     print(f'  custom_config:  {prefix}{custom_config}')
   from tfx_tpu_trainer.publishing import secrets  # pylint: disable=g-import-not-at-top
@@ -718,7 +721,7 @@ def _print_summary(result) -> None:
     print(f'  Warning: the compiled file carries the secret(s) '
           f'{", ".join(hidden)} in plain text (masked here): anyone who can '
           'read the file or the pipeline in the KFP UI can read them. Pass '
-          'secrets from a Kubernetes secret instead (docs/kubeflow.md, '
+          'secrets from a Kubernetes secret instead (docs/guide/kubeflow.md, '
           '"Secrets").')
   for warning in secret_warnings:
     print(warning)
@@ -741,7 +744,7 @@ def _print_notes(result, options) -> None:
   if multi_host:
     print('  Note: a multi-host slice: the trainer step creates and deletes '
           'its worker pods; its service account needs the Role in '
-          f'{tpu_slices.RBAC_MANIFEST} (docs/kubeflow.md, "Multi-host '
+          f'{tpu_slices.RBAC_MANIFEST} (docs/guide/tpu_slices.md, "Multi-host '
           'slices").')
   elif options.use_tpu and any('tpu' not in c
                                for c in result.custom_configs.values()):

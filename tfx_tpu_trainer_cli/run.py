@@ -55,7 +55,8 @@ def add_parser(subparsers) -> None:
   for flag in ('--train-steps', '--eval-steps', '--train-batch-size',
                '--eval-batch-size'):
     parser.add_argument(flag, type=common.positive_int, default=None,
-                        help=f'(default: {_BUNDLED_ONLY[flag][1]})')
+                        help=f'{common.BUNDLED_FLAG_HELP[flag]} (default: '
+                        f'{_BUNDLED_ONLY[flag][1]}).')
   parser.add_argument(
       '--eval-every-steps', type=common.non_negative_int, default=None,
       help='Evaluate every N training steps (the eval curves of the '
@@ -106,9 +107,13 @@ def add_parser(subparsers) -> None:
                    'TPU_NAME).')
   tpu.add_argument('--no-use-tpu', dest='use_tpu', action='store_false',
                    help='Train on CPU/GPU even if TPU_NAME is set.')
-  parser.add_argument('--tpu-name', default=None)
-  parser.add_argument('--tpu-zone', default=None)
-  parser.add_argument('--tpu-project', default=None)
+  parser.add_argument('--tpu-name', default=None,
+                      help='The TPU to train on: a Cloud TPU name or '
+                      'grpc://HOST:PORT (default: TPU_NAME).')
+  parser.add_argument('--tpu-zone', default=None,
+                      help='The Cloud TPU\'s zone, with --tpu-name.')
+  parser.add_argument('--tpu-project', default=None,
+                      help='The Cloud TPU\'s project, with --tpu-name.')
   parser.add_argument('--verbose', action='store_true',
                       help='Show the full TFX and TensorFlow log.')
   parser.add_argument(

@@ -1,6 +1,7 @@
 """TPUBulkInferrer as a component: BulkInferrer's interface plus custom_config."""
 
 import json
+import os
 
 import pytest
 from tfx import v1 as tfx
@@ -99,3 +100,19 @@ def test_use_tpu_is_auto_as_for_the_trainer():
   assert make('{"batch_size": 3}', environ={}).batch_size == 3
   assert make(None, environ={}).batch_size == (
       inference_config.DEFAULT_BATCH_SIZE)
+
+
+def test_reference_table_of_keys_is_rendered_from_the_keys():
+  table = inference_config.keys_table()
+  rows = [line.split(' | ')[0].strip('|` ') for line in table.splitlines()[2:]]
+  assert rows == list(inference_config.KEYS)
+  assert f'| `batch_size` | `{inference_config.DEFAULT_BATCH_SIZE}` |' in table
+  page = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+      os.path.abspath(__file__)))), 'docs', 'reference', 'custom_config.md')
+  with open(page) as f:
+    text = f.read()
+  assert table in text.split('## TPUBulkInferrer')[1], (
+      'docs/reference/custom_config.md\'s TPUBulkInferrer table differs from '
+      'the keys; paste the output of `python -m '
+      'tfx_tpu_trainer.bulk_inferrer.inference_config` under '
+      '"## TPUBulkInferrer":\n' + table)

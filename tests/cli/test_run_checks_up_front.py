@@ -152,7 +152,7 @@ _EXAMPLE_DIR = os.path.join(
 
 
 def _penguin_pipeline_file(tmp_path, pipeline_name='penguin-tpu'):
-  """A `--pipeline` file: the README's penguin pipeline, `pipeline_name`."""
+  """A `--pipeline` file: the guide's penguin pipeline, `pipeline_name`."""
   path = tmp_path / 'my_pipeline.py'
   path.write_text(
       'import sys\n'

@@ -1,7 +1,7 @@
 """`compile|run --pipeline FILE:FUNCTION`: a user's pipeline file.
 
 The bad-input cases exit 2 with a message naming the file and the function
-and write nothing; the README's example pipeline (examples/penguin_tpu,
+and write nothing; the guide's example pipeline (examples/penguin_tpu,
 copied outside the repository) compiles for KFP v1 and v2 with the TPU on
 its TPUTrainer only, and runs locally to a pushed model (slow).
 """
@@ -343,8 +343,8 @@ def test_user_pipeline_vertex_job_with_a_tpu_is_refused(penguin_env, capsys):
       'pipeline step cannot carry (its resources hold an accelerator type '
       'and count only; steps take TPU_V2/TPU_V3). Pass --no-vertex-job to '
       'write the KFP v2 spec alone (for a KFP v2 backend on GKE), or '
-      '--no-use-tpu for a CPU Vertex job; see docs/kubeflow.md, "Vertex AI '
-      'and TPUs".\n')
+      '--no-use-tpu for a CPU Vertex job; see docs/guide/kubeflow.md, '
+      '"Vertex AI and TPUs".\n')
   assert not out.exists()
 
 
@@ -419,12 +419,12 @@ def test_run_pipeline_runs_the_user_pipeline_to_a_pushed_model(
   assert (output_root / 'metadata' / 'penguin-tpu' / 'metadata.db').exists()
 
 
-def test_readme_shows_the_example_pipeline_as_it_is():
-  with open(os.path.join(REPO, 'README.md')) as f:
-    readme = f.read()
+def test_the_guide_shows_the_example_pipeline_as_it_is():
+  with open(os.path.join(REPO, 'docs', 'guide', 'your_pipeline.md')) as f:
+    guide = f.read()
   with open(os.path.join(EXAMPLE_DIR, 'penguin_pipeline.py')) as f:
     example = f.read()
-  assert f'```python\n{example}```\n' in readme
+  assert f'```python\n{example}```\n' in guide
 
 
 def test_run_beam_args_on_a_user_pipeline_are_checked_up_front(

@@ -3,8 +3,8 @@
 One gzip'd file whose rows are numbered in file order: a row's move is its
 position in an epoch minus its number. "window" (chunks through a buffer,
 rows permuted within windows) is measured beside "record" (each record
-through a 10,000-record buffer) in the same test, as docs/performance.md
-("Streaming") reports them.
+through a 10,000-record buffer) in the same test, as
+docs/guide/performance.md ("Streaming") reports them.
 """
 
 import numpy as np

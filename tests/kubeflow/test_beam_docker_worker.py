@@ -188,7 +188,7 @@ def _port_in_use(port):
 
 def test_the_image_serves_beam_s_worker_pool_as_a_flink_sidecar(image, work):
   """`args: ["--worker_pool"]`, as the Flink operator's sidecar runs the
-  image (docs/kubeflow.md): boot serves Beam's worker pool on port 50000
+  image (docs/guide/kubeflow.md): boot serves Beam's worker pool on port 50000
   and starts a boot per worker; a job with `--environment_type=EXTERNAL
   --environment_config=localhost:50000` runs on it."""
   del work  # Its teardown removes the containers labelled for this run.

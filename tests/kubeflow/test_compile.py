@@ -543,7 +543,7 @@ V5E = 'tpu-v5-lite-podslice'
      'hold an accelerator type and count only; steps take TPU_V2/TPU_V3). '
      'Pass --no-vertex-job to write the KFP v2 spec alone (for a KFP v2 '
      'backend on GKE), or --no-use-tpu for a CPU Vertex job; see '
-     'docs/kubeflow.md, "Vertex AI and TPUs".'),
+     'docs/guide/kubeflow.md, "Vertex AI and TPUs".'),
     (['--runner', 'kubeflow_v2', '--accelerator', 'tpu-v6e-slice',
       '--vertex-accelerator-type', 'TPU_V5_LITEPOD'],
      'the Vertex AI job cannot schedule the trainer on this TPU: Vertex AI '

@@ -1,5 +1,5 @@
 """TPU runtimes per generation: the matrix (tpu/runtimes.py, rendered in
-docs/kubeflow.md), the default accelerator and its reason, refusals and
+docs/guide/tpu_slices.md), the default accelerator and its reason, refusals and
 warnings citing their sources, and compiled v1/v2 files whose TPU steps
 carry the chosen runtime's environment (shown in the compile summary)."""
 
@@ -20,7 +20,7 @@ PJRT_ENV = {'NEXT_PLUGGABLE_DEVICE_USE_C_API': 'true',
 
 
 def test_docs_show_the_support_matrix_of_the_code():
-  with open(os.path.join(REPO, 'docs', 'kubeflow.md')) as f:
+  with open(os.path.join(REPO, 'docs', 'guide', 'tpu_slices.md')) as f:
     docs = f.read()
   assert runtimes.support_matrix_markdown() in docs
   assert runtimes.DEFAULT_ACCELERATOR_REASON in ' '.join(docs.split())

@@ -205,7 +205,7 @@ def test_a_round_trip_failure_points_at_the_runtime(tmp_path):
       'starts but TPUEstimator does not run on it with this runtime: on v4 '
       'use the StreamExecutor runtime (tpu-se); see '
       'https://github.com/tensorflow/tensorflow/issues/90807 and '
-      'docs/kubeflow.md, "TPU runtimes"')
+      'docs/guide/tpu_slices.md, "TPU runtimes"')
 
 
 def test_a_child_that_hangs_is_killed_and_named(tmp_path):

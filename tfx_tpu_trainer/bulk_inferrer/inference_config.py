@@ -8,13 +8,31 @@ from typing import Any, Mapping, Optional, Union
 from tfx_tpu_trainer import config as config_lib
 
 __all__ = ['USE_TPU_KEY', 'TPU_KEY', 'BATCH_SIZE_KEY', 'DEFAULT_BATCH_SIZE',
-           'KEYS', 'InferenceConfig']
+           'KEYS', 'InferenceConfig', 'keys_table']
 
 USE_TPU_KEY, TPU_KEY, BATCH_SIZE_KEY = 'use_tpu', 'tpu', 'batch_size'
 KEYS = (USE_TPU_KEY, TPU_KEY, BATCH_SIZE_KEY)
 # Every batch the model sees has this many examples (the last one padded):
 # the TPU graph compiles once. benchmarks/bulk_inference.py measured it.
 DEFAULT_BATCH_SIZE = 256
+# Each key's default as users read it and what it does (markdown), as
+# docs/reference/custom_config.md shows them (`keys_table`).
+_KEY_DOCS = {
+    USE_TPU_KEY: (
+        'auto',
+        'true when a TPU is named (`tpu`, `TPU_NAME`, GKE\'s '
+        '`KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS`), as for the TPUTrainer: score the '
+        '`{serve, tpu}` graph on the TPU; false: the `{serve}` graph on '
+        'CPU/GPU'),
+    TPU_KEY: (
+        'none (`local` when `use_tpu`)',
+        '`{name, zone, project}` for `TPUClusterResolver`, or just the name'),
+    BATCH_SIZE_KEY: (
+        f'`{DEFAULT_BATCH_SIZE}`',
+        'examples per model call; every call gets exactly this many (the last '
+        'batch of a bundle is padded and the padding\'s predictions dropped), '
+        'so XLA compiles the TPU graph once'),
+}
 
 
 def _trainer_check(key: str):
@@ -80,3 +98,16 @@ class InferenceConfig:
     batch_size = _trainer_check('train_batch_size')(
         BATCH_SIZE_KEY, raw.get(BATCH_SIZE_KEY, DEFAULT_BATCH_SIZE))
     return cls(use_tpu=use_tpu, tpu=tpu, batch_size=batch_size)
+
+
+def keys_table() -> str:
+  """The TPUBulkInferrer's keys as a markdown table (docs/reference/)."""
+  rows = ['| key | default | meaning |', '|---|---|---|']
+  for key in KEYS:
+    shown_default, meaning = _KEY_DOCS[key]
+    rows.append(f'| `{key}` | {shown_default} | {meaning} |')
+  return '\n'.join(rows) + '\n'
+
+
+if __name__ == '__main__':
+  print(keys_table(), end='')

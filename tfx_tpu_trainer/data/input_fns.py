@@ -45,7 +45,8 @@ SHUFFLE_MODES = config_lib.INPUT_SHUFFLE_MODES
 # input_shuffle="window" (streamed and serialized training input): records
 # move in chunks of this many, chunks shuffled in a buffer of this many, then
 # rows permuted within windows of at least `STREAM_WINDOW_ROWS` rows (whole
-# batches), each window parsed in one call (docs/performance.md, "Streaming").
+# batches), each window parsed in one call (docs/guide/performance.md,
+# "Streaming").
 STREAM_CHUNK_ROWS = 256
 STREAM_CHUNK_BUFFER = 64
 STREAM_WINDOW_ROWS = 16384
@@ -422,8 +423,9 @@ def _parsed_table_batches(chunks: tf.data.Dataset,
   as they are read) is parsed and joined into its per-dtype blocks
   before the chunks are joined into the table, so building the table holds
   the table about twice (the chunks and the joined blocks), and training
-  holds it once (docs/performance.md, "Round three"; joining the parsed
-  columns first, then the columns into blocks, held it about three times).
+  holds it once (CHANGELOG.md, "Performance, round three (issue 22)";
+  joining the parsed columns first, then the columns into blocks, held it
+  about three times).
   Training input starts on the stream instead (`_table_after_first_epoch`).
   """
   layouts = _column_layouts(feature_spec)
@@ -584,8 +586,8 @@ def _parsed_chunks(chunks: tf.data.Dataset, feature_spec: Mapping[str, Any],
   """Record chunks parsed by `STREAM_PARSE_ROWS` into per-dtype blocks.
 
   Parsing records in groups of about 2,000 is fastest here (the records of a
-  whole window no longer fit the processor's caches; docs/performance.md,
-  "Streaming").
+  whole window no longer fit the processor's caches;
+  docs/guide/performance.md, "Streaming").
   """
   return chunks.rebatch(STREAM_PARSE_ROWS).map(
       lambda serialized: _blocks_by_dtype(
@@ -802,7 +804,7 @@ def default_dataset(file_pattern: List[str],
 
   Its dataset functions are traced without autograph: none has
   tensor-dependent Python control flow, and converting them costs start-up
-  time (docs/performance.md, "Start-up").
+  time (CHANGELOG.md, "Performance, round two (issue 16)").
 
   Args:
     file_pattern: the split's file patterns.
@@ -873,7 +875,7 @@ def _without_autotune_thread(dataset: tf.data.Dataset) -> tf.data.Dataset:
   pipeline at periods growing to a minute, and destroying the iterator
   (closing the training session) waits for that thread, which is not
   always woken: `estimator.train` then stalls after the final evaluation
-  (docs/performance.md, "A stall at the end of training"). Off, every
+  (CHANGELOG.md, "Performance, round two (issue 16)"). Off, every
   AUTOTUNE parallelism is the host's core count and the prefetch buffer
   tunes itself without that thread.
   """

@@ -46,8 +46,8 @@ def transform_raw_features(tf_transform_output: tft.TFTransformOutput,
   """`tf_transform_output.transform_raw_features`, in the current TF1 graph.
 
   Called in a TF1 graph, tf.Transform's Keras layer has Keras convert its
-  code with autograph (once per process, a cost docs/performance.md gives
-  under "Start-up"); that code has no tensor-dependent Python control flow,
+  code with autograph (once per process: CHANGELOG.md, "Performance, round
+  two (issue 16)"); that code has no tensor-dependent Python control flow,
   so it runs here unconverted and builds the same ops.
 
   Args:

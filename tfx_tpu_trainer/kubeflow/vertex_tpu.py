@@ -44,4 +44,4 @@ def refusal(accelerator: str, topology: str,
   return (f'the Vertex AI job cannot schedule the trainer on this TPU: {why}. '
           f'Pass {NO_VERTEX_JOB_FLAG} to write the KFP v2 spec alone (for a '
           'KFP v2 backend on GKE), or --no-use-tpu for a CPU Vertex job; see '
-          'docs/kubeflow.md, "Vertex AI and TPUs".')
+          'docs/guide/kubeflow.md, "Vertex AI and TPUs".')

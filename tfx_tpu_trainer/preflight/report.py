@@ -25,7 +25,7 @@ class Finding:
 
   Attributes:
     code: a stable identifier of the check (e.g. 'float64', see
-      docs/bring_your_model.md).
+      docs/guide/your_model.md, "What each finding means").
     severity: 'error' (TPU training would fail), 'warning' (it may fail or
       be slow, or a check was not exact), 'info'.
     cause: what is wrong (after `where`, when that is set).

@@ -387,17 +387,17 @@ def inference_check(work_dir: str, use_tpu: bool = True,
 _ADVICE = {
     SYSTEM_STEP: (
         'the TPU runtime could not start: check that the runtime matches the '
-        'generation (v5e/v5p need PJRT; see docs/kubeflow.md, "TPU '
+        'generation (v5e/v5p need PJRT; see docs/guide/tpu_slices.md, "TPU '
         'runtimes"), that no other process holds the TPU, and that libtpu '
         'matches TensorFlow (1.9.0 for 2.15)'),
     ROUND_TRIP_STEP: (
         'the TPU starts but TPUEstimator does not run on it with this runtime: '
         'on v4 use the StreamExecutor runtime (tpu-se); see '
-        f'{runtimes.ISSUE_90807} and docs/kubeflow.md, "TPU runtimes"'),
+        f'{runtimes.ISSUE_90807} and docs/guide/tpu_slices.md, "TPU runtimes"'),
     INFERENCE_STEP: (
         'training runs but the TPUBulkInferrer cannot score on this TPU: '
         'score with custom_config use_tpu=false (the {serve} graph on CPU) '
-        'and see docs/bulk_inference.md'),
+        'and see docs/guide/batch_inference.md'),
 }
 
 

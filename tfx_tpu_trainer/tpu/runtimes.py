@@ -105,7 +105,7 @@ GENERATIONS: Dict[str, Generation] = {g.name: g for g in (
         broken=((PJRT, 'the same PJRT path as ' + _PJRT_ESTIMATOR_REPORT),)),
 )}
 
-# The default accelerator and why (docs/kubeflow.md repeats it).
+# The default accelerator and why (docs/guide/tpu_slices.md repeats it).
 DEFAULT_ACCELERATOR = 'tpu-v4-podslice'
 DEFAULT_ACCELERATOR_REASON = (
     'v4 is the newest generation on which TensorFlow 2.15 runs the '
@@ -204,7 +204,7 @@ def runtime_in_use(environ: Dict[str, str]) -> str:
 
 
 def support_matrix_markdown() -> str:
-  """The support matrix as docs/kubeflow.md shows it."""
+  """The support matrix as docs/guide/tpu_slices.md shows it."""
   lines = ['| TPU | GKE accelerator | TF 2.15 runtimes (default first) | '
            'TPUEstimator: what the sources say | verified here |',
            '|---|---|---|---|---|']

@@ -13,6 +13,8 @@ from absl import logging
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer.training import tpu_slice
 
+__all__ = ['parser']
+
 EXIT_DRIVER_GONE = 3
 EXIT_BAD_ARGUMENTS = 2
 # Where a GKE TPU pod and an Indexed Job pod find their index.

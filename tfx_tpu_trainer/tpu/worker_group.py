@@ -339,7 +339,8 @@ def launched(group: Optional[Plan],
         f'Could not create TPU worker group {group.name} in '
         f'{group.namespace}: {type(e).__name__}: {errors.first_line(e)}. The '
         'trainer step\'s service account needs the Role of '
-        'kubeflow/rbac/tpu-worker-group.yaml (docs/kubeflow.md).') from e
+        'kubeflow/rbac/tpu-worker-group.yaml (docs/guide/tpu_slices.md, '
+        '"What a cluster admin applies").') from e
   try:
     yield
   finally:

@@ -85,9 +85,9 @@ def build_run_config(
       # Off TPU, TPUEstimator logs and writes step-rate summaries every
       # ceil(log_step_count_steps / iterations_per_loop) global steps; 1
       # keeps that at every 100th step (100 would log every step:
-      # docs/performance.md, "Round one"). The host loop's hooks read the
-      # step after the loop (host_loop.py), so with any loop length that
-      # divides 100 the log comes at exactly every 100th step.
+      # CHANGELOG.md, "Performance, round one (issue 7)"). The host loop's
+      # hooks read the step after the loop (host_loop.py), so with any loop
+      # length that divides 100 the log comes at exactly every 100th step.
       iterations_per_loop=config.iterations_per_loop if config.use_tpu else 1,
       num_shards=config.num_shards,
       per_host_input_for_training=_INPUT_PIPELINE_CONFIGS[

@@ -49,8 +49,8 @@ def _next_batch(get_next: tf.Operation, features, labels):
 
   The synchronous get-next: inside the loop (one iteration at a time) it
   dequeues the prefetched batch on the executor's thread instead of handing
-  it over to a background thread and back (docs/performance.md, "Taking a
-  batch inside the loop").
+  it over to a background thread and back (CHANGELOG.md,
+  "Performance, round two (issue 16)").
   """
   outputs = tf.raw_ops.IteratorGetNextSync(
       iterator=get_next.inputs[0],

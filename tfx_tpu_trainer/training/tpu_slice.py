@@ -1,5 +1,5 @@
 """A multi-host TPU slice driven from this process: its workers, the wait, the
-heartbeats and the done signal (docs/kubeflow.md, "Multi-host slices")."""
+heartbeats, the done signal (docs/guide/tpu_slices.md, "Multi-host slices")."""
 
 import contextlib
 import ctypes
