@@ -36,9 +36,14 @@ def _subcommands(parser: argparse.ArgumentParser):
   return []
 
 
+def _text(text: str) -> str:
+  """Help text as markdown: one line, `<name>` shown, not taken for HTML."""
+  return ' '.join(text.split()).replace('<', '&lt;').replace('>', '&gt;')
+
+
 def _cell(text: str) -> str:
   """Text as one cell of a markdown table."""
-  return ' '.join(text.split()).replace('|', '\\|')
+  return _text(text).replace('|', '\\|')
 
 
 def _option(formatter: argparse.HelpFormatter, action) -> str:
@@ -73,7 +78,7 @@ def _options_table(parser: argparse.ArgumentParser) -> List[str]:
 
 
 def _section(title: str, parser: argparse.ArgumentParser) -> List[str]:
-  return ['', f'## `{title}`', '', ' '.join((parser.description or '').split()),
+  return ['', f'## `{title}`', '', _text(parser.description or ''),
           ''] + _options_table(parser)
 
 

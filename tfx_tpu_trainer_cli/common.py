@@ -13,12 +13,12 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 # What the bundled pipeline's step and batch options set (run, compile).
 BUNDLED_FLAG_HELP = {
-    '--train-steps': 'Training steps (train_args.num_steps)',
-    '--eval-steps': 'Steps of each evaluation (eval_args.num_steps)',
-    '--train-batch-size': 'Global training batch size (custom_config '
-                          'train_batch_size)',
-    '--eval-batch-size': 'Global evaluation batch size (custom_config '
-                         'eval_batch_size)',
+    '--train-steps': 'Training steps, train_args.num_steps',
+    '--eval-steps': 'Steps of each evaluation, eval_args.num_steps',
+    '--train-batch-size': 'Global training batch size, custom_config '
+                          'train_batch_size',
+    '--eval-batch-size': 'Global evaluation batch size, custom_config '
+                         'eval_batch_size',
 }
 
 
