@@ -38,6 +38,7 @@ EXIT_STATUS = 1
 
 _cleanups: List[Callable[[], None]] = []
 _armed = threading.Event()
+_failed = threading.Event()
 
 
 @contextlib.contextmanager
@@ -89,17 +90,26 @@ def end_process(message: str) -> None:
 
 
 def _arm_at_exit() -> None:
-  sys.stderr.write(
-      f'tfx-tpu-trainer: this process drove a TPU slice; it ends within '
-      f'{EXIT_GRACE_SECS} s even if TensorFlow\'s session close waits for a '
-      'worker that does not answer (GrpcSession::Close).\n')
+  if _failed.is_set():
+    sys.stderr.write(
+        'tfx-tpu-trainer: the TPU slice\'s training failed; this process '
+        f'ends within {EXIT_GRACE_SECS} s even if TensorFlow\'s session '
+        'close waits for a worker that does not answer '
+        '(GrpcSession::Close).\n')
   _flush()
   faulthandler.dump_traceback_later(EXIT_GRACE_SECS, exit=True,
                                     file=sys.stderr)
 
 
-def bound_exit() -> None:
-  """From the interpreter's exit on, the process has `EXIT_GRACE_SECS`."""
+def bound_exit(failed: bool = False) -> None:
+  """From the interpreter's exit on, the process has `EXIT_GRACE_SECS`.
+
+  Args:
+    failed: the slice's training failed (the exit then says it is bounded,
+      the likeliest time for a close to wait).
+  """
+  if failed:
+    _failed.set()
   if not _armed.is_set():
     _armed.set()
     atexit.register(_arm_at_exit)

@@ -380,6 +380,24 @@ def _refuse_one_worker_twice(links: Sequence[WorkerLink]) -> None:
     seen[identity] = link
 
 
+class _Failures:
+  """Why a worker did not answer: the first reason and the last."""
+
+  def __init__(self):
+    self.first = self.last = None
+
+  def add(self, reason: str) -> None:
+    self.first = self.first or reason
+    self.last = reason
+
+  def __str__(self) -> str:
+    if self.last is None:
+      return 'no answer yet'
+    if self.first == self.last:
+      return self.last
+    return f'{self.last} (first: {self.first})'
+
+
 def wait_for_workers(links: Sequence[WorkerLink], wait_secs: float,
                      poll_secs: float = 2.0, *,
                      wait_set_by: str = WAIT_SECS_ENV,
@@ -413,7 +431,7 @@ def wait_for_workers(links: Sequence[WorkerLink], wait_secs: float,
   report(f'Waiting up to {wait_secs:.0f} s (until {_clock(wait_secs)}; '
          f'{wait_set_by} sets it) for the {len(links)} TPU workers of the '
          f'slice: {", ".join(link.describe() for link in links)}.')
-  missing = {link.task: 'no answer yet' for link in links}
+  missing = {link.task: _Failures() for link in links}
   last_report = start
   while True:
     for link in links:
@@ -423,7 +441,7 @@ def wait_for_workers(links: Sequence[WorkerLink], wait_secs: float,
         report(f'TPU {link.describe()} answered after '
                f'{time.monotonic() - start:.1f} s.')
       elif reason is not None:
-        missing[link.task] = reason
+        missing.setdefault(link.task, _Failures()).add(reason)
     if not missing:
       break
     waited = time.monotonic() - start
@@ -638,6 +656,7 @@ def driving(addresses: Sequence[str], model_dir: str,
       yield
     except BaseException as e:  # pylint: disable=broad-except
       _stop(heartbeats)
+      slice_exit.bound_exit(failed=True)
       if heartbeats.lost:
         # Raised into this thread, maybe inside TensorFlow's code, where
         # pybind11 reports it as a "MISMATCH" of exception types: the
