@@ -1,13 +1,5 @@
-"""`tpu-check` in the driver pod of a compiled multi-host step: what can be
-checked from inside before the worker group is created.
-
-Its own pod found by name (the owner of the group, and the storage access
-the workers get), each verb of the Role allowed (a SelfSubjectAccessReview
-per verb: the API server's own answer for this service account), and the
-worker group's spec (hosts, image, placement). The node pool, quota and
-network between the pods are not visible from here: the checklist in
-docs/kubeflow.md covers them.
-"""
+"""`tpu-check` in a compiled multi-host step's pod: its own pod, the Role's
+verbs (SelfSubjectAccessReviews), the worker group's spec."""
 
 from typing import Any, Callable, List, Mapping, Optional, Tuple
 

@@ -1,20 +1,5 @@
-"""How the driver of a TPU slice ends when TensorFlow would wait for ever.
-
-Two waits have no deadline in TensorFlow 2.15's gRPC runtime: a step whose
-worker stopped answering (the master waits for the worker's part of the
-step), and `GrpcSession::Close` on a master that does not answer (Python
-closes every session still alive when the interpreter exits). Neither can be
-interrupted from Python. So:
-
-- `end_process` ends a driver whose training thread is stuck in such a step:
-  the error is logged, the clean-ups registered with `cleanup_on_hard_exit`
-  run (each bounded), the outputs are flushed, and the process ends with
-  status 1 (`os._exit`).
-- `bound_exit` arms, once a slice was driven, a watchdog at interpreter exit:
-  a process still exiting `EXIT_GRACE_SECS` later (a session close that
-  waits for a worker) ends with status 1 and the Python stacks on stderr
-  (`faulthandler`, which runs outside the interpreter's lock).
-"""
+"""How a slice's driver ends where TensorFlow would wait for ever (a stuck
+step, a session close at exit); docs/architecture.md has the story."""
 
 import atexit
 import contextlib
