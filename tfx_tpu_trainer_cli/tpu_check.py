@@ -43,16 +43,19 @@ def _slice_workers(args):
   """The slice's worker addresses, or () for this machine's TPU."""
   import os  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer import config as config_lib  # pylint: disable=g-import-not-at-top
-  text = args.workers
+  where, text = '--workers', args.workers
   if text is None:
-    text = os.environ.get(config_lib.TPU_WORKER_HOSTNAMES_ENV, '')
-    if len([h for h in text.split(',') if h.strip()]) < 2:
+    where = config_lib.TPU_WORKER_HOSTNAMES_ENV
+    text = os.environ.get(where, '')
+    if not text.strip():
       return ()
   try:
-    return config_lib.worker_addresses(
-        [h for h in text.split(',') if h.strip()] or [''], '--workers')
+    addresses = config_lib.worker_addresses(
+        [h for h in text.split(',') if h.strip()] or [''], where)
   except config_lib.ConfigError as e:
     raise common.UsageError(str(e)) from e
+  # One host in TPU_WORKER_HOSTNAMES is this machine's TPU.
+  return addresses if args.workers is not None or len(addresses) > 1 else ()
 
 
 def _print(line: str) -> None:

@@ -92,3 +92,14 @@ def test_a_frozen_worker_is_named(local_slice):
   assert ('no answer within 10 s (the worker took the connection: is its '
           'process stopped or overloaded?)') in result.stderr
   assert f'worker 0 ({local_slice.addresses[0]}):' not in result.stderr
+
+
+def test_hostnames_not_separated_by_commas_are_a_usage_error():
+  result = subprocess.run(
+      [sys.executable, '-m', 'tfx_tpu_trainer_cli', 'tpu-check'],
+      cwd=REPO_ROOT, capture_output=True, text=True,
+      env=dict(os.environ, TPU_WORKER_HOSTNAMES='h0;h1'))
+  assert result.returncode == 2
+  assert ("TPU_WORKER_HOSTNAMES: 'h0;h1' is not a worker address" in
+          result.stderr)
+  assert "Separate the hosts with commas, not ';'." in result.stderr
