@@ -28,6 +28,9 @@ _PORT = re.compile(r'^[0-9]{1,5}$')
 _SEPARATOR = re.compile(r'[;|\s]+')
 # The hosts of a multi-host slice, comma-separated (GKE sets it on TPU pods).
 TPU_WORKER_HOSTNAMES_ENV = 'TPU_WORKER_HOSTNAMES'
+# The worker group spec a compiled multi-host step's driver carries
+# (tpu/worker_group.py).
+WORKER_GROUP_ENV = 'TFX_TPU_TRAINER_WORKER_GROUP'
 # Set by GKE in pods that requested a (non-VM) Cloud TPU node.
 GKE_TPU_ENDPOINTS_ENV = 'KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS'
 

@@ -93,12 +93,12 @@ def _driver_pod_check() -> int:
 def _tpu_check(args) -> int:
   """Runs the checks, printing each result as it comes."""
   import os  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer import config as config_lib  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer.tpu import check as tpu_check  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer.tpu import driver_pod_check  # pylint: disable=g-import-not-at-top
   addresses = _slice_workers(args)
   if addresses:
     return _slice_check(addresses, args.timeout)
-  if driver_pod_check.is_driver_pod(os.environ):
+  if os.environ.get(config_lib.WORKER_GROUP_ENV):
     return _driver_pod_check()
 
   def report(result):

@@ -8,19 +8,14 @@ from tfx_tpu_trainer.tpu import facts
 from tfx_tpu_trainer.tpu import kube_api
 from tfx_tpu_trainer.tpu import worker_group
 
-__all__ = ['DriverPodCheckError', 'is_driver_pod', 'rbac_verbs',
-           'denied_verbs', 'check_driver_pod']
+__all__ = ['DriverPodCheckError', 'rbac_verbs', 'denied_verbs',
+           'check_driver_pod']
 
 Report = Callable[[str], None]
 
 
 class DriverPodCheckError(errors.TPUTrainerError, RuntimeError):
   """The driver pod cannot create its worker group."""
-
-
-def is_driver_pod(environ: Mapping[str, str]) -> bool:
-  """Whether this is a compiled multi-host step's pod (it has the spec)."""
-  return bool(environ.get(worker_group.SPEC_ENV))
 
 
 def rbac_verbs() -> List[Tuple[str, str, str]]:

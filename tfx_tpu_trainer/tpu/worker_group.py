@@ -25,7 +25,7 @@ __all__ = ['SPEC_ENV', 'POD_NAME_ENV', 'HOSTNAME_ENV', 'NAMESPACE_ENV',
            'RBAC_RULES', 'RBAC_NAME', 'RBAC_MANIFEST', 'rbac_manifests', 'Plan',
            'plan', 'announce', 'KubernetesGroups', 'launched']
 
-SPEC_ENV = 'TFX_TPU_TRAINER_WORKER_GROUP'
+SPEC_ENV = config_lib.WORKER_GROUP_ENV
 # The driver pod's name, uncut: the downward API's metadata.name, which KFP
 # sets on every step (v1: TFX's `add-pod-env` label; v2: the backend).
 POD_NAME_ENV = 'KFP_POD_NAME'

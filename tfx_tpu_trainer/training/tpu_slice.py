@@ -24,8 +24,7 @@ __all__ = ['DEFAULT_PORT', 'JOB_NAME', 'HOSTNAMES_ENV', 'WAIT_SECS_ENV',
            'HEARTBEAT_SECS', 'DEFAULT_DRIVER_TIMEOUT_SECS',
            'SIGNAL_TIMEOUT_SECS', 'SIGNAL_QUEUE_NAME', 'SIGNAL_QUEUE_CAPACITY',
            'ALIVE', 'DONE', 'STUCK_GRACE_SECS', 'PROGRESS_SECS', 'LOCAL_HOSTS',
-           'SliceError',
-           'WorkerLostError', 'describe_error', 'parse_addresses',
+           'SliceError', 'WorkerLostError', 'describe_error', 'parse_addresses',
            'worker_addresses', 'grpc_list', 'all_on_this_machine',
            'is_local_path', 'check_shared_paths', 'check_driver',
            'check_cluster_spec', 'resolver_for', 'run_config_args',
@@ -273,10 +272,6 @@ class WorkerLink:
         operation_timeout_in_ms=SIGNAL_TIMEOUT_SECS * 1000)
     self._session = None
     self._lock = threading.Lock()
-
-  @property
-  def host(self) -> str:
-    return self.address.rpartition(':')[0]
 
   def describe(self) -> str:
     return f'worker {self.task} ({self.address})'
