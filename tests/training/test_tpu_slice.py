@@ -272,3 +272,27 @@ def test_the_driver_timeout_counts_from_the_drivers_last_word(tmp_path):
   assert 'the driver is here' in log
   assert 'no word from the driver for' in log
   assert '(--driver-timeout 2): the driver is gone' in log
+
+
+@pytest.mark.parametrize('error,described', [
+    # What a session on the same server named twice raised here.
+    (tf.errors.InvalidArgumentError(
+        None, None, 'Graph execution error:\n\n/job:worker/replica:0/task:1/'
+        'device:CPU:0 unknown device.\nAdditional GRPC error information from '
+        'remote target /job:worker/replica:0/task:1 while calling '
+        '/tensorflow.WorkerService/RegisterGraph:\n:{"created":"@1796440424"}'),
+     'InvalidArgumentError: /job:worker/replica:0/task:1/device:CPU:0 unknown '
+     'device.'),
+    # What a probe of a stopped worker raised here.
+    (tf.errors.DeadlineExceededError(
+        None, None, 'Graph execution error:\n\nDeadline Exceeded'),
+     'DeadlineExceededError: no answer within 10 s (the worker took the '
+     'connection: is its process stopped or overloaded?)'),
+    (tf.errors.UnavailableError(
+        None, None, "Graph execution error:\n\nDetected at node 'x' defined "
+        'at (most recent call last):\n  File "a.py", line 1, in <module>\n'
+        "    x = read()\nNode: 'x'\nfailed to connect to all addresses"),
+     'UnavailableError: failed to connect to all addresses'),
+])
+def test_worker_errors_say_what_happened(error, described):
+  assert tpu_slice.describe_error(error) == described

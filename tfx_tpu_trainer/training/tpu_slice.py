@@ -66,10 +66,12 @@ class WorkerLostError(SliceError):
 
 
 # Lines of a TensorFlow error that say where, not what: the graph-mode
-# header, the node's traceback, gRPC's details.
+# header, gRPC's details; and the node's traceback, from `Detected at node`
+# to `Node:`.
 _NOT_A_REASON = re.compile(
-    r'^(Graph execution error:|Detected at node|Node:|File "|'
-    r'Additional GRPC error information|:?\{"created")')
+    r'^(Graph execution error:|Additional GRPC error information|'
+    r':?\{"created")')
+_TRACEBACK_START, _TRACEBACK_END = 'Detected at node', 'Node:'
 
 
 def describe_error(error: BaseException) -> str:
@@ -83,9 +85,14 @@ def describe_error(error: BaseException) -> str:
             f'{SIGNAL_TIMEOUT_SECS} s (the worker took the connection: is '
             'its process stopped or overloaded?)')
   text = getattr(error, 'message', None) or str(error)
+  in_traceback = False
   for line in text.splitlines():
     line = line.strip()
-    if line and not _NOT_A_REASON.match(line):
+    if line.startswith(_TRACEBACK_START):
+      in_traceback = True
+    elif in_traceback:
+      in_traceback = not line.startswith(_TRACEBACK_END)
+    elif line and not _NOT_A_REASON.match(line):
       return f'{type(error).__name__}: {line}'
   return type(error).__name__
 
