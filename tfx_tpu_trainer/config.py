@@ -22,8 +22,15 @@ TPU_NAME_ENV = 'TPU_NAME'
 # The port of a TPU worker server (training/tpu_slice.py).
 TPU_WORKER_PORT = 8470
 _HOST = re.compile(r'^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?$')
+# ASCII digits only: str.isdigit() takes '²' and other digits int() refuses.
+_PORT = re.compile(r'^[0-9]{1,5}$')
+# What a list of hosts is written with instead of commas.
+_SEPARATOR = re.compile(r'[;|\s]+')
 # The hosts of a multi-host slice, comma-separated (GKE sets it on TPU pods).
 TPU_WORKER_HOSTNAMES_ENV = 'TPU_WORKER_HOSTNAMES'
+# The worker group spec a compiled multi-host step's driver carries
+# (tpu/worker_group.py).
+WORKER_GROUP_ENV = 'TFX_TPU_TRAINER_WORKER_GROUP'
 # Set by GKE in pods that requested a (non-VM) Cloud TPU node.
 GKE_TPU_ENDPOINTS_ENV = 'KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS'
 
@@ -245,8 +252,13 @@ def worker_address(text: Any, where: str) -> str:
   host, sep, port = address.rpartition(':')
   if not sep:
     host, port = address, str(TPU_WORKER_PORT)
-  if not _HOST.match(host) or not port.isdigit() or not 0 < int(port) < 65536:
-    raise ConfigError(f'{where}: {text!r} is not a worker address; {accepted}')
+  if not _HOST.match(host) or not _PORT.match(port) or not (
+      0 < int(port) < 65536):
+    separator = _SEPARATOR.search(address)
+    hint = (f' Separate the hosts with commas, not {separator.group()!r}.'
+            if separator else '')
+    raise ConfigError(
+        f'{where}: {text!r} is not a worker address; {accepted}{hint}')
   return f'{host}:{int(port)}'
 
 

@@ -82,6 +82,14 @@ def test_v1_v4_2x2x2_trainer_step_is_a_cpu_driver_of_two_worker_pods(
   assert result.custom_config['use_tpu'] is True
   assert 'tpu' not in result.custom_config  # The workers are the TPU.
   assert 'it creates 2 worker pods' in result.trainer_summaries[0]
+  # The driver finds its pod by its uncut name (KFP's downward API variable;
+  # HOSTNAME is cut to 63 characters).
+  assert {'name': worker_group.POD_NAME_ENV, 'valueFrom': {'fieldRef': {
+      'fieldPath': 'metadata.name'}}} in step['container']['env']
+  # A worker waits for the driver's first word as long as the driver waits
+  # for its workers, and then its usual driver timeout.
+  assert _spec(step['container']['env']).driver_start_timeout == (
+      compiler.COMPILED_WORKER_WAIT_SECS + 600)
 
 
 def test_v2_v5e_4x4_trainer_executor_is_a_cpu_driver_of_four_worker_pods(

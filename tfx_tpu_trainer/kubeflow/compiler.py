@@ -196,8 +196,10 @@ def beam_arg_name(arg: str) -> str:
 
 def beam_pipeline_args(beam_args: Sequence[str],
                        existing: Sequence[Any] = (),
-                       cluster_defaults: bool = True) -> List[Any]:
-  """The cluster defaults, then `existing`, then `beam_args`.
+                       cluster_defaults: bool = True,
+                       defaults: Sequence[str] = CLUSTER_BEAM_PIPELINE_ARGS
+                      ) -> List[Any]:
+  """The cluster `defaults`, then `existing`, then `beam_args`.
 
   A later argument replaces an earlier one of the same name; a `--runner`
   other than the DirectRunner (by Beam's own name resolution: `direct`,
@@ -213,11 +215,11 @@ def beam_pipeline_args(beam_args: Sequence[str],
     direct = beam_args_lib.is_direct([a for a in given if isinstance(a, str)])
   except beam_args_lib.BeamArgError as e:
     raise CompileError(str(e)) from e
-  defaults = [a for a in CLUSTER_BEAM_PIPELINE_ARGS
-              if cluster_defaults and direct and beam_arg_name(a) not in names]
+  kept_defaults = [a for a in defaults if cluster_defaults and direct and
+                   beam_arg_name(a) not in names]
   kept = [a for i, (a, n) in enumerate(zip(given, names))
           if n is None or n not in names[i + 1:]]
-  return defaults + kept
+  return kept_defaults + kept
 
 
 def default_output_file(runner: str, pipeline_name: str) -> str:
@@ -456,7 +458,7 @@ def compile_pipeline(pipeline: tfx.dsl.Pipeline, output_path: str,
   for trainer in trainers:
     trainer.exec_properties[CUSTOM_CONFIG_KEY] = json_utils.dumps(
         custom_configs[trainer.id])
-  beam_args = _set_beam_args(pipeline, options)
+  beam_args = _set_beam_args(pipeline, options, tpu_steps.inferrer_ids)
   try:
     inferrer_steps.check_inferrer_beam_args(
         pipeline, list(tpu_steps.inferrer_ids), options.use_tpu)
@@ -577,7 +579,8 @@ def _slice_driver(options: KubeflowOptions, tpu_steps: 'TPUSteps'
   pod = options.trainer_pod
   spec = pod.tpu.worker_group_spec(
       image=tpu_steps.image or options.image, env=tpu_steps.env,
-      node_selector=pod.node_selector, tolerations=pod.tolerations)
+      node_selector=pod.node_selector, tolerations=pod.tolerations,
+      driver_wait_secs=COMPILED_WORKER_WAIT_SECS)
   driver_pod = dataclasses.replace(pod, node_selector=(), tolerations=())
   # GKE may have to create the slice's nodes first: the driver waits for
   # the worker pods longer than by default.
@@ -609,18 +612,27 @@ def _custom_config(trainer: Any) -> Dict[str, Any]:
                                                CompileError)
 
 
-def _set_beam_args(pipeline: tfx.dsl.Pipeline,
-                   options: KubeflowOptions) -> List[Any]:
-  """Sets every Beam component's arguments; returns the pipeline's."""
+def _set_beam_args(pipeline: tfx.dsl.Pipeline, options: KubeflowOptions,
+                   inferrer_ids: Sequence[str] = ()) -> List[Any]:
+  """Sets every Beam component's arguments; returns the pipeline's.
+
+  The inferrers run on the trainer's pod, often a TPU host of hundreds of
+  vCPUs: their DirectRunner gets a bounded number of worker processes
+  (`inferrer_steps.beam_defaults`), not one per vCPU.
+  """
   pipeline_args = _on_cluster(beam_pipeline_args(
       options.beam_args, pipeline.beam_pipeline_args,
       options.cluster_beam_defaults), pipeline, options)
+  inferrer_defaults = inferrer_steps.beam_defaults(
+      options.trainer_pod.cpu_request)
   for component in pipeline.components:
     spec = component.executor_spec
     if isinstance(spec, executor_spec.BeamExecutorSpec):
       spec.beam_pipeline_args = _on_cluster(beam_pipeline_args(
           options.beam_args, spec.beam_pipeline_args,
-          options.cluster_beam_defaults), pipeline, options)
+          options.cluster_beam_defaults,
+          inferrer_defaults if component.id in inferrer_ids
+          else CLUSTER_BEAM_PIPELINE_ARGS), pipeline, options)
   return pipeline_args
 
 

@@ -18,7 +18,7 @@ __all__ = ['CHIPS_PER_HOST', 'RBAC_MANIFEST', 'MULTI_HOST_TOPOLOGIES',
 CHIPS_PER_HOST = 4
 # The Role the trainer step's service account needs (rendered from
 # worker_group.rbac_manifests; a test keeps them equal).
-RBAC_MANIFEST = 'tfx_tpu_trainer/kubeflow/rbac/tpu-worker-group.yaml'
+RBAC_MANIFEST = worker_group.RBAC_MANIFEST
 # Multi-host topologies of each accelerator (GKE's tables, the common ones).
 MULTI_HOST_TOPOLOGIES: Dict[str, Tuple[str, ...]] = {
     'tpu-v4-podslice': ('2x2x2', '2x2x4', '2x4x4', '4x4x4', '4x4x8',
@@ -65,9 +65,14 @@ class TPUSliceScheduling:
 
   def worker_group_spec(self, image: str, env: Dict[str, str],
                         node_selector: Sequence[Tuple[str, str]] = (),
-                        tolerations: Sequence[scheduling.Toleration] = ()
+                        tolerations: Sequence[scheduling.Toleration] = (),
+                        driver_wait_secs: int = 0
                        ) -> worker_group.WorkerGroupSpec:
-    """The spec of the worker pods (what the driver creates per attempt)."""
+    """The spec of the worker pods (what the driver creates per attempt).
+
+    A worker waits for the driver's first word the driver's whole wait for
+    its workers (`driver_wait_secs`) plus its usual driver timeout.
+    """
     selector = dict(self.node_selector)
     selector.update(dict(node_selector))
     all_tolerations: List[scheduling.Toleration] = [scheduling.TPU_TOLERATION]
@@ -77,7 +82,9 @@ class TPUSliceScheduling:
         node_selector=tuple(sorted(selector.items())),
         tolerations=tuple(tuple(t.to_dict().items()) for t in all_tolerations),
         env=tuple(sorted(env.items())),
-        port=config_lib.TPU_WORKER_PORT)
+        port=config_lib.TPU_WORKER_PORT,
+        driver_start_timeout=(driver_wait_secs +
+                              worker_group.WorkerGroupSpec.driver_timeout))
 
 
 def is_multi_host(accelerator: str, topology: Optional[str]) -> bool:
