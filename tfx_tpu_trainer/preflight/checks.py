@@ -292,7 +292,9 @@ class _Preflight:
                serving_input_receiver_fn, workdir):
     self.model_fn = model_fn
     self.config = config
+    # A module reads params['model_dir'] where ResNet reads FLAGS.model_dir.
     self.params = dict(params)
+    self.params.setdefault('model_dir', os.path.join(workdir, 'model'))
     self.sample = sample
     self.num_shards = num_shards
     self.serving_input_receiver_fn = serving_input_receiver_fn
@@ -443,6 +445,11 @@ class _Preflight:
           f'exporting the {{serve}} and {{serve, tpu}} SavedModel failed: '
           f'{type(e).__name__}: {e}', phase)]
     path = path.decode() if isinstance(path, bytes) else path
+    try:
+      export.check_tpu_graph(path)
+    except export.ExportError as e:
+      return [preflight_report.Finding('no-tpu-inference', ERROR, str(e),
+                                       phase)]
     tag_sets = export.saved_model_tag_sets(path)
     if tag_sets != [export.SERVE_TAGS, tuple(sorted(export.SERVE_TPU_TAGS))]:
       return [preflight_report.Finding(
