@@ -115,8 +115,8 @@ def test_raw_examples_without_transform(taxi_artifacts, tmp_path):
       'eval_global_step'].int_value == 10
 
 
-def test_alternate_strategy_api_v2_and_params(taxi_artifacts, tmp_path,
-                                              monkeypatch):
+def test_alternate_strategy_and_params(taxi_artifacts, tmp_path,
+                                       monkeypatch):
   built = []
   default_dataset = input_fns.default_dataset
 
@@ -139,7 +139,6 @@ def test_alternate_strategy_api_v2_and_params(taxi_artifacts, tmp_path,
       taxi_artifacts, str(tmp_path / 'out'), _module('linear_module.py'),
       custom_config=dict(SMALL_BATCHES, eval_strategy='alternate',
                          save_checkpoints_steps=6,
-                         export_saved_model_api_version=2,
                          params={'probe_file': str(probe), 'depth': 3}),
       train_steps=12, eval_steps=2, hyperparameters=hyperparameters)
   _do(run)
@@ -147,6 +146,10 @@ def test_alternate_strategy_api_v2_and_params(taxi_artifacts, tmp_path,
   assert params['learning_rate'] == 0.05
   assert params['depth'] == 3
   assert params['batch_size'] == 16 and params['use_tpu'] is False
+  # What a tensorflow/tpu model reads from FLAGS (docs/tpu_estimator.md).
+  assert (params['train_batch_size'], params['train_steps'],
+          params['eval_steps'], params['model_dir']) == (
+              16, 12, 2, run.model_run.uri)
   # Two train/evaluate cycles of 6 steps each; each cycle's training input
   # builds its table before the first batch (a cycle may stop inside an
   # epoch, before a streamed first epoch would have filled it).

@@ -360,11 +360,15 @@ def check_options(options: KubeflowOptions, pipeline_name: str
 
 def tpu_custom_config(custom_config: Mapping[str, Any],
                       options: KubeflowOptions,
-                      trainer_id: str = 'TPUTrainer') -> Dict[str, Any]:
+                      trainer_id: str = 'TPUTrainer',
+                      has_base_model: Optional[bool] = None) -> Dict[str, Any]:
   """A trainer's custom_config for the compiled pipeline.
 
   With a TPU request, `use_tpu: true` and the TPU to resolve are added where
   the trainer does not set them; without one, it is returned unchanged.
+  Checked as the executor checks it, and against what only the compile
+  knows: the hosts of a multi-host slice, and (`has_base_model`, when
+  given) whether the trainer has a base model to warm-start from.
 
   Raises:
     CompileError: the trainer sets `use_tpu: false` on a TPU compile, or the
@@ -384,7 +388,11 @@ def tpu_custom_config(custom_config: Mapping[str, Any],
                                              options.tpu_project)
   try:
     # The executor's own check of the same dict (no TPU_NAME at compile).
-    config_lib.TrainerConfig.from_custom_config(config, environ={})
+    checked = config_lib.TrainerConfig.from_custom_config(config, environ={})
+    if isinstance(options.trainer_pod.tpu, tpu_slices.TPUSliceScheduling):
+      checked.check_input_mode(options.trainer_pod.tpu.hosts)
+    if has_base_model is not None:
+      checked.check_warm_start(has_base_model)
   except config_lib.ConfigError as e:
     raise CompileError(f'TPUTrainer {trainer_id!r}: {e}') from e
   return config
@@ -425,7 +433,10 @@ def compile_pipeline(pipeline: tfx.dsl.Pipeline, output_path: str,
         f'{options.runner}.')
   trainers = component_lib.tpu_trainers(pipeline)
   custom_configs = {
-      t.id: tpu_custom_config(_custom_config(t), options, t.id)
+      t.id: tpu_custom_config(
+          _custom_config(t), options, t.id,
+          has_base_model=(standard_component_specs.BASE_MODEL_KEY in
+                          t.inputs))
       for t in trainers}
   vertex_type = (vertex_accelerator_type(options)
                  if options.runner == KUBEFLOW_V2 and options.vertex_job

@@ -13,6 +13,7 @@ from tensorflow import estimator as tf_estimator
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import prepare
 from tfx_tpu_trainer.preflight import graph as preflight_graph
+from tfx_tpu_trainer.preflight import precision
 from tfx_tpu_trainer.preflight import report as preflight_report
 from tfx_tpu_trainer.preflight import sample as preflight_sample
 from tfx_tpu_trainer.preflight import spec_checks
@@ -347,6 +348,7 @@ class _Preflight:
                        outputs, phase)
     findings = (_loss_findings(step.spec.loss, phase) +
                 _host_call_findings(step.spec.host_call, 'host_call', phase) +
+                precision.bfloat16_findings(step.ops, self.params, phase) +
                 preflight_graph.check_ops(step, phase) +
                 preflight_graph.check_cross_shard(step, self.num_shards,
                                                   phase))

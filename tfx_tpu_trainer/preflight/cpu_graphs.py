@@ -13,6 +13,7 @@ from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import prepare
 from tfx_tpu_trainer.model_fn import estimator_spec_adapter
+from tfx_tpu_trainer.preflight import precision
 from tfx_tpu_trainer.preflight import report as preflight_report
 from tfx_tpu_trainer.preflight import spec_checks
 from tfx_tpu_trainer.publishing import export
@@ -50,6 +51,10 @@ def _cpu_step_findings(model_fn, mode: str, features: Any, labels: Any,
     spec_checks.require(spec, mode, fields, phase)
   except spec_checks.SpecProblem as e:
     return [e.finding]
+  unused = precision.bfloat16_findings(
+      tf.compat.v1.get_default_graph().get_operations(), params, phase)
+  if unused:
+    return unused
   try:
     spec.as_estimator_spec()
   except Exception as e:  # pylint: disable=broad-except
