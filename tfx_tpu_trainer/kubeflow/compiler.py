@@ -17,6 +17,7 @@ from tfx.dsl.components.base import executor_spec
 from tfx.orchestration.kubeflow import kubeflow_dag_runner
 from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
 from tfx.orchestration.kubeflow.v2 import pipeline_builder
+from tfx.types import standard_component_specs
 from tfx.utils import json_utils
 
 from tfx_tpu_trainer import component as component_lib
