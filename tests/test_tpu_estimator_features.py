@@ -111,6 +111,8 @@ def test_resnet_idioms_train_in_bfloat16_with_host_call_summaries(
       for value in event.summary.value:
         steps.setdefault(value.tag, set()).add(event.step)
   assert steps['learning_rate'] == steps['current_epoch'] == set(range(10))
+  # The estimator's own `loss` summary keeps its tag beside the host call's.
+  assert set(range(10)) <= steps['loss'] and 'loss_1' not in steps
   # The served model computes in bfloat16 and answers in float32.
   path = path_utils.serving_model_path(run.model.uri)
   assert export.saved_model_tag_sets(path) == [('serve',), ('serve', 'tpu')]

@@ -17,7 +17,7 @@ __all__ = ['TPU_NAME_ENV', 'GKE_TPU_ENDPOINTS_ENV', 'PER_HOST_INPUT_MODES',
            'HOST_LOOP_END_KEYS', 'tpu_entry', 'ConfigError', 'TPUSpec',
            'is_uri', 'CHECK', 'HELP', 'SHOWN_DEFAULT', 'TrainerConfig',
            'keys_table', 'MULTI_HOST_INPUT_MODES', 'KEYS_TAKEN_ELSEWHERE',
-           'CONFIG_PARAMS', 'RUN_PARAMS', 'check_derived_params']
+           'RUN_PARAMS', 'check_derived_params']
 
 TPU_NAME_ENV = 'TPU_NAME'
 # The port of a TPU worker server (training/tpu_slice.py).
@@ -59,17 +59,21 @@ HOST_LOOP_END_KEYS = ('save_checkpoints_steps',)
 # (tpu_context.py: PER_HOST_V1 and PER_SHARD_V1 raise at the first
 # evaluation, after a whole training loop).
 MULTI_HOST_INPUT_MODES = ('PER_HOST_V2', 'BROADCAST')
-# The params TPUTrainer sets from the config (`config_params`), and those it
-# sets from the run (prepare.build_params): a tensorflow/tpu model reads
-# them where it read its FLAGS (docs/tpu_estimator.md, "Where flags go").
-CONFIG_PARAMS = ('train_batch_size', 'eval_batch_size', 'predict_batch_size',
-                 'iterations_per_loop', 'precision', 'use_bfloat16')
+# The params TPUTrainer sets from the run (prepare.build_params), beside
+# those it sets from the config (`TrainerConfig.config_params`): a
+# tensorflow/tpu model reads them where it read its FLAGS
+# (docs/tpu_estimator.md, "Where flags go").
 RUN_PARAMS = ('train_steps', 'eval_steps', 'model_dir')
-# Where each of CONFIG_PARAMS and RUN_PARAMS comes from, as errors name it.
+# Where a param TPUTrainer sets comes from, as errors name it (default:
+# the custom_config key of its name).
 _PARAM_SOURCES = {
-    'train_steps': 'train_args.num_steps', 'eval_steps': 'eval_args.num_steps',
-    'model_dir': 'the training directory', 'precision': "custom_config['bfloat16']",
-    'use_bfloat16': "custom_config['bfloat16']"}
+    'train_steps': 'train_args.num_steps',
+    'eval_steps': 'eval_args.num_steps',
+    'model_dir': "the training directory (custom_config['checkpoint_dir'] "
+                 'moves it)',
+    'precision': "custom_config['bfloat16']",
+    'use_bfloat16': "custom_config['bfloat16']",
+}
 # TPUEstimator / TPUConfig / RunConfig / WarmStartSettings arguments that
 # are no key: what TPUTrainer does instead, or why it refuses them. A user
 # who writes one into custom_config reads this rather than "unknown key";
@@ -410,7 +414,8 @@ def _regex(key: str, value: Any) -> str:
   return value
 
 
-def _vars_to_warm_start(key: str, value: Any) -> Union[None, str, Tuple[str, ...]]:
+def _vars_to_warm_start(key: str,
+                        value: Any) -> Union[None, str, Tuple[str, ...]]:
   """A regex over trainable variables, or a list of regex scopes (all)."""
   if value is None:
     return None
@@ -451,7 +456,7 @@ def check_derived_params(given: Mapping[str, Any], derived: Mapping[str, Any],
 
   Args:
     given: params from the user (custom_config['params'], hyperparameters).
-    derived: the values TPUTrainer sets (CONFIG_PARAMS, RUN_PARAMS).
+    derived: the values TPUTrainer sets (`config_params`, RUN_PARAMS).
     where: how errors name `given` (e.g. "custom_config['params']").
 
   Raises:
@@ -750,9 +755,11 @@ class TrainerConfig:
           f'custom_config must be a dict, got {type(custom_config).__name__}.')
     raw = dict(custom_config or {})
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    for key in sorted(set(raw) & set(KEYS_TAKEN_ELSEWHERE)):
-      raise ConfigError(f'custom_config[{key!r}] is not a TPUTrainer key: '
-                        f'{KEYS_TAKEN_ELSEWHERE[key]}')
+    elsewhere = sorted(set(raw) & set(KEYS_TAKEN_ELSEWHERE))
+    if elsewhere:
+      raise ConfigError(
+          f'custom_config[{elsewhere[0]!r}] is not a TPUTrainer key: '
+          f'{KEYS_TAKEN_ELSEWHERE[elsewhere[0]]}')
     unknown = sorted(set(raw) - set(fields))
     if unknown:
       raise ConfigError(
@@ -782,7 +789,7 @@ class TrainerConfig:
     return config
 
   def config_params(self) -> Dict[str, Any]:
-    """The params TPUTrainer sets from this config (CONFIG_PARAMS)."""
+    """The params TPUTrainer sets from this config (and RUN_PARAMS, the run)."""
     return {
         'train_batch_size': self.train_batch_size,
         'eval_batch_size': self.eval_batch_size,

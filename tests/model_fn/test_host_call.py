@@ -16,6 +16,8 @@ def _written(model_dir):
   for path in glob.glob(os.path.join(model_dir, 'events.out.*')):
     for event in tf.compat.v1.train.summary_iterator(path):
       for value in event.summary.value:
+        # Marked as a scalar, as tf.summary.scalar marks it (TensorBoard).
+        assert value.metadata.plugin_data.plugin_name == 'scalars'
         values[(value.tag, event.step)] = tf.make_ndarray(value.tensor)
   return values
 

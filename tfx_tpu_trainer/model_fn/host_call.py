@@ -3,6 +3,7 @@
 from typing import Any, Callable, List, Mapping, Optional, Tuple
 
 import tensorflow as tf
+from tensorboard.plugins.scalar import metadata as scalar_metadata
 
 from tfx_tpu_trainer import errors
 
@@ -10,6 +11,12 @@ __all__ = ['HostCallError', 'HostCall', 'scalar_summaries_host_call']
 
 # What `TPUEstimatorSpec(host_call=...)` takes: a function and its tensors.
 HostCall = Tuple[Callable[..., List[tf.Operation]], List[tf.Tensor]]
+
+
+# What marks a summary as a scalar for TensorBoard (`tf.summary.scalar`'s).
+_SCALAR_METADATA = scalar_metadata.create_summary_metadata(
+    display_name=None, description=None)
+_SCOPE = 'scalar_summaries_host_call'
 
 
 class HostCallError(errors.TPUTrainerError, ValueError):
@@ -80,11 +87,13 @@ def scalar_summaries_host_call(scalars: Mapping[str, Any], model_dir: str,
   writer_args = {} if max_queue is None else {'max_queue': max_queue}
 
   def host_call_fn(global_step, *values):
-    with tf.summary.create_file_writer(model_dir,
-                                       **writer_args).as_default():
-      with tf.summary.record_if(True):
-        for name, value in zip(names, values):
-          tf.summary.scalar(name, tf.reduce_mean(value), step=global_step[0])
+    # Tags are the names as given; the ops get a scope of their own, so the
+    # estimator's v1 summaries keep their names (its `loss` stays `loss`).
+    with tf.name_scope(_SCOPE), tf.summary.create_file_writer(
+        model_dir, **writer_args).as_default(), tf.summary.record_if(True):
+      for name, value in zip(names, values):
+        tf.summary.write(tag=name, tensor=tf.reduce_mean(value),
+                         step=global_step[0], metadata=_SCALAR_METADATA)
       return tf.compat.v1.summary.all_v2_summary_ops()
 
   return host_call_fn, [step] + tensors
