@@ -10,7 +10,6 @@ from tfx.types import standard_artifacts
 from tfx.utils import path_utils
 
 from tfx_tpu_trainer import errors
-from tfx_tpu_trainer import executor
 from tfx_tpu_trainer import user_module
 from tfx_tpu_trainer.data import input_fns
 from tfx_tpu_trainer.publishing import export
@@ -30,8 +29,7 @@ def _module(name):
   return os.path.join(TEST_MODULES_DIR, name)
 
 
-def _do(run):
-  executor.Executor().Do(run.input_dict, run.output_dict, run.exec_properties)
+_do = pipeline_outputs.run_trainer
 
 
 def _assert_dual_tag_model(model_uri):

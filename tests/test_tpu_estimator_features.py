@@ -14,7 +14,6 @@ import pytest
 import tensorflow as tf
 from tfx.utils import path_utils
 
-from tfx_tpu_trainer import executor
 from tfx_tpu_trainer.publishing import export
 
 from tests.conftest import TEST_MODULES_DIR
@@ -29,10 +28,6 @@ def _module(name):
   return os.path.join(TEST_MODULES_DIR, name)
 
 
-def _do(run):
-  executor.Executor().Do(run.input_dict, run.output_dict, run.exec_properties)
-
-
 def _trained_variables(model_run_uri):
   reader = tf.train.load_checkpoint(model_run_uri)
   return {name: reader.get_tensor(name)
@@ -44,7 +39,7 @@ def _train_linear(taxi_artifacts, out, **custom_config):
       taxi_artifacts, str(out), _module('linear_module.py'),
       custom_config=dict(SMALL_BATCHES, **custom_config), train_steps=6,
       eval_steps=1)
-  _do(run)
+  pipeline_outputs.run_trainer(run)
   return run
 
 
@@ -73,7 +68,7 @@ def test_warm_start_takes_the_selected_variables_by_their_old_names(
                          vars_to_warm_start=['kernel'],
                          var_name_to_prev_var_name={'kernel': 'weights'}),
       train_steps=1, eval_steps=1, base_model=base.model)
-  _do(run)
+  pipeline_outputs.run_trainer(run)
   initial = _trained_variables(
       os.path.join(run.model_run.uri, 'model.ckpt-0'))
   # `kernel` starts from the base model's `weights`; `bias`, not selected,
@@ -92,7 +87,7 @@ def test_resnet_idioms_train_in_bfloat16_with_host_call_summaries(
                          params={'num_train_images': 320,
                                  'probe_file': str(probe)}),
       train_steps=10, eval_steps=2)
-  _do(run)
+  pipeline_outputs.run_trainer(run)
 
   params = json.loads(probe.read_text())
   assert {key: params[key] for key in (
@@ -134,7 +129,7 @@ def test_export_api_v2_exports_the_module_s_own_tpu_inference(
       taxi_artifacts, str(tmp_path), _module('tpu_inference_module.py'),
       custom_config=dict(SMALL_BATCHES, export_saved_model_api_version=2),
       train_steps=2, eval_steps=1)
-  _do(run)
+  pipeline_outputs.run_trainer(run)
   path = path_utils.serving_model_path(run.model.uri)
   assert export.saved_model_tag_sets(path) == [('serve',), ('serve', 'tpu')]
   assert 'TPUPartitionedCall' in saved_models.op_types(path, ['serve', 'tpu'])

@@ -248,12 +248,13 @@ def _optional_positive_int(key: str, value: Any) -> Optional[int]:
   return None if value is None else _positive_int(key, value)
 
 
-def _optional_non_negative_int(key: str, value: Any) -> Optional[int]:
+def _optional_non_negative_int(key: str, value: Any,
+                               meaning: str = '0: keep all') -> Optional[int]:
   if value is None:
     return None
   if isinstance(value, bool) or not isinstance(value, int) or value < 0:
     raise ConfigError(
-        f'custom_config[{key!r}] must be an integer >= 0 (0: keep all), got '
+        f'custom_config[{key!r}] must be an integer >= 0 ({meaning}), got '
         f'{value!r}.')
   _check_int64(key, value)
   return value
@@ -387,17 +388,6 @@ def _params(value: Any) -> Dict[str, Any]:
         f"custom_config['params'] may not set {reserved}: TPUEstimator sets "
         'these itself (batch sizes come from train/eval/predict_batch_size).')
   return dict(value)
-
-
-def _optional_seed(key: str, value: Any) -> Optional[int]:
-  if value is None:
-    return None
-  if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-    raise ConfigError(
-        f'custom_config[{key!r}] must be an integer >= 0 (the graph-level '
-        f'random seed), got {value!r}.')
-  _check_int64(key, value)
-  return value
 
 
 def _regex(key: str, value: Any) -> str:
@@ -639,7 +629,8 @@ class TrainerConfig:
       help='checkpoint retention (`0` keeps every checkpoint, as in '
       'TensorFlow)')
   tf_random_seed: Optional[int] = _key(
-      None, check=_optional_seed, shown_default='none',
+      None, check=lambda k, v: _optional_non_negative_int(
+          k, v, 'the graph-level random seed'), shown_default='none',
       help='the graph-level random seed (RunConfig\'s): variable '
       'initializers, dropout and the input chain\'s shuffles repeat, so two '
       'runs with the same seed, data and steps train the same weights')
