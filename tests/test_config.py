@@ -326,3 +326,13 @@ def test_warm_start_keys_need_a_base_model():
       'base model to warm-start from, but the TPUTrainer has no base_model '
       'input.')
   from_custom_config({}, environ={}).check_warm_start(False)
+
+
+def test_params_may_repeat_the_run_steps_only_as_they_are():
+  config = from_custom_config({'params': {'train_steps': 100,
+                                          'eval_steps': 5}}, environ={})
+  config.check_steps(100, 5)
+  with pytest.raises(ConfigError, match=re.escape(
+      "custom_config['params'] sets 'eval_steps'=5, but TPUTrainer sets "
+      "params['eval_steps']=10 from eval_args.num_steps")):
+    config.check_steps(100, 10)

@@ -824,6 +824,20 @@ class TrainerConfig:
           'eval_args.num_steps is required when use_tpu is true: TPU '
           'evaluation runs a fixed number of steps over a repeating input. '
           'Set EvalArgs(num_steps=N), or custom_config eval_on_tpu=False.')
+    self.check_params_steps(train_steps, eval_steps)
+
+  def check_params_steps(self, train_steps: Optional[int],
+                         eval_steps: Optional[int]) -> None:
+    """`custom_config['params']` may repeat the run's steps only as they are.
+
+    Raises:
+      ConfigError: params['train_steps'] (or 'eval_steps') differs from
+        train_args.num_steps (eval_args.num_steps).
+    """
+    run = {'train_steps': train_steps, 'eval_steps': eval_steps}
+    check_derived_params(self.params,
+                         {key: steps for key, steps in run.items() if steps},
+                         "custom_config['params']")
 
 
 def keys_table() -> str:

@@ -229,6 +229,7 @@ def test_a_component_named_like_the_check_is_refused(tmp_path):
      'it acts only on PER_HOST_V2 input'),
     ({'params': {'iterations_per_loop': 10}},
      "custom_config['params'] sets 'iterations_per_loop'=10"),
+    ({'params': {'train_steps': 1}}, None),
 ])
 def test_the_compile_accepts_what_the_executor_accepts(tmp_path,
                                                         custom_config,
@@ -302,4 +303,18 @@ def test_warm_start_keys_without_a_base_model_are_refused_at_compile(
       "TPUTrainer 'TrainerA': custom_config['vars_to_warm_start'] select "
       'variables of the base model to warm-start from, but the TPUTrainer '
       'has no base_model input.')
+  assert not output.exists()
+
+
+def test_params_that_disagree_with_the_train_args_are_refused_at_compile(
+    tmp_path):
+  output = tmp_path / 'p.tar.gz'
+  with pytest.raises(compiler.CompileError) as error:
+    compiler.compile_pipeline(
+        _pipeline(custom_config={'params': {'train_steps': 5000}}),
+        str(output), _options())
+  assert str(error.value).startswith(
+      "TPUTrainer 'TrainerA': custom_config['params'] sets "
+      "'train_steps'=5000, but TPUTrainer sets params['train_steps']=1 from "
+      'train_args.num_steps')
   assert not output.exists()
