@@ -165,6 +165,18 @@ def test_export_api_v2_without_tpu_inference_is_not_ready(capsys,
              for line in lines), lines
 
 
+def test_export_api_v2_with_the_module_s_own_tpu_inference_is_ready(
+    capsys, schema_file):
+  # Its PREDICT computation is its own: the preflight's would nest it.
+  code, lines, _ = _preflight(
+      capsys, '--module-file', _module('tpu_inference_module.py'),
+      '--schema', schema_file,
+      '--custom-config', '{"export_saved_model_api_version": 2}')
+  assert code == 0, lines
+  assert ('INFO    [export/export] the {serve} and {serve, tpu} SavedModel '
+          'exported.') in lines
+
+
 def test_bfloat16_the_model_fn_ignores_is_not_ready(capsys, schema_file):
   code, lines, _ = _preflight(
       capsys, '--module-file', _module('preflight_ready_module.py'),

@@ -396,8 +396,20 @@ class _Preflight:
     return findings
 
   def export(self) -> List[preflight_report.Finding]:
-    """The PREDICT computation of the TPU export, then the real export."""
+    """The PREDICT computation of the TPU export, then the real export.
+
+    Under export API v2 the model_fn rewrites its PREDICT computation for
+    the TPU itself (a TPU computation inside the preflight's would nest):
+    the real export builds it, and its `{serve, tpu}` graph must hold TPU ops.
+    """
     phase = 'export'
+    if self.config.export_saved_model_api_version == 2:
+      return [preflight_report.Finding(
+          'predict-step-own-rewrite', INFO,
+          'export_saved_model_api_version=2: the model_fn rewrites its '
+          'PREDICT computation for the TPU itself, so the preflight does not '
+          'compile it; the export below builds it.', phase)
+             ] + self._export_findings(phase)
 
     def outputs(spec):
       if not isinstance(spec, (_TPU_SPEC, tf_estimator.EstimatorSpec)):
