@@ -218,3 +218,27 @@ def test_params_from_train_args_and_the_tuner_must_agree_with_the_run():
       "sets params['train_batch_size']=64")):
     prepare.build_params(config_lib.TrainerConfig(),
                          {'values': {'train_batch_size': 128}})
+
+
+@pytest.mark.parametrize('module_file,custom_config,message', [
+    (os.path.join(TEST_MODULES_DIR, 'stock_estimator_module.py'),
+     {'bfloat16': True},
+     "custom_config['bfloat16'] is true, but trainer_fn in {path} returns a "
+     'stock Estimator, which builds its own float32 graph'),
+    (os.path.join(os.path.dirname(TEST_MODULES_DIR), '..', '..', 'components',
+                  'taxi_keras_module.py'),
+     {'export_saved_model_api_version': 2},
+     "custom_config['export_saved_model_api_version']=2 leaves the TPU "
+     'rewrite of inference to the model_fn, but {path} has no model_fn of '
+     'its own'),
+])
+def test_keys_a_kind_of_module_cannot_honour_are_refused(module_file,
+                                                         custom_config,
+                                                         message):
+  path = os.path.normpath(module_file)
+  module = user_module.load_user_module({'module_file': path})
+  config = config_lib.TrainerConfig.from_custom_config(custom_config,
+                                                       environ={})
+  with pytest.raises(config_lib.ConfigError) as error:
+    prepare.prepare_run(config, module, None)
+  assert message.format(path=path) in str(error.value)

@@ -181,7 +181,7 @@ def prepare_run(config: config_lib.TrainerConfig,
       needed by a served feature, a stock-Trainer estimator that cannot be
       taken over.
   """
-  _check_tpu_export(config, module)
+  _check_config_for_module(config, module)
   params = build_params(
       config, hyperparameters,
       train_steps=fn_args.train_steps if fn_args else None,
@@ -195,12 +195,6 @@ def prepare_run(config: config_lib.TrainerConfig,
           module.run_fn, fn_args or _minimal_fn_args(schemas), label_key)
     model_fn, label_key = taken.model_fn, taken.label_key
   elif module.trainer_fn is not None:
-    if config.bfloat16:
-      raise config_lib.ConfigError(
-          f"custom_config['bfloat16'] is true, but {module.trainer_fn.where} "
-          'returns a stock Estimator, which builds its own float32 graph '
-          'and reads no precision from params. Drop the key, or define a '
-          'model_fn (or build_keras_model) that builds in bfloat16.')
     stock = stock_trainer.stock_model(
         module.trainer_fn, fn_args or _minimal_fn_args(schemas),
         schemas.raw if schemas is not None else None)
@@ -245,9 +239,13 @@ def model_fn_source(module: user_module_lib.UserModule) -> str:
   return f'the model_fn TPUTrainer builds for {module.module_file}'
 
 
-def _check_tpu_export(config: config_lib.TrainerConfig,
-                      module: user_module_lib.UserModule) -> None:
-  """Export API v2 needs a model_fn of the module's, which wraps itself."""
+def _check_config_for_module(config: config_lib.TrainerConfig,
+                             module: user_module_lib.UserModule) -> None:
+  """Keys that need a module of a kind: refused early for the others.
+
+  Export API v2 leaves the TPU rewrite of inference to a model_fn of the
+  module's own; bfloat16 needs a model the module builds.
+  """
   if (config.export_to_tpu and config.export_saved_model_api_version == 2 and
       module.model_fn is None):
     raise config_lib.ConfigError(
@@ -257,6 +255,12 @@ def _check_tpu_export(config: config_lib.TrainerConfig,
         'or a stock Trainer module) does no TPU inference, so the {serve, '
         'tpu} graph would be a CPU graph. Use export_saved_model_api_version'
         '=1 (the default), or export_to_tpu=false.')
+  if config.bfloat16 and module.trainer_fn is not None:
+    raise config_lib.ConfigError(
+        f"custom_config['bfloat16'] is true, but {module.trainer_fn.where} "
+        'returns a stock Estimator, which builds its own float32 graph and '
+        'reads no precision from params. Drop the key, or define a model_fn '
+        '(or build_keras_model) that builds in bfloat16.')
 
 
 def _stock_label_key(module: user_module_lib.UserModule,
