@@ -10,7 +10,6 @@ from tfx.types import standard_artifacts
 from tfx.utils import path_utils
 
 from tfx_tpu_trainer import errors
-from tfx_tpu_trainer import executor
 from tfx_tpu_trainer import user_module
 from tfx_tpu_trainer.data import input_fns
 from tfx_tpu_trainer.publishing import export
@@ -30,8 +29,7 @@ def _module(name):
   return os.path.join(TEST_MODULES_DIR, name)
 
 
-def _do(run):
-  executor.Executor().Do(run.input_dict, run.output_dict, run.exec_properties)
+_do = pipeline_outputs.run_trainer
 
 
 def _assert_dual_tag_model(model_uri):
@@ -115,8 +113,8 @@ def test_raw_examples_without_transform(taxi_artifacts, tmp_path):
       'eval_global_step'].int_value == 10
 
 
-def test_alternate_strategy_api_v2_and_params(taxi_artifacts, tmp_path,
-                                              monkeypatch):
+def test_alternate_strategy_and_params(taxi_artifacts, tmp_path,
+                                       monkeypatch):
   built = []
   default_dataset = input_fns.default_dataset
 
@@ -139,7 +137,6 @@ def test_alternate_strategy_api_v2_and_params(taxi_artifacts, tmp_path,
       taxi_artifacts, str(tmp_path / 'out'), _module('linear_module.py'),
       custom_config=dict(SMALL_BATCHES, eval_strategy='alternate',
                          save_checkpoints_steps=6,
-                         export_saved_model_api_version=2,
                          params={'probe_file': str(probe), 'depth': 3}),
       train_steps=12, eval_steps=2, hyperparameters=hyperparameters)
   _do(run)
@@ -147,6 +144,11 @@ def test_alternate_strategy_api_v2_and_params(taxi_artifacts, tmp_path,
   assert params['learning_rate'] == 0.05
   assert params['depth'] == 3
   assert params['batch_size'] == 16 and params['use_tpu'] is False
+  # What a tensorflow/tpu model reads from FLAGS
+  # (docs/reference/tpu_estimator.md).
+  assert (params['train_batch_size'], params['train_steps'],
+          params['eval_steps'], params['model_dir']) == (
+              16, 12, 2, run.model_run.uri)
   # Two train/evaluate cycles of 6 steps each; each cycle's training input
   # builds its table before the first batch (a cycle may stop inside an
   # epoch, before a streamed first epoch would have filled it).

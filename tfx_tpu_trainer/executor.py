@@ -80,6 +80,7 @@ class Executor(trainer_executor.GenericExecutor):
     fn_args = self._GetFnArgs(input_dict, output_dict, exec_properties)
     config = config_lib.TrainerConfig.from_custom_config(fn_args.custom_config)
     config.check_steps(fn_args.train_steps, fn_args.eval_steps)
+    config.check_warm_start(fn_args.base_model is not None)
     tpu_slice.check_driver(config, {
         'train data': fn_args.train_files, 'eval data': fn_args.eval_files,
         'custom_config[\'checkpoint_dir\']': [config.checkpoint_dir],
@@ -90,11 +91,16 @@ class Executor(trainer_executor.GenericExecutor):
     module = user_module_lib.load_user_module(exec_properties)
     schemas = schemas_lib.load_schemas(fn_args.schema_path,
                                        fn_args.transform_graph_path)
-    # Prepare: label key, params, model_fn, input and serving functions.
-    run = prepare.prepare_run(config, module, schemas,
-                              fn_args.hyperparameters, fn_args)
     model = artifact_utils.get_single_instance(
         output_dict[standard_component_specs.MODEL_KEY])
+    # Where the estimator will train (created later): params['model_dir'].
+    model_dir = checkpoints.resumable_dir_path(
+        self._context, model.uri, config.checkpoint_dir) or (
+            fn_args.model_run_dir)
+    # Prepare: label key, params, model_fn, input and serving functions.
+    run = prepare.prepare_run(config, module, schemas,
+                              fn_args.hyperparameters, fn_args,
+                              model_dir=model_dir)
     train_input_fn, eval_input_fn = _build_input_fns(
         fn_args, config, run, cache_dir=checkpoints.input_cache_dir(
             self._context, model.uri, config.checkpoint_dir))
@@ -125,7 +131,8 @@ class Executor(trainer_executor.GenericExecutor):
                report_config=_report_config(config, fn_args, run),
                timings={'training and evaluation': time.time() - train_start},
                metrics_output=_single_output(output_dict,
-                                             v2_metrics.OUTPUT_KEY))
+                                             v2_metrics.OUTPUT_KEY),
+               source=prepare.model_fn_source(run.module))
 
 
 def _check_before_training(fn_args: fn_args_utils.FnArgs,
@@ -189,7 +196,7 @@ def _train_on(fn_args, config, run, train_input_fn, eval_input_fn, model_dir):
 
 def _publish(estimator, serving_input_receiver_fn, final_metrics, model,
              fn_args, resumable_dir, report_config=None, timings=None,
-             metrics_output=None) -> None:
+             metrics_output=None, source='the model_fn') -> None:
   """Fills model_run, exports the model last, then marks the checkpoints.
 
   The training report (report.py) is written into model_run before the
@@ -211,7 +218,7 @@ def _publish(estimator, serving_input_receiver_fn, final_metrics, model,
   export.export_serving_model(
       estimator, serving_input_receiver_fn, fn_args.serving_model_dir,
       staging_record=(os.path.join(resumable_dir, checkpoints.STAGING_RECORD)
-                      if resumable_dir else None))
+                      if resumable_dir else None), source=source)
   metrics_lib.record_on_artifact(metrics, model)
   v2_metrics.record_metrics(metrics, metrics_output)
   kfp_outputs.write_kfp_ui_outputs(metrics, fn_args.model_run_dir,
@@ -305,7 +312,8 @@ def _build_estimator(fn_args: fn_args_utils.FnArgs,
       config,
       run_config,
       run.params,
-      warm_start_from=fn_args.base_model)
+      warm_start_from=estimator_builder.warm_start_settings(
+          config, fn_args.base_model))
 
 
 def _build_input_fns(fn_args: fn_args_utils.FnArgs,

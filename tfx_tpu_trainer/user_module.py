@@ -265,7 +265,23 @@ def _stock_trainer_fn(module: types.ModuleType, source: str) -> ModuleFunction:
   raise UserModuleError(
       f'Module {source} defines neither model_fn(features, labels, mode, '
       'params) nor build_keras_model(params) (nor the stock Trainer\'s '
-      'trainer_fn(fn_args, schema)). Define one of them.')
+      'trainer_fn(fn_args, schema)). Define one of them.'
+      f'{_named_model_fn_hint(module)}')
+
+
+def _named_model_fn_hint(module: types.ModuleType) -> str:
+  """A note naming the module's `*_model_fn` functions (`resnet_model_fn`).
+
+  tensorflow/tpu's models name theirs after the model and hand it to
+  TPUEstimator themselves; TPUTrainer looks for `model_fn`.
+  """
+  names = sorted(name for name, value in vars(module).items()
+                 if name.endswith('_' + MODEL_FN) and callable(value))
+  if not names:
+    return ''
+  return (f' It defines {", ".join(names)}: if that is the model_fn '
+          f'TPUEstimator should run, name it model_fn, e.g. add '
+          f'`model_fn = {names[0]}` at the end of the module.')
 
 
 def _run_fn_estimator_builder(module: types.ModuleType, run_fn: Any,

@@ -197,9 +197,6 @@ def _run_custom_config(args) -> dict:
       'eval_batch_size': args.eval_batch_size,
       'show_progress': args.show_progress,
   }
-  eval_every_steps = _eval_every_steps(args)
-  if eval_every_steps:
-    custom_config['eval_every_steps'] = eval_every_steps
   if args.use_tpu is not None:
     custom_config['use_tpu'] = args.use_tpu
   if args.label_key is not None:
@@ -214,13 +211,34 @@ def _run_custom_config(args) -> dict:
     raise common.UsageError('--tpu-zone and --tpu-project need --tpu-name.')
   if args.use_tpu and not (args.tpu_name or os.environ.get('TPU_NAME')):
     raise common.UsageError('--use-tpu needs --tpu-name (or TPU_NAME set).')
+  eval_every_steps = _eval_every_steps(args, _runs_on_tpu(custom_config))
+  if eval_every_steps:
+    custom_config['eval_every_steps'] = eval_every_steps
   return custom_config
 
 
-def _eval_every_steps(args) -> Optional[int]:
-  """--eval-every-steps, or DEFAULT_EVALUATIONS spread over training."""
+def _runs_on_tpu(custom_config: dict) -> bool:
+  """Whether the trainer will use a TPU (TrainerConfig decides `auto`)."""
+  try:
+    return config_lib.TrainerConfig.from_custom_config(custom_config).use_tpu
+  except config_lib.ConfigError:
+    return False  # _validate_run_args reports it, on the whole config.
+
+
+def _eval_every_steps(args, on_tpu: bool) -> Optional[int]:
+  """--eval-every-steps, or DEFAULT_EVALUATIONS spread over training.
+
+  On a TPU the default is rounded up to whole TPU loops (checkpoints, which
+  evaluations read, come only between loops: config.check_tpu_loop); none
+  when that is the whole training (it evaluates at the end).
+  """
   if args.eval_every_steps is None:
-    return math.ceil(args.train_steps / DEFAULT_EVALUATIONS)
+    every = math.ceil(args.train_steps / DEFAULT_EVALUATIONS)
+    if not on_tpu:
+      return every
+    loop = config_lib.TrainerConfig().iterations_per_loop
+    every = math.ceil(every / loop) * loop
+    return every if every < args.train_steps else None
   if args.eval_every_steps > args.train_steps:
     raise common.UsageError(
         f'--eval-every-steps {args.eval_every_steps} is more than '

@@ -22,7 +22,7 @@ TRAINER_IMAGE = 'gcr.io/p/tfx-tpu-trainer-tpu-{runtime}:1'
 SPOT = scheduling.parse_toleration('cloud.google.com/gke-spot=true:NoSchedule')
 
 
-def _pipeline(root='gs://bucket/root', name='slice'):
+def _pipeline(root='gs://bucket/root', name='slice', custom_config=None):
   from tfx_tpu_trainer import TPUTrainer  # pylint: disable=g-import-not-at-top
   with compiler.user_modules_not_packaged():
     example_gen = tfx.components.CsvExampleGen(input_base='gs://bucket/data')
@@ -34,7 +34,8 @@ def _pipeline(root='gs://bucket/root', name='slice'):
                          examples=example_gen.outputs['examples'],
                          schema=schema_gen.outputs['schema'],
                          train_args=tfx.proto.TrainArgs(num_steps=1),
-                         eval_args=tfx.proto.EvalArgs(num_steps=1))
+                         eval_args=tfx.proto.EvalArgs(num_steps=1),
+                         custom_config=custom_config)
   return tfx.dsl.Pipeline(
       pipeline_name=name, pipeline_root=root,
       components=[example_gen, statistics_gen, schema_gen, trainer])
@@ -122,6 +123,22 @@ def test_vertex_job_and_tpu_check_are_refused_for_a_slice(tmp_path):
     compiler.compile_pipeline(
         _pipeline(), str(tmp_path / 's.tar.gz'),
         _options('tpu-v4-podslice', '2x2x2', tpu_check=True))
+  assert not os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize('mode', ['PER_HOST_V1', 'PER_SHARD_V1'])
+def test_input_modes_that_cannot_evaluate_on_a_slice_are_refused(tmp_path,
+                                                                 mode):
+  with pytest.raises(compiler.CompileError) as raised:
+    compiler.compile_pipeline(
+        _pipeline(custom_config={'per_host_input': mode}),
+        str(tmp_path / 's.tar.gz'), _options('tpu-v4-podslice', '2x2x2'))
+  assert str(raised.value) == (
+      f"TPUTrainer 'TPUTrainer': custom_config['per_host_input']={mode!r} "
+      'cannot evaluate on a TPU slice of 2 hosts: TPUEstimator evaluates on '
+      "several hosts only with ['PER_HOST_V2', 'BROADCAST'] and would stop "
+      "at the first evaluation, after training. Use 'PER_HOST_V2' (the "
+      'default).')
   assert not os.listdir(tmp_path)
 
 

@@ -133,10 +133,11 @@ def test_checkpoint_steps_must_be_a_multiple_of_the_loop():
   config = config_lib.TrainerConfig.from_custom_config(
       {'host_iterations_per_loop': 100, 'save_checkpoints_steps': 300})
   assert config.host_loop_iterations == 100
-  # On TPU the key is ignored: iterations_per_loop is TPU's own loop.
+  # On TPU the key is ignored: iterations_per_loop is TPU's own loop (which
+  # the checkpoint steps must be a multiple of: tests/test_config.py).
   on_tpu = config_lib.TrainerConfig.from_custom_config(
       {'host_iterations_per_loop': 100, 'save_checkpoints_steps': 250,
-       'use_tpu': True})
+       'iterations_per_loop': 50, 'use_tpu': True})
   assert on_tpu.host_loop_iterations == 1
 
 

@@ -17,7 +17,10 @@ from tfx.dsl.components.base import executor_spec
 from tfx.orchestration.kubeflow import kubeflow_dag_runner
 from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
 from tfx.orchestration.kubeflow.v2 import pipeline_builder
+from tfx.proto import trainer_pb2
+from tfx.types import standard_component_specs
 from tfx.utils import json_utils
+from tfx.utils import proto_utils
 
 from tfx_tpu_trainer import component as component_lib
 from tfx_tpu_trainer import config as config_lib
@@ -362,11 +365,19 @@ def check_options(options: KubeflowOptions, pipeline_name: str
 
 def tpu_custom_config(custom_config: Mapping[str, Any],
                       options: KubeflowOptions,
-                      trainer_id: str = 'TPUTrainer') -> Dict[str, Any]:
+                      trainer_id: str = 'TPUTrainer',
+                      has_base_model: Optional[bool] = None,
+                      steps: Optional[Tuple[Optional[int], Optional[int]]]
+                      = None) -> Dict[str, Any]:
   """A trainer's custom_config for the compiled pipeline.
 
   With a TPU request, `use_tpu: true` and the TPU to resolve are added where
   the trainer does not set them; without one, it is returned unchanged.
+  Checked as the executor checks it, and against what only the compile
+  knows: the hosts of a multi-host slice, and (when given) whether the
+  trainer has a base model to warm-start from (`has_base_model`) and its
+  train and eval steps (`steps`), which `params` may repeat only as they
+  are.
 
   Raises:
     CompileError: the trainer sets `use_tpu: false` on a TPU compile, or the
@@ -386,7 +397,13 @@ def tpu_custom_config(custom_config: Mapping[str, Any],
                                              options.tpu_project)
   try:
     # The executor's own check of the same dict (no TPU_NAME at compile).
-    config_lib.TrainerConfig.from_custom_config(config, environ={})
+    checked = config_lib.TrainerConfig.from_custom_config(config, environ={})
+    if isinstance(options.trainer_pod.tpu, tpu_slices.TPUSliceScheduling):
+      checked.check_input_mode(options.trainer_pod.tpu.hosts)
+    if has_base_model is not None:
+      checked.check_warm_start(has_base_model)
+    if steps is not None:
+      checked.check_params_steps(*steps)
   except config_lib.ConfigError as e:
     raise CompileError(f'TPUTrainer {trainer_id!r}: {e}') from e
   return config
@@ -427,7 +444,11 @@ def compile_pipeline(pipeline: tfx.dsl.Pipeline, output_path: str,
         f'{options.runner}.')
   trainers = component_lib.tpu_trainers(pipeline)
   custom_configs = {
-      t.id: tpu_custom_config(_custom_config(t), options, t.id)
+      t.id: tpu_custom_config(
+          _custom_config(t), options, t.id,
+          has_base_model=(standard_component_specs.BASE_MODEL_KEY in
+                          t.inputs),
+          steps=_trainer_steps(t))
       for t in trainers}
   vertex_type = (vertex_accelerator_type(options)
                  if options.runner == KUBEFLOW_V2 and options.vertex_job
@@ -605,6 +626,21 @@ def _add_tpu_check(pipeline: tfx.dsl.Pipeline) -> str:
         f'component {tpu_check_step.COMPONENT_ID!r} already; rename it, or '
         'compile without tpu_check.')
   return tpu_check_step.add_first(pipeline).id
+
+
+def _trainer_steps(trainer: Any
+                  ) -> Optional[Tuple[Optional[int], Optional[int]]]:
+  """A trainer's train and eval steps (None: a runtime parameter)."""
+  steps = []
+  for key, proto in ((standard_component_specs.TRAIN_ARGS_KEY,
+                      trainer_pb2.TrainArgs()),
+                     (standard_component_specs.EVAL_ARGS_KEY,
+                      trainer_pb2.EvalArgs())):
+    value = trainer.exec_properties.get(key)
+    if not isinstance(value, str):
+      return None
+    steps.append(proto_utils.json_to_proto(value, proto).num_steps or None)
+  return steps[0], steps[1]
 
 
 def _custom_config(trainer: Any) -> Dict[str, Any]:

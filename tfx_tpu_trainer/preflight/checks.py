@@ -13,6 +13,7 @@ from tensorflow import estimator as tf_estimator
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import prepare
 from tfx_tpu_trainer.preflight import graph as preflight_graph
+from tfx_tpu_trainer.preflight import precision
 from tfx_tpu_trainer.preflight import report as preflight_report
 from tfx_tpu_trainer.preflight import sample as preflight_sample
 from tfx_tpu_trainer.preflight import spec_checks
@@ -292,7 +293,9 @@ class _Preflight:
                serving_input_receiver_fn, workdir):
     self.model_fn = model_fn
     self.config = config
+    # A module reads params['model_dir'] where ResNet reads FLAGS.model_dir.
     self.params = dict(params)
+    self.params.setdefault('model_dir', os.path.join(workdir, 'model'))
     self.sample = sample
     self.num_shards = num_shards
     self.serving_input_receiver_fn = serving_input_receiver_fn
@@ -345,6 +348,7 @@ class _Preflight:
                        outputs, phase)
     findings = (_loss_findings(step.spec.loss, phase) +
                 _host_call_findings(step.spec.host_call, 'host_call', phase) +
+                precision.bfloat16_findings(step.ops, self.params, phase) +
                 preflight_graph.check_ops(step, phase) +
                 preflight_graph.check_cross_shard(step, self.num_shards,
                                                   phase))
@@ -392,8 +396,20 @@ class _Preflight:
     return findings
 
   def export(self) -> List[preflight_report.Finding]:
-    """The PREDICT computation of the TPU export, then the real export."""
+    """The PREDICT computation of the TPU export, then the real export.
+
+    Under export API v2 the model_fn rewrites its PREDICT computation for
+    the TPU itself (a TPU computation inside the preflight's would nest):
+    the real export builds it, and its `{serve, tpu}` graph must hold TPU ops.
+    """
     phase = 'export'
+    if self.config.export_saved_model_api_version == 2:
+      return [preflight_report.Finding(
+          'predict-step-own-rewrite', INFO,
+          'export_saved_model_api_version=2: the model_fn rewrites its '
+          'PREDICT computation for the TPU itself, so the preflight does not '
+          'compile it; the export below builds it.', phase)
+             ] + self._export_findings(phase)
 
     def outputs(spec):
       if not isinstance(spec, (_TPU_SPEC, tf_estimator.EstimatorSpec)):
@@ -443,6 +459,11 @@ class _Preflight:
           f'exporting the {{serve}} and {{serve, tpu}} SavedModel failed: '
           f'{type(e).__name__}: {e}', phase)]
     path = path.decode() if isinstance(path, bytes) else path
+    try:
+      export.check_tpu_graph(path)
+    except export.ExportError as e:
+      return [preflight_report.Finding('no-tpu-inference', ERROR, str(e),
+                                       phase)]
     tag_sets = export.saved_model_tag_sets(path)
     if tag_sets != [export.SERVE_TAGS, tuple(sorted(export.SERVE_TPU_TAGS))]:
       return [preflight_report.Finding(

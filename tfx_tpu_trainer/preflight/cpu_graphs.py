@@ -13,8 +13,10 @@ from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import prepare
 from tfx_tpu_trainer.model_fn import estimator_spec_adapter
+from tfx_tpu_trainer.preflight import precision
 from tfx_tpu_trainer.preflight import report as preflight_report
 from tfx_tpu_trainer.preflight import spec_checks
+from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.training import estimator_builder
 
 __all__ = ['ERROR', 'ModeKeys', 'check_graphs_before_training']
@@ -49,6 +51,10 @@ def _cpu_step_findings(model_fn, mode: str, features: Any, labels: Any,
     spec_checks.require(spec, mode, fields, phase)
   except spec_checks.SpecProblem as e:
     return [e.finding]
+  unused = precision.bfloat16_findings(
+      tf.compat.v1.get_default_graph().get_operations(), params, phase)
+  if unused:
+    return unused
   try:
     spec.as_estimator_spec()
   except Exception as e:  # pylint: disable=broad-except
@@ -59,6 +65,41 @@ def _cpu_step_findings(model_fn, mode: str, features: Any, labels: Any,
         f'the {what} of the {mode!r} TPUEstimatorSpec failed: '
         f'{type(e).__name__}: {e}', phase)]
   return []
+
+
+def _tpu_inference_findings(
+    run: prepare.PreparedRun,
+    cpu_config: config_lib.TrainerConfig) -> List[preflight_report.Finding]:
+  """Export API v2: the `{serve, tpu}` PREDICT graph must run on the TPU.
+
+  Built as `export_saved_model` builds it (the serving input, then the
+  model_fn in PREDICT mode with `params['use_tpu']=True`); a graph without
+  TPU ops would be exported as a CPU graph tagged `{serve, tpu}`.
+  """
+  params = dict(run.params, use_tpu=True)
+  with tempfile.TemporaryDirectory(prefix='tpu-trainer-check-') as tmp:
+    run_config = estimator_builder.build_run_config(cpu_config, tmp)
+    with tf.Graph().as_default() as graph:
+      tf.compat.v1.train.create_global_step()
+      receiver = run.serving_input_receiver_fn()
+      try:
+        estimator_spec_adapter.call_model_fn(
+            run.model_fn, receiver.features, None, ModeKeys.PREDICT, params,
+            run_config)
+      except errors.TPUTrainerError:
+        raise
+      except Exception as e:  # pylint: disable=broad-except
+        return [preflight_report.Finding(
+            'model-fn-error', ERROR,
+            "the model_fn failed in mode 'infer' with params['use_tpu']=True "
+            '(the {serve, tpu} graph of export_saved_model_api_version=2): '
+            f'{type(e).__name__}: {e}', 'export')]
+  if export.has_tpu_inference(graph.as_graph_def()):
+    return []
+  return [preflight_report.Finding(
+      'no-tpu-inference', ERROR,
+      export.no_tpu_inference_message(prepare.model_fn_source(run.module)),
+      'export')]
 
 
 def check_graphs_before_training(
@@ -123,6 +164,8 @@ def check_graphs_before_training(
   step(ModeKeys.EVAL, eval_input_fn, config.eval_batch_size, 'eval')
   if run.serving_input_receiver_fn is not None:
     step(ModeKeys.PREDICT, None, None, 'export')
+    if config.export_to_tpu and config.export_saved_model_api_version == 2:
+      report.findings.extend(_tpu_inference_findings(run, cpu_config))
   report.findings = preflight_report.merge_repeated(report.findings)
   logging.info('Graphs checked before training in %s s: %s', report.seconds,
                [finding.line() for finding in report.findings] or 'no errors')

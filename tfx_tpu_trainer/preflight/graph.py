@@ -266,8 +266,8 @@ def _rejected_op_findings(ops: Sequence[tf.Operation],
           'v1-summary', ERROR,
           f'is a v1 summary inside the {phase} step; TPU computations reject '
           'v1 summaries.', phase,
-          fix='Remove it, or write summaries from a TPUEstimatorSpec '
-          'host_call with tf.summary (v2).', op=op.name, where=_op_label(op)))
+          fix='Remove it. ' + tpu_facts.HOST_CALL_SUMMARY_FIX, op=op.name,
+          where=_op_label(op)))
     elif op.type == 'Print':
       findings.append(preflight_report.Finding(
           'print-op', ERROR,
@@ -387,6 +387,9 @@ def xla_error_findings(
     if node in seen or node in reported_ops:
       continue
     seen.add(node)
+    if op_type in tpu_facts.V2_SUMMARY_OPS:
+      findings.append(_v2_summary_finding(op_type, node, phase))
+      continue
     findings.append(preflight_report.Finding(
         'xla-unsupported-op', ERROR,
         f'in the {phase} step cannot be compiled by XLA ({device} has no '
@@ -406,6 +409,19 @@ def xla_error_findings(
       f'XLA said: {type(error).__name__}: {_error_lines(message)}', phase,
       fix=xla_errors.explanation(message),
       op=node.group(1) if node else None)]
+
+
+def _v2_summary_finding(op_type: str, node: str,
+                        phase: str) -> preflight_report.Finding:
+  """A tf2 summary (a writer's op) inside the step: to the host_call."""
+  return preflight_report.Finding(
+      'tf2-summary', ERROR,
+      f'writes a tf2 summary inside the {phase} step; XLA cannot compile '
+      'summary ops, so this step cannot be checked (on a TPU, TensorFlow '
+      'may run them on the host by automatic outside compilation, a host '
+      'round trip in every step).', phase,
+      fix=tpu_facts.HOST_CALL_SUMMARY_FIX, op=node,
+      where=f'op {node!r} ({op_type})')
 
 
 HostFn = Callable[[List[tf.Tensor]], Tuple[List[Any], List[Any]]]

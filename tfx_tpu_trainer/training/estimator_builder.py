@@ -1,6 +1,7 @@
 """Builds the TPU RunConfig and the TPUEstimator from a TrainerConfig."""
 
-from typing import Any, Callable, Dict, Optional
+import os
+from typing import Any, Callable, Dict, Optional, Union
 
 from absl import logging
 import tensorflow as tf
@@ -11,7 +12,8 @@ from tfx_tpu_trainer.training import cluster
 from tfx_tpu_trainer.training import host_loop
 from tfx_tpu_trainer.training import tpu_slice
 
-__all__ = ['ResolverFactory', 'build_run_config', 'build_estimator']
+__all__ = ['ResolverFactory', 'build_run_config', 'warm_start_settings',
+           'build_estimator']
 
 _INPUT_PIPELINE_CONFIGS = {
     'PER_SHARD_V1': tf.compat.v1.estimator.tpu.InputPipelineConfig.PER_SHARD_V1,
@@ -75,6 +77,8 @@ def build_run_config(
           f'{type(e).__name__}: {e}. Check custom_config["tpu"] (or '
           'TPU_NAME), that the TPU exists and this job may reach it, or set '
           'use_tpu=False to train on CPU/GPU.') from e
+    # A Cloud TPU pod named by name: its hosts are known only now.
+    config.check_input_mode(_worker_count(cluster_spec))
     if cluster_spec and cluster_spec.as_dict():
       session_config = tf.compat.v1.ConfigProto(
           allow_soft_placement=True, isolate_session_state=True)
@@ -91,8 +95,15 @@ def build_run_config(
       iterations_per_loop=config.iterations_per_loop if config.use_tpu else 1,
       num_shards=config.num_shards,
       per_host_input_for_training=_INPUT_PIPELINE_CONFIGS[
-          config.per_host_input])
+          config.per_host_input],
+      initial_infeed_sleep_secs=config.initial_infeed_sleep_secs,
+      experimental_host_call_every_n_steps=(
+          config.experimental_host_call_every_n_steps),
+      experimental_allow_per_host_v2_parallel_get_next=(
+          config.experimental_allow_per_host_v2_parallel_get_next))
   optional = {}
+  if config.tf_random_seed is not None:
+    optional['tf_random_seed'] = config.tf_random_seed
   if config.save_checkpoints_steps is not None:
     optional['save_checkpoints_steps'] = config.save_checkpoints_steps
   if config.keep_checkpoint_max is not None:
@@ -109,12 +120,56 @@ def build_run_config(
       **optional)
 
 
+def _worker_count(cluster_spec) -> int:
+  """The hosts of a resolved TPU (its `worker` tasks; 1 when none listed)."""
+  jobs = cluster_spec.as_dict() if cluster_spec else {}
+  return max(len(jobs.get('worker', ())), 1)
+
+
+def warm_start_settings(
+    config: config_lib.TrainerConfig, base_model: Optional[str]
+) -> Union[None, str, tf.estimator.WarmStartSettings]:
+  """What TPUEstimator warm-starts from: the base model, as the keys select.
+
+  Without `vars_to_warm_start` / `var_name_to_prev_var_name` the path itself
+  (every trainable variable, as TPUEstimator takes a path). With them, a
+  `WarmStartSettings` whose checkpoint is the SavedModel's variables, as
+  TPUEstimator finds it for a path.
+
+  Args:
+    config: the validated trainer config.
+    base_model: the base model's SavedModel (or checkpoint), or None.
+
+  Returns:
+    The `warm_start_from` argument of TPUEstimator.
+
+  Raises:
+    ConfigError: warm-start keys without a base model.
+  """
+  config.check_warm_start(base_model is not None)
+  if base_model is None or not (config.vars_to_warm_start or
+                                config.var_name_to_prev_var_name):
+    return base_model
+  checkpoint = base_model
+  if tf.io.gfile.exists(os.path.join(base_model, 'variables',
+                                     'variables.index')):
+    checkpoint = os.path.join(base_model, 'variables', 'variables')
+  vars_to_warm_start = config.vars_to_warm_start
+  if isinstance(vars_to_warm_start, tuple):
+    vars_to_warm_start = list(vars_to_warm_start)
+  return tf.estimator.WarmStartSettings(
+      ckpt_to_initialize_from=checkpoint,
+      vars_to_warm_start=(vars_to_warm_start if vars_to_warm_start is not None
+                          else '.*'),
+      var_name_to_prev_var_name=dict(config.var_name_to_prev_var_name) or None)
+
+
 def build_estimator(
     model_fn: Callable[..., Any],
     config: config_lib.TrainerConfig,
     run_config: tf.compat.v1.estimator.tpu.RunConfig,
     params: Dict[str, Any],
-    warm_start_from: Optional[str] = None,
+    warm_start_from: Union[None, str, tf.estimator.WarmStartSettings] = None,
 ) -> tf.compat.v1.estimator.tpu.TPUEstimator:
   """The TPUEstimator, with all three batch sizes set.
 
@@ -128,7 +183,8 @@ def build_estimator(
     config: the validated trainer config.
     run_config: from `build_run_config`.
     params: what model_fn and input_fn receive (besides batch_size, use_tpu).
-    warm_start_from: a checkpoint or SavedModel directory (the base model).
+    warm_start_from: a checkpoint or SavedModel directory (the base model),
+      or `warm_start_settings` of one.
 
   Returns:
     The estimator.
