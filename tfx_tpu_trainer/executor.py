@@ -30,6 +30,7 @@ from tfx_tpu_trainer.preflight import cpu_graphs
 from tfx_tpu_trainer.preflight import label_range
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
+from tfx_tpu_trainer.publishing import secrets
 from tfx_tpu_trainer.publishing import step_outputs as kfp_outputs
 from tfx_tpu_trainer.publishing import training_report
 from tfx_tpu_trainer.publishing import v2_metrics
@@ -73,6 +74,8 @@ class Executor(trainer_executor.GenericExecutor):
         user_module_file, how errors name the module
         (component.TPUTrainerSpec).
     """
+    # Secrets in custom_config or Beam args never reach the log.
+    secrets.mask_logs()
     self._log_startup(input_dict, output_dict, exec_properties)
     # A compiled multi-host step: the worker group's names, for the config.
     worker_group.announce(worker_group.plan())

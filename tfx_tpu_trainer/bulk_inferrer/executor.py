@@ -21,6 +21,7 @@ from tfx_tpu_trainer.bulk_inferrer import inference_config
 from tfx_tpu_trainer.bulk_inferrer import model_checks
 from tfx_tpu_trainer.bulk_inferrer import model_handler
 from tfx_tpu_trainer.bulk_inferrer import run_failures
+from tfx_tpu_trainer.publishing import secrets
 
 __all__ = ['CUSTOM_CONFIG_KEY', 'Executor', 'RunInferenceOnTPU']
 
@@ -46,6 +47,12 @@ class Executor(stock_executor.Executor):
   `_get_inference_spec` (the tag set chosen here) and `_run_model_inference`
   (checks before any work, then the stock graph with our inference step).
   """
+
+  def __init__(self, context: Optional[Any] = None):
+    # Beam logs the Beam args it discards (a `--some_token=...`) as soon as
+    # the executor is made (TFX's BaseBeamExecutor parses them): masked.
+    secrets.mask_logs()
+    super().__init__(context)
 
   def Do(self, input_dict: Dict[str, List[types.Artifact]],
          output_dict: Dict[str, List[types.Artifact]],

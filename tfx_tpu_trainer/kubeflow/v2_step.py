@@ -8,6 +8,7 @@ from typing import Any, List, Mapping, Optional, Sequence
 import yaml
 
 from tfx_tpu_trainer.kubeflow import step_args
+from tfx_tpu_trainer.publishing import secrets
 
 __all__ = ['KFP_V2_ENTRYPOINT', 'STEP_ENTRYPOINT', 'EXECUTOR_CLASS_FLAG',
            'INVOCATION_FLAG', 'INPUTS_SPEC_FLAG', 'EXIT_BAD_INPUT',
@@ -142,12 +143,15 @@ def run(argv: Optional[Sequence[str]] = None) -> None:
     argv: the arguments (default: sys.argv).
   """
   argv = list(sys.argv if argv is None else argv)
+  # TFX logs the exec properties (a custom_config's token), Beam the args
+  # it discards: every record, and an uncaught error, masked.
+  secrets.mask_logs(uncaught=True)
   try:
     step_args.check_json(argv)
     argv = typed_inputs(argv)
     step_args.check_parsed(argv)
   except step_args.StepArgumentError as e:
-    sys.stderr.write(f'{STEP_ENTRYPOINT}: {e}\n')
+    sys.stderr.write(f'{STEP_ENTRYPOINT}: {secrets.mask_text(str(e))}\n')
     sys.stderr.flush()
     sys.exit(EXIT_BAD_INPUT)
   sys.argv = argv
