@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from tests import conftest
+from tests.cli import test_run_command as run_command_tests
 EXAMPLE_DIR = os.path.join(conftest.REPO_ROOT, 'examples', 'penguin_tpu')
 S3_SECRET = 'S3-SECRET-VALUE'
 AZURE_KEY = 'AZURE-KEY-VALUE=='
@@ -18,6 +19,9 @@ SECRET_BEAM_ARGS = (
     f'--beam-arg=--s3_secret_access_key={S3_SECRET}',
     '--beam-arg=--azure_connection_string=DefaultEndpointsProtocol=https;'
     f'AccountName=acct;AccountKey={AZURE_KEY};EndpointSuffix=core.windows.net')
+
+
+_exit_code = run_command_tests._exit_code  # pylint: disable=protected-access
 
 
 def _cli(args, cwd, env=None):
@@ -37,6 +41,8 @@ def _run_log(output_root):
     return f.read()
 
 
+@pytest.mark.slow
+@pytest.mark.heavy
 def test_a_run_log_masks_secret_beam_args(tmp_path):
   # A user pipeline without data: it fails at its first component, after
   # TFX has logged its deployment config (the Beam args of every Beam
@@ -61,14 +67,17 @@ def test_a_run_log_masks_secret_beam_args(tmp_path):
     ['--some_token=TOKEN-VALUE'],  # Not a CLI option.
     ['--beam-arg=--some-token=TOKEN-VALUE'],  # Beam would discard dashes.
 ])
-def test_a_refused_secret_option_is_named_not_echoed(tmp_path, argv):
-  result = _cli(['run', '--output-root', str(tmp_path / 'out'), *argv],
-                cwd=str(tmp_path))
-  assert result.returncode == 2, result.stderr
-  assert 'TOKEN-VALUE' not in result.stdout + result.stderr, result.stderr
-  assert 'token=***' in result.stderr, result.stderr
+def test_a_refused_secret_option_is_named_not_echoed(tmp_path, capsys,
+                                                    argv):
+  code = _exit_code(['run', '--output-root', str(tmp_path / 'out'), *argv])
+  assert code == 2
+  out, err = capsys.readouterr()
+  assert 'TOKEN-VALUE' not in out + err, err
+  assert 'token=***' in err, err
 
 
+@pytest.mark.slow
+@pytest.mark.heavy
 def test_compile_masks_and_warns_of_a_connection_string_key(tmp_path):
   result = _cli(['compile', '--pipeline-root', 'gs://bucket/root',
                  '--data-root', 'gs://bucket/data', '--output-dir',

@@ -290,3 +290,26 @@ def test_a_valid_step_runs_its_executor(tmp_path):
   assert written == {'properties': {'custom_config': '{}'},
                      'examples': '/root/Transform/examples/5'}
   assert (tmp_path / 'task' / 'output.json').exists()
+
+
+def test_the_step_log_masks_a_token_in_exec_properties(tmp_path):
+  # TFX's v2 entrypoint logs the exec properties (custom_config's JSON)
+  # before the executor runs; Beam logs the args it discards.
+  def edit(executor_input):
+    _with_output(executor_input, tmp_path)
+    executor_input['inputs']['parameterValues']['custom_config'] = (
+        '{"params": {"api_token": "TOKEN-VALUE"}}')
+  argv = _step_argv(tmp_path, edit,
+                    executor_class=f'{__name__}.WritingExecutor')
+  process = subprocess.run(
+      [sys.executable, '-m', v2_step.STEP_ENTRYPOINT, *argv[1:],
+       '--some_token=BEAM-TOKEN'],
+      cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+  assert process.returncode == 0, process.stderr[-3000:]
+  output = process.stdout + process.stderr
+  assert 'exec_properties' in output, output[-3000:]
+  assert 'TOKEN-VALUE' not in output and 'BEAM-TOKEN' not in output, output
+  assert '\\"api_token\\": \\"***\\"' in output or '"api_token": "***"' in output
+  # The executor itself gets the real value.
+  written = json.loads((tmp_path / 'out' / 'exec_properties.json').read_text())
+  assert 'TOKEN-VALUE' in written['properties']['custom_config']
