@@ -139,6 +139,9 @@ def _damage(cache_path: str, marker: Dict[str, str]) -> Optional[str]:
   state = (json.dumps(marker, sort_keys=True), listing)
   if _verified.get(cache_path) == state:
     return None
+  logging.info('Checking the %d blocks of the input cache %s (%.1f MB) '
+               'against their checksums.', count, cache_path,
+               sum(size for _, size, _ in listing) / 2**20)
   for index in range(count):
     problem = _block_problem(
         os.path.join(cache_path, _BLOCK_NAME.format(index)), records)
@@ -148,12 +151,15 @@ def _damage(cache_path: str, marker: Dict[str, str]) -> Optional[str]:
   return None
 
 
+_UNFINISHED = (f'it is unfinished (no {COMPLETE_FILE} marker: its writer '
+               'stopped before the end of its first epoch)')
+
+
 def _problem(cache_path: str, key: str) -> Optional[str]:
   """Why the cache at `cache_path` must not be read, or None."""
   marker = _read_marker(cache_path)
   if marker is None:
-    return (f'it is unfinished (no {COMPLETE_FILE} marker: its writer '
-            'stopped before the end of its first epoch)')
+    return _UNFINISHED
   if marker.get('format') != str(FORMAT):
     return 'it was written in another format (an older TPUTrainer)'
   if marker.get('inputs') != key:
@@ -186,8 +192,11 @@ def open_cache(cache_path: str, key: str) -> Optional[List[str]]:
     problem = _problem(cache_path, key)
     if problem is None:
       return _block_paths(cache_path)
-    logging.warning('Removing the input cache %s: %s; building it again from '
-                    'the examples.', cache_path, problem)
+    # An unfinished cache is routine (a retry after a kill, an input_fn
+    # stopped before an epoch ended); the others are faults.
+    log = logging.info if problem == _UNFINISHED else logging.warning
+    log('Removing the input cache %s: %s; building it again from the '
+        'examples.', cache_path, problem)
     _verified.pop(cache_path, None)
     tf.io.gfile.rmtree(cache_path)
   tf.io.gfile.makedirs(cache_path)
