@@ -65,7 +65,8 @@ def _parsed(value: Dict[str, Any], message: Any, flag: str) -> Any:
   except json_format.ParseError as e:
     raise StepArgumentError(
         f'{flag} is not a{"n" if message.DESCRIPTOR.name[0] in "AEIOU" else ""}'
-        f' {message.DESCRIPTOR.name}: {errors.first_line(e)}; {ADVICE}'
+        f' {message.DESCRIPTOR.name}: {errors.first_line(e).rstrip(".")}; '
+        f'{ADVICE}'
     ) from e
 
 
@@ -146,6 +147,7 @@ def check_parsed(argv: Sequence[str]) -> None:
     StepArgumentError: naming the flag, the artifact or property, and why.
   """
   # pylint: disable=g-import-not-at-top
+  from google.protobuf import json_format
   from kfp.pipeline_spec import pipeline_spec_pb2
   from tfx.dsl.io import fileio
   from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_entrypoint_utils as entrypoint_utils
@@ -166,12 +168,14 @@ def check_parsed(argv: Sequence[str]) -> None:
     with fileio.open(output_file, 'rb') as f:
       text = f.read()
     try:
-      _parsed(json.loads(text), pipeline_spec_pb2.ExecutorOutput(), '')
-    except (ValueError, StepArgumentError) as e:
+      json_format.Parse(text, pipeline_spec_pb2.ExecutorOutput(),
+                        ignore_unknown_fields=True)
+    except (ValueError, json_format.ParseError) as e:
       raise StepArgumentError(
           f'{INVOCATION_FLAG}: outputs.outputFile {output_file} (written by '
           "the step's driver) is not an ExecutorOutput: "
-          f'{errors.first_line(e)}; remove it or run the driver again.'
+          f'{errors.first_line(e).rstrip(".")}; remove it or run the driver '
+          'again.'
       ) from e
   _check_exec_properties(argv, executor_input)
   _check_executor_class(flag_value(argv, EXECUTOR_CLASS_FLAG))
