@@ -22,6 +22,7 @@ from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import prepare
 from tfx_tpu_trainer import user_module as user_module_lib
 from tfx_tpu_trainer.data import data_checks
+from tfx_tpu_trainer.data import disk_cache
 from tfx_tpu_trainer.data import input_fns
 from tfx_tpu_trainer.data import schemas as schemas_lib
 from tfx_tpu_trainer.preflight import checks as preflight_checks
@@ -29,6 +30,7 @@ from tfx_tpu_trainer.preflight import cpu_graphs
 from tfx_tpu_trainer.preflight import label_range
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
+from tfx_tpu_trainer.publishing import secrets
 from tfx_tpu_trainer.publishing import step_outputs as kfp_outputs
 from tfx_tpu_trainer.publishing import training_report
 from tfx_tpu_trainer.publishing import v2_metrics
@@ -72,6 +74,8 @@ class Executor(trainer_executor.GenericExecutor):
         user_module_file, how errors name the module
         (component.TPUTrainerSpec).
     """
+    # Secrets in custom_config or Beam args never reach the log.
+    secrets.mask_logs()
     self._log_startup(input_dict, output_dict, exec_properties)
     # A compiled multi-host step: the worker group's names, for the config.
     worker_group.announce(worker_group.plan())
@@ -180,7 +184,8 @@ def _train_on(fn_args, config, run, train_input_fn, eval_input_fn, model_dir):
                'use_tpu=%s).', checkpoints.latest_step(model_dir),
                fn_args.train_steps, model_dir, config.eval_strategy,
                config.use_tpu)
-  with _explain_training_errors(fn_args, run), disk_full.translate_disk_full(
+  with _explain_training_errors(fn_args, run, os.path.join(
+      model_dir, checkpoints.INPUT_CACHE_DIR)), disk_full.translate_disk_full(
       f'training (writing checkpoints and events to {model_dir})', model_dir,
       'Free space there, or set custom_config[\'checkpoint_dir\'] to a file '
       'system with more room (keep_checkpoint_max bounds how many '
@@ -289,12 +294,14 @@ def _check_splits(input_dict, exec_properties) -> None:
 
 @contextlib.contextmanager
 def _explain_training_errors(fn_args: fn_args_utils.FnArgs,
-                             run: prepare.PreparedRun):
-  """Data errors name their file and record; NaN loss says so plainly."""
+                             run: prepare.PreparedRun, cache_dir: str):
+  """Data errors name their file and record (or the damaged block of the
+  input cache in `cache_dir`); NaN loss says so plainly."""
   try:
     with data_checks.explain_data_errors(
         {'train': fn_args.train_files, 'eval': fn_args.eval_files},
-        schemas_lib.feature_spec(run.schemas.examples), run.label_key):
+        schemas_lib.feature_spec(run.schemas.examples), run.label_key
+    ), disk_cache.explain_damage(cache_dir):
       yield
   except tf.compat.v1.train.NanLossDuringTrainingError as e:
     raise errors.TPUTrainerError(

@@ -68,12 +68,14 @@ class CliParser(argparse.ArgumentParser):
     return super().add_subparsers(**kwargs)
 
   def error(self, message):
+    from tfx_tpu_trainer.publishing import secrets  # pylint: disable=g-import-not-at-top
     match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$",
                       message)
     if match:
       choices = re.findall(r"'([^']*)'", match.group(2))
       message += did_you_mean(match.group(1), choices)
-    super().error(message)
+    # A refused `--some_token=X` is named, its value never echoed.
+    super().error(secrets.mask_text(message))
 
   def long_options(self) -> List[str]:
     """Every `--option` this parser takes."""
@@ -106,18 +108,21 @@ def did_you_mean(word: str, candidates: Sequence[str]) -> str:
 def output_to_log(log_path: str, enabled: bool = True):
   """Sends file descriptors 1 and 2 (TF, Beam, pip output) to `log_path`.
 
+  Every line reaches the log with its secrets masked (masked_output.py).
   Yields a stream to the original stdout, for progress lines.
   """
   if not enabled:
     yield sys.stdout
     return
+  from tfx_tpu_trainer_cli import masked_output  # pylint: disable=g-import-not-at-top
   sys.stdout.flush()
   sys.stderr.flush()
   saved_out, saved_err = os.dup(1), os.dup(2)
   console = os.fdopen(os.dup(saved_out), 'w', buffering=1)
   with open(log_path, 'ab') as log:
-    os.dup2(log.fileno(), 1)
-    os.dup2(log.fileno(), 2)
+    pipe = masked_output.MaskedPipe(log)
+    os.dup2(pipe.write_fd, 1)
+    os.dup2(pipe.write_fd, 2)
     try:
       yield console
     finally:
@@ -127,6 +132,7 @@ def output_to_log(log_path: str, enabled: bool = True):
       os.dup2(saved_err, 2)
       os.close(saved_out)
       os.close(saved_err)
+      pipe.close()
       console.close()
 
 

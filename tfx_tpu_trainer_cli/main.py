@@ -4,7 +4,6 @@ import argparse
 import os
 import sys
 import threading
-import traceback
 from typing import List, Optional
 
 # TensorFlow's C++ start-up chatter hides the progress lines; set before any
@@ -13,6 +12,7 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from tfx_tpu_trainer import version
+from tfx_tpu_trainer.publishing import secrets
 from tfx_tpu_trainer.training import leftover_threads
 from tfx_tpu_trainer_cli import common
 from tfx_tpu_trainer_cli import compile as compile_command
@@ -50,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
   """Entry point of the `tfx-tpu-trainer` console script."""
   quiet_start.install()
+  # Secrets (by option name and value pattern) masked in every log record.
+  secrets.mask_logs(uncaught=True)
   parser = build_parser()
   argv = sys.argv[1:] if argv is None else list(argv)
   _refuse_unknown_options(parser, argv)
@@ -62,7 +64,8 @@ def main(argv: Optional[List[str]] = None) -> int:
   try:
     code = _handle(args, existing)
   except common.UsageError as e:
-    print(f'tfx-tpu-trainer {args.command}: error: {e}', file=sys.stderr)
+    print(f'tfx-tpu-trainer {args.command}: error: '
+          f'{secrets.mask_text(str(e))}', file=sys.stderr)
     code = common.EXIT_USAGE
   except common.Interrupted as e:
     print(f'tfx-tpu-trainer {args.command}: interrupted: {e}',
@@ -85,10 +88,11 @@ def _handle(args, existing) -> int:
     return args.handler(args)
   except (common.UsageError, common.Interrupted, KeyboardInterrupt):
     raise
-  except BaseException:  # pylint: disable=broad-except
+  except BaseException as e:  # pylint: disable=broad-except
     if (args.command in _USER_CODE_IN_PROCESS and
         leftover_threads.non_daemon_threads(existing)):
-      traceback.print_exc()  # The process may end before Python prints it.
+      # The process may end before Python prints it.
+      sys.stderr.write(secrets.masked_exception(e))
       leftover_threads.end_process_if_threads_left(
           1, f'tfx-tpu-trainer {args.command} (failed)', existing=existing)
     raise

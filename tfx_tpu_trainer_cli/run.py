@@ -7,7 +7,6 @@ import shlex
 import shutil
 import sys
 import time
-import traceback
 from typing import Optional
 
 from tfx_tpu_trainer import config as config_lib
@@ -447,9 +446,11 @@ def _run(args) -> int:
             local_runner,
             lambda line, **_: print(line, file=console, flush=True))
     except Exception as e:  # pylint: disable=broad-except
-      traceback.print_exc()
-      print(f'\nThe pipeline failed: {type(e).__name__}: {e}\n'
-            f'Full log: {log_path}', file=console, flush=True)
+      from tfx_tpu_trainer.publishing import secrets  # pylint: disable=g-import-not-at-top
+      sys.stderr.write(secrets.masked_exception(e))
+      print(f'\nThe pipeline failed: {type(e).__name__}: '
+            f'{secrets.mask_text(str(e))}\nFull log: {log_path}',
+            file=console, flush=True)
       code = 1
     else:
       code = 0
