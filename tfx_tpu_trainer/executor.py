@@ -305,7 +305,8 @@ def _build_estimator(fn_args: fn_args_utils.FnArgs,
       config,
       run_config,
       run.params,
-      warm_start_from=fn_args.base_model)
+      warm_start_from=fn_args.base_model,
+      train_steps=fn_args.train_steps)
 
 
 def _build_input_fns(fn_args: fn_args_utils.FnArgs,
