@@ -287,30 +287,39 @@ def _read_all(descriptor):
   return b''.join(chunks).decode()
 
 
-def test_terminal_of_zero_columns_gets_plain_lines():
-  """`script` started from a non-terminal: a terminal of 0 x 0, on which
-  tqdm would draw nothing at all."""
+def _on_pty(columns, drive):
+  """What `drive(terminal)` writes to a pty of `columns` (0: no size)."""
   primary, secondary = pty.openpty()
+  if columns:
+    fcntl.ioctl(secondary, termios.TIOCSWINSZ,
+                struct.pack('HHHH', 24, columns, 0, 0))
   try:
     with os.fdopen(secondary, 'w', closefd=False) as terminal:
       assert terminal.isatty()
-      assert os.get_terminal_size(secondary).columns == 0
-      clock = _ManualClock()
-      reporter = progress.ProgressReporter(100, 8, stream=terminal,
-                                           clock=clock)
-      reporter.start(0)
-      clock.now = 1.0
-      reporter.update(50, 0.5)
-      clock.now = 2.0
-      reporter.update(100, 0.25, final=True)
-      reporter.close()
+      assert os.get_terminal_size(secondary).columns == columns
+      drive(terminal)
       terminal.flush()
-      written = _read_all(primary)
+      return _read_all(primary).replace('\r\n', '\n')
   finally:
     os.close(primary)
     os.close(secondary)
-  lines = written.replace('\r\n', '\n').splitlines()
-  assert lines == [
+
+
+def test_terminal_of_zero_columns_gets_plain_lines():
+  """`script` started from a non-terminal: a terminal of 0 x 0, on which
+  tqdm would draw nothing at all."""
+
+  def drive(terminal):
+    clock = _ManualClock()
+    reporter = progress.ProgressReporter(100, 8, stream=terminal, clock=clock)
+    reporter.start(0)
+    clock.now = 1.0
+    reporter.update(50, 0.5)
+    clock.now = 2.0
+    reporter.update(100, 0.25, final=True)
+    reporter.close()
+
+  assert _on_pty(0, drive).splitlines() == [
       'Training: step 50/100 (50%), loss 0.5',
       'Training: step 100/100 (100%), 50 steps/s (400 examples/s), loss '
       '0.25, ETA 0:00:00']
@@ -318,26 +327,19 @@ def test_terminal_of_zero_columns_gets_plain_lines():
 
 def _bar_frames(columns, steps_per_update, batch_size=64, train_steps=1000):
   """The bar's frames on a pty of `columns` (the last one is the final)."""
-  primary, secondary = pty.openpty()
-  fcntl.ioctl(secondary, termios.TIOCSWINSZ,
-              struct.pack('HHHH', 24, columns, 0, 0))
-  try:
-    with os.fdopen(secondary, 'w', closefd=False) as terminal:
-      clock = _ManualClock()
-      reporter = progress.ProgressReporter(train_steps, batch_size,
-                                           stream=terminal, clock=clock)
-      reporter.start(0)
-      for step in range(steps_per_update, train_steps + 1, steps_per_update):
-        clock.now += 0.32
-        reporter.update(step, 0.1942, final=step == train_steps)
-      reporter.close()
-      terminal.flush()
-      written = _read_all(primary)
-  finally:
-    os.close(primary)
-    os.close(secondary)
-  return [frame.strip('\n') for frame in written.replace('\r\n', '\n')
-          .split('\r') if frame.strip()]
+
+  def drive(terminal):
+    clock = _ManualClock()
+    reporter = progress.ProgressReporter(train_steps, batch_size,
+                                         stream=terminal, clock=clock)
+    reporter.start(0)
+    for step in range(steps_per_update, train_steps + 1, steps_per_update):
+      clock.now += 0.32
+      reporter.update(step, 0.1942, final=step == train_steps)
+    reporter.close()
+
+  return [frame.strip('\n') for frame in _on_pty(columns, drive).split('\r')
+          if frame.strip()]
 
 
 def test_an_80_column_terminal_gets_whole_bar_lines():
