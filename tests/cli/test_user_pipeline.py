@@ -15,6 +15,7 @@ import textwrap
 import pytest
 import yaml
 
+from tests.fixtures import beam_jobs
 from tests.fixtures import serving_data
 from tfx_tpu_trainer_cli import main as cli
 
@@ -75,7 +76,8 @@ def _write(directory, name, text):
      'create_pipeline',
      '--pipeline: create_pipeline() in p.py returned dict, not a '
      'tfx.dsl.Pipeline'),
-    ('import no_such_module_xyz\n', 'create_pipeline',
+    ('import no_such_module_xyz\n\ndef create_pipeline():\n  pass\n',
+     'create_pipeline',
      "--pipeline: {path} failed to import: ModuleNotFoundError: No module "
      "named 'no_such_module_xyz'"),
     (_NO_TRAINER, 'create_pipeline',
@@ -431,14 +433,18 @@ def test_run_beam_args_on_a_user_pipeline_are_checked_up_front(
     penguin_env, capsys):
   root = penguin_env / 'root'  # Other tests of the module compile into it.
   before = sorted(str(p) for p in root.rglob('*')) if root.exists() else None
-  try:
-    code = cli.main([
-        'run', '--pipeline', _spec(penguin_env), '--output-root',
-        str(penguin_env / 'out'), '--beam-arg=--runner=FlinkRunner',
-        '--beam-arg=--job_endpoint=localhost:8099',
-        '--beam-arg=--environment_type=DOCKER'])
-  except SystemExit as e:
-    code = e.code
+  services = penguin_env / 'services'
+  services.mkdir(exist_ok=True)
+  # A job server that answers (run asks it first, before loading the file).
+  with beam_jobs.job_server(str(services)) as job_endpoint:
+    try:
+      code = cli.main([
+          'run', '--pipeline', _spec(penguin_env), '--output-root',
+          str(penguin_env / 'out'), '--beam-arg=--runner=FlinkRunner',
+          f'--beam-arg=--job_endpoint={job_endpoint}',
+          '--beam-arg=--environment_type=DOCKER'])
+    except SystemExit as e:
+      code = e.code
   assert code == 2
   err = capsys.readouterr().err
   # Checked on each Beam component's args, against the pipeline's own root.

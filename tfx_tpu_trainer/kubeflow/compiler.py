@@ -197,27 +197,15 @@ def beam_arg_name(arg: str) -> str:
 def beam_pipeline_args(beam_args: Sequence[str],
                        existing: Sequence[Any] = (),
                        cluster_defaults: bool = True) -> List[Any]:
-  """The cluster defaults, then `existing`, then `beam_args`.
-
-  A later argument replaces an earlier one of the same name; a `--runner`
-  other than the DirectRunner (by Beam's own name resolution: `direct`,
-  `directrunner` ...) drops the DirectRunner defaults. Arguments that are
-  not strings (placeholders) are kept as they are.
+  """The cluster defaults, then `existing`, then `beam_args` (`beam_args.merged`).
 
   Raises:
     CompileError: a `--runner` Beam does not know.
   """
-  given = list(existing) + list(beam_args)
-  names = [beam_arg_name(a) if isinstance(a, str) else None for a in given]
   try:
-    direct = beam_args_lib.is_direct([a for a in given if isinstance(a, str)])
+    return beam_args_lib.merged(beam_args, existing, cluster_defaults)
   except beam_args_lib.BeamArgError as e:
     raise CompileError(str(e)) from e
-  defaults = [a for a in CLUSTER_BEAM_PIPELINE_ARGS
-              if cluster_defaults and direct and beam_arg_name(a) not in names]
-  kept = [a for i, (a, n) in enumerate(zip(given, names))
-          if n is None or n not in names[i + 1:]]
-  return defaults + kept
 
 
 def default_output_file(runner: str, pipeline_name: str) -> str:
