@@ -136,6 +136,49 @@ def create_pipeline():
 """
 
 
+def test_tensorflow_s_warning_that_a_name_is_deprecated_for_itself_is_dropped(
+    tmp_path):
+  # From a file, as TensorFlow warns only there: the first use of a name of
+  # tf.compat.v1.estimator.tpu (what the library's model_fn wrapper does on
+  # import). Another deprecation still reaches stderr.
+  program = tmp_path / 'uses_tpu_estimator_spec.py'
+  program.write_text(
+      'import logging, sys\n'
+      'from tfx_tpu_trainer_cli import quiet_start\n'
+      'if sys.argv[1:] == ["quiet"]:\n'
+      '  quiet_start.install()\n'
+      'import tensorflow as tf\n'
+      'spec = tf.compat.v1.estimator.tpu.TPUEstimatorSpec\n'
+      'logging.getLogger("tensorflow").warning(\n'
+      '    "The name tf.foo is deprecated. Please use tf.bar instead.")\n')
+  plain, quiet = [subprocess.run(
+      [sys.executable, str(program), *argv], cwd=str(tmp_path),
+      capture_output=True, text=True, check=True) for argv in ([], ['quiet'])]
+  rename = ('The name tf.estimator.tpu.TPUEstimatorSpec is deprecated. Please '
+            'use tf.compat.v1.estimator.tpu.TPUEstimatorSpec instead.')
+  assert rename in plain.stderr
+  assert rename not in quiet.stderr
+  assert 'The name tf.foo is deprecated' in quiet.stderr
+
+
+def test_the_program_ends_without_collecting_its_objects(tmp_path):
+  # Python's last garbage collection would walk what TensorFlow, TFX and
+  # Beam made (seconds after the summary): the program freezes them first.
+  program = ('import gc, sys\n'
+             'from tfx_tpu_trainer_cli import main\n'
+             'how = sys.argv.pop(1)\n'
+             'code = main.main(sys.argv[1:] if how == "list" else None)\n'
+             'print("frozen:", gc.get_freeze_count() > 0)\n')
+  (tmp_path / 'p.py').write_text('x = 1\n')
+  results = [subprocess.run(
+      [sys.executable, '-c', program, how, 'run', '--pipeline', 'p.py'],
+      cwd=str(tmp_path), capture_output=True, text=True, check=True)
+             for how in ('argv', 'list')]
+  # The program itself (no argv given): frozen; called with a list (the
+  # tests, a caller in Python): left as it was.
+  assert [r.stdout for r in results] == ['frozen: True\n', 'frozen: False\n']
+
+
 def test_tensorflow_import_keeps_its_other_lines(tmp_path):
   from tfx_tpu_trainer_cli import quiet_start  # pylint: disable=g-import-not-at-top
   # The filter drops the three registration lines only: anything else
