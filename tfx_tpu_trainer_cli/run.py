@@ -464,6 +464,8 @@ def _run(args) -> int:
   os.makedirs(os.path.dirname(log_path), exist_ok=True)
   print(f'  full log: {log_path}', flush=True)
   with common.output_to_log(log_path, enabled=not args.verbose) as console:
+    print('  starting the local runner (it packages the module files '
+          'first) ...', file=console, flush=True)
     try:
       # TFX and TensorFlow load here, after the arguments are checked.
       from tfx_tpu_trainer_cli import local_runner  # pylint: disable=g-import-not-at-top

@@ -331,5 +331,7 @@ def test_run_of_a_user_pipeline_names_its_root_as_where_outputs_go(penguin):
   assert lines[2] == (f'  outputs under {penguin / "run_root"} (its '
                       'pipeline root)')
   assert lines[3].startswith(f'  full log: {penguin / "out" / "logs"}')
+  assert lines[4] == ('  starting the local runner (it packages the module '
+                      'files first) ...')
   assert not any(line.startswith(f'  outputs under {penguin / "out"}')
                  for line in lines)
