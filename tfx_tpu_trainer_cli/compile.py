@@ -144,9 +144,11 @@ def add_parser(subparsers) -> None:
                       f'{runtimes.DEFAULT_ACCELERATOR}: '
                       f'{runtimes.DEFAULT_ACCELERATOR_REASON}).')
   parser.add_argument('--topology', default=None,
-                      help='tpu-vm: single-host topology, e.g. 2x4 or 2x2x1 '
-                      '(default: the accelerator\'s largest single-host '
-                      'topology).')
+                      help='tpu-vm: the slice\'s topology: single-host, e.g. '
+                      '2x4 or 2x2x1, or a multi-host slice, e.g. 2x2x2 or 4x4 '
+                      '(the trainer step then drives a worker pod per host; '
+                      'docs/kubeflow.md, "Multi-host slices") (default: the '
+                      'accelerator\'s largest single-host topology).')
   parser.add_argument('--chips', type=common.positive_int, default=None,
                       help='tpu-vm: google.com/tpu limit; must equal the '
                       'topology\'s chip count (the default).')
@@ -508,7 +510,7 @@ def validate_compile_args(args):
     compiler.check_options(kubeflow_compile.kubeflow_options(options),
                            pipeline_name)
   except compiler.CompileError as e:
-    raise common.UsageError(str(e)) from e
+    raise common.UsageError(_as_flags(e)) from e
   try:
     config = config_lib.TrainerConfig.from_custom_config(
         kubeflow_compile.trainer_custom_config(options), environ={})
@@ -590,8 +592,17 @@ def cluster_options(args):
     # The TPU runtime, the Vertex AI job with a TPU, the trainer image.
     compiler.check_cluster_options(options)
   except compiler.CompileError as e:
-    raise common.UsageError(str(e)) from e
+    raise common.UsageError(_as_flags(e)) from e
   return options
+
+
+# The command-line flag of each KubeflowOptions field a CompileError names.
+_OPTION_FLAGS = {'tpu_check': '--tpu-check'}
+
+
+def _as_flags(error) -> str:
+  """A CompileError's message, naming the options as the command line does."""
+  return error.naming(_OPTION_FLAGS.get(error.option, error.option))
 
 
 def _vertex_accelerator_type(value: str) -> str:
@@ -617,12 +628,13 @@ def _compile(args) -> int:
   compile_it = _static_checks(args)
   print(f'Compiling {_what(args)} for {_RUNNER_NAMES[args.runner]} '
         '(TensorFlow, TFX and kfp load first) ...', flush=True)
+  _beam_args(args.beam_arg)  # Beam's option classes load (a few seconds).
   descriptor, log_path = tempfile.mkstemp(
       prefix=time.strftime('tfx-tpu-trainer-compile-%Y%m%d-%H%M%S-'),
       suffix='.log')
   os.close(descriptor)
   try:
-    with common.output_to_log(log_path):
+    with common.output_to_log(log_path), common.absl_info_logged():
       summary = compile_it(args)
   except common.UsageError:
     os.remove(log_path)
@@ -644,8 +656,8 @@ def _static_checks(args):
   """What the command line and the files say, before TFX, TF and kfp load.
 
   The pipeline file and its function, the taxi pipeline's options, the
-  cluster options, the TPU request and the Beam options; nothing is
-  written.
+  cluster options and the TPU request (the Beam options, whose classes take
+  seconds to load, come after the first line); nothing is written.
 
   Returns:
     The compile to run: `_compile_user_pipeline` or `_compile_taxi_pipeline`.
@@ -664,7 +676,6 @@ def _static_checks(args):
   for flag, value in (('--image', args.image),
                       ('--trainer-image', args.trainer_image)):
     _image(value, flag)
-  _beam_args(args.beam_arg)
   return _compile_user_pipeline if args.pipeline else _compile_taxi_pipeline
 
 
@@ -696,7 +707,7 @@ def _compile_taxi_pipeline(args) -> _Summary:
   try:
     result = kubeflow_compile.compile_pipeline(options)
   except compiler.CompileError as e:  # What needs the pipeline: its root.
-    raise common.UsageError(str(e)) from e
+    raise common.UsageError(_as_flags(e)) from e
   return _Summary(result, kubeflow_compile.kubeflow_options(options),
                   f'  Module files:   {options.trainer_module_file}, '
                   f'{options.preprocessing_fn} (inside the image)',
@@ -719,7 +730,8 @@ def _compile_user_pipeline(args) -> _Summary:
   try:
     result = compiler.compile_pipeline(pipeline, output_path, options)
   except compiler.CompileError as e:
-    raise common.UsageError(f'{user_pipeline.FLAG}: {e}') from e
+    raise common.UsageError(
+        f'{user_pipeline.FLAG}: {_as_flags(e)}') from e
   modules = result.user_code
   where = ('as given, inside the image' if args.module_files_in_image else
            'packaged by TFX under the pipeline root')

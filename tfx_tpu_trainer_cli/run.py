@@ -241,8 +241,8 @@ def _eval_every_steps(args) -> Optional[int]:
 def _static_run_args(args) -> dict:
   """What the command line and the files say, before TFX and TensorFlow load.
 
-  Every argument but the module files' contents: the data, the output root,
-  the config, the Beam options and the services they name. Nothing is
+  Every argument but the module files' contents and the Beam options
+  (`_checked_beam_args`): the data, the output root, the config. Nothing is
   written.
 
   Returns:
@@ -289,10 +289,20 @@ def _static_run_args(args) -> dict:
     options['min_balanced_accuracy'] = args.min_balanced_accuracy
   if args.pipeline_name:
     options['pipeline_name'] = args.pipeline_name
-  if args.beam_arg:
-    options['beam_pipeline_args'] = _beam_args(args.beam_arg, output_root)
-    _check_beam_services(options['beam_pipeline_args'])
   return options
+
+
+def _checked_beam_args(args) -> dict:
+  """The `--beam-arg`s as Beam reads them, their services asked (Beam loads).
+
+  Returns:
+    The `beam_pipeline_args` option, or nothing without `--beam-arg`.
+  """
+  if not args.beam_arg:
+    return {}
+  beam_args = _beam_args(args.beam_arg, os.path.abspath(args.output_root))
+  _check_beam_services(beam_args)
+  return {'beam_pipeline_args': beam_args}
 
 
 def _checked_run_args(args, options: dict) -> dict:
@@ -315,7 +325,8 @@ def _checked_run_args(args, options: dict) -> dict:
 
 def _validate_run_args(args) -> dict:
   """Checks every argument before anything is written; returns the options."""
-  return _checked_run_args(args, _static_run_args(args))
+  options = _static_run_args(args) | _checked_beam_args(args)
+  return _checked_run_args(args, options)
 
 
 def _check_tpu_answers(config) -> None:
@@ -419,42 +430,9 @@ def _run(args) -> int:
   """Validates the arguments, runs the pipeline, prints the summary."""
   output_root = os.path.abspath(args.output_root)
   if args.pipeline:
-    user_pipeline_args = _static_user_pipeline_args(args, output_root)
-    print(f'Loading the pipeline of {args.pipeline} and checking its trainer '
-          'modules (TensorFlow and TFX load first) ...', flush=True)
-    # The module checks run in a child of this server (check_server.py).
-    check_server.start_server()
-    pipeline, module_file = _prepare_user_pipeline(args, output_root,
-                                                   user_pipeline_args)
-    print(f'Running pipeline {pipeline.pipeline_info.pipeline_name!r} from '
-          f'{args.pipeline}\n'
-          '  outputs under '
-          f'{os.path.abspath(pipeline.pipeline_info.pipeline_root)} (its '
-          'pipeline root)', flush=True)
-
-    def run_it(local_runner, printer):
-      # As `python FILE` would: the pipeline's folder stays importable while
-      # it runs (Transform's preprocessing_fn='models.preprocessing...').
-      from tfx_tpu_trainer import user_module  # pylint: disable=g-import-not-at-top
-      with user_module.first_on_path(os.path.dirname(os.path.abspath(
-          args.pipeline.rpartition(':')[0]))):
-        return local_runner.run_pipeline(pipeline, printer=printer)
+    run_it, module_file = _checked_pipeline_file(args, output_root)
   else:
-    options = _static_run_args(args)
-    print(f'Running the taxi pipeline on {options["data_root"]}\n'
-          f'  outputs under {output_root}\n'
-          '  checking the module files (TensorFlow and TFX load first) ...',
-          flush=True)
-    # The trainer module is checked in a child of this server: it imports
-    # TensorFlow and TFX while this process checks the other module.
-    check_server.start_server()
-    options = _checked_run_args(args, options)
-    module_file = options['trainer_module_file']
-
-    def run_it(local_runner, printer):
-      return local_runner.run(local_runner.local_options(output_root,
-                                                         **options),
-                              printer=printer)
+    run_it, module_file = _checked_taxi_pipeline(args, output_root)
   # Every module is checked: the server's memory goes back to the run.
   check_server.stop_server()
   # The process id keeps concurrent runs started in one second apart.
@@ -489,21 +467,71 @@ def _run(args) -> int:
   return code
 
 
-def _static_user_pipeline_args(args, output_root: str) -> list:
-  """`run --pipeline`: what is known before the file (and TFX) is imported.
+def _checked_pipeline_file(args, output_root: str):
+  """`run --pipeline`: checked, with a line at each step.
 
   Returns:
-    The `--beam-arg` values, checked as Beam reads them.
+    (`run_it(local_runner, printer)`, the first trainer's module file).
   """
+  _static_user_pipeline_args(args, output_root)
+  print(f'Loading the pipeline of {args.pipeline} and checking its trainer '
+        'modules (TensorFlow and TFX load first) ...', flush=True)
+  # Where the pipeline writes is known once it is loaded: the checks that
+  # need its root come then (_merge_beam_args).
+  user_beam_args = _beam_args(args.beam_arg, pipeline_root=None)
+  _check_beam_services(user_beam_args)
+  # The module checks run in a child of this server (check_server.py).
+  check_server.start_server()
+  pipeline, module_file = _prepare_user_pipeline(args, output_root,
+                                                 user_beam_args)
+  print(f'Running pipeline {pipeline.pipeline_info.pipeline_name!r} from '
+        f'{args.pipeline}\n'
+        '  outputs under '
+        f'{os.path.abspath(pipeline.pipeline_info.pipeline_root)} (its '
+        'pipeline root)', flush=True)
+
+  def run_it(local_runner, printer):
+    # As `python FILE` would: the pipeline's folder stays importable while
+    # it runs (Transform's preprocessing_fn='models.preprocessing...').
+    from tfx_tpu_trainer import user_module  # pylint: disable=g-import-not-at-top
+    with user_module.first_on_path(os.path.dirname(os.path.abspath(
+        args.pipeline.rpartition(':')[0]))):
+      return local_runner.run_pipeline(pipeline, printer=printer)
+
+  return run_it, module_file
+
+
+def _checked_taxi_pipeline(args, output_root: str):
+  """The bundled pipeline's arguments, checked, with a line at each step.
+
+  Returns:
+    (`run_it(local_runner, printer)`, the trainer module file).
+  """
+  options = _static_run_args(args)
+  print(f'Running the taxi pipeline on {options["data_root"]}\n'
+        f'  outputs under {output_root}', flush=True)
+  options |= _checked_beam_args(args)
+  print('  checking the module files (TensorFlow and TFX load first) ...',
+        flush=True)
+  # The trainer module is checked in a child of this server: it imports
+  # TensorFlow and TFX while this process checks the other module.
+  check_server.start_server()
+  options = _checked_run_args(args, options)
+
+  def run_it(local_runner, printer):
+    return local_runner.run(local_runner.local_options(output_root,
+                                                       **options),
+                            printer=printer)
+
+  return run_it, options['trainer_module_file']
+
+
+def _static_user_pipeline_args(args, output_root: str) -> None:
+  """`run --pipeline`: what is known before the file (and TFX) is imported."""
   from tfx_tpu_trainer_cli import user_pipeline  # pylint: disable=g-import-not-at-top
   _bundled_only_options(args)
   user_pipeline.check_spec(args.pipeline)
   _check_output_root(output_root)
-  # Where the pipeline writes is known once it is loaded: the checks that
-  # need its root come then (_merge_beam_args).
-  beam_args = _beam_args(args.beam_arg, pipeline_root=None)
-  _check_beam_services(beam_args)
-  return beam_args
 
 
 def _prepare_user_pipeline(args, output_root: str, beam_args=()):

@@ -161,22 +161,37 @@ def test_tensorflow_s_warning_that_a_name_is_deprecated_for_itself_is_dropped(
   assert 'The name tf.foo is deprecated' in quiet.stderr
 
 
-def test_the_program_ends_without_collecting_its_objects(tmp_path):
-  # Python's last garbage collection would walk what TensorFlow, TFX and
-  # Beam made (seconds after the summary): the program freezes them first.
-  program = ('import gc, sys\n'
+def test_the_program_ends_without_tearing_down_its_objects(tmp_path):
+  # Python's own end would collect and tear down what TensorFlow, TFX and
+  # Beam made (seconds after the summary): the program ends once its exit
+  # handlers ran and its output is out.
+  program = ('import atexit, sys\n'
              'from tfx_tpu_trainer_cli import main\n'
+             'class Cycle:\n'
+             '  def __init__(self):\n'
+             '    self.me = self\n'
+             '  def __del__(self):\n'
+             '    print("torn down", flush=True)\n'
+             'cycle = Cycle()\n'
+             'atexit.register(print, "exit handler ran")\n'
              'how = sys.argv.pop(1)\n'
              'code = main.main(sys.argv[1:] if how == "list" else None)\n'
-             'print("frozen:", gc.get_freeze_count() > 0)\n')
+             'print("main returned", code)\n'
+             'sys.exit(code)\n')
   (tmp_path / 'p.py').write_text('x = 1\n')
-  results = [subprocess.run(
+  program_end, returned = [subprocess.run(
       [sys.executable, '-c', program, how, 'run', '--pipeline', 'p.py'],
-      cwd=str(tmp_path), capture_output=True, text=True, check=True)
-             for how in ('argv', 'list')]
-  # The program itself (no argv given): frozen; called with a list (the
-  # tests, a caller in Python): left as it was.
-  assert [r.stdout for r in results] == ['frozen: True\n', 'frozen: False\n']
+      cwd=str(tmp_path), capture_output=True, text=True, check=False)
+                           for how in ('argv', 'list')]
+  # The program itself (no argv given): its status, its exit handlers, no
+  # teardown.
+  assert program_end.returncode == 2
+  assert program_end.stdout == 'exit handler ran\n'
+  assert "--pipeline 'p.py' is not FILE:FUNCTION" in program_end.stderr
+  # Called with a list (the tests, a caller in Python): it returns.
+  assert returned.returncode == 2
+  assert returned.stdout.splitlines() == ['main returned 2', 'exit handler ran',
+                                          'torn down']
 
 
 def test_tensorflow_import_keeps_its_other_lines(tmp_path):
@@ -313,6 +328,36 @@ def test_compile_of_a_user_pipeline_keeps_tfx_packaging_in_a_log(penguin):
     log = f.read()
   assert 'bdist_wheel' in log
   assert len(lines) < 15, result.stdout
+
+
+_COMPILES_FROM_PYTHON = '''
+import sys
+from tfx_tpu_trainer.kubeflow import compiler
+sys.path.insert(0, sys.argv[1])
+import penguin_pipeline
+result = compiler.compile_pipeline(penguin_pipeline.create_pipeline(),
+                                   sys.argv[2], compiler.KubeflowOptions())
+print('compiled:', result.user_code)
+'''
+
+
+def test_the_python_compile_keeps_tfx_packaging_off_the_terminal(penguin):
+  env = dict(os.environ, PENGUIN_DATA_ROOT=str(penguin / 'data'),
+             PENGUIN_PIPELINE_ROOT=str(penguin / 'python_root'))
+  output = penguin / 'python_out' / 'penguin.tar.gz'
+  result = subprocess.run(
+      [sys.executable, '-c', _COMPILES_FROM_PYTHON,
+       str(penguin / 'my_pipeline'), str(output)], cwd=str(penguin),
+      env=env, capture_output=True, text=True, check=False)
+  assert result.returncode == 0, result.stderr[-3000:]
+  # TFX packaged the module file (a wheel under the pipeline root) ...
+  assert result.stdout.startswith("compiled: ('Transform: penguin_tpu_module@")
+  assert list((penguin / 'python_root' / '_wheels').glob('*.whl'))
+  # ... and its setuptools output did not reach the caller's terminal.
+  output_lines = (result.stdout + result.stderr).splitlines()
+  assert not [line for line in output_lines
+              if 'bdist_wheel' in line or line.startswith('copying ')]
+  assert output.exists()
 
 
 def test_run_of_a_user_pipeline_names_its_root_as_where_outputs_go(penguin):

@@ -164,6 +164,43 @@ def test_options_are_never_matched_by_prefix(capsys, argv, usage, message):
   assert message in err, err
 
 
+@pytest.mark.parametrize('argv,message', [
+    # A custom_config key is not an option: where it is set.
+    (['run', '--input-cache', 'memory'],
+     "unrecognized arguments: --input-cache (input_cache is a key of "
+     "TPUTrainer's custom_config, not an option: set it in your pipeline, "
+     "TPUTrainer(custom_config={'input_cache': ...}), and run or compile "
+     'that with --pipeline FILE:FUNCTION; README, "custom_config")'),
+    (['compile', '--iterations-per-loop=50'],
+     "(iterations_per_loop is a key of TPUTrainer's custom_config"),
+    # A value that starts with '-' after a space: it needs '='.
+    (['run', '--beam-arg', '--runner=PortableRunner'],
+     "argument --beam-arg: expected one argument, got the option-like "
+     "'--runner=PortableRunner'; a value that starts with \"-\" goes after "
+     '"=": write --beam-arg=--runner=PortableRunner.'),
+    (['compile', '--beam-arg', '--runner=DataflowRunner'],
+     'write --beam-arg=--runner=DataflowRunner.'),
+])
+def test_a_mistaken_option_is_answered_with_what_is_meant(capsys, argv,
+                                                          message):
+  assert _exit_code(argv) == 2
+  err = capsys.readouterr().err
+  assert message in err, err
+  assert 'did you mean' not in err
+
+
+@pytest.mark.parametrize('command', ['run', 'compile', 'preflight',
+                                     'tpu-check'])
+def test_help_never_breaks_an_example_at_a_hyphen(capsys, command):
+  assert _exit_code([command, '--help']) == 0
+  text = capsys.readouterr().out
+  for line in text.splitlines():
+    assert not line.rstrip().endswith(('-', '=')), line
+  if command == 'run':
+    assert ' --beam-arg=--runner=PortableRunner ' in text.replace('\n', ' ')
+    assert '--beam-arg=--job_endpoint=localhost:8099' in text
+
+
 def test_every_parser_refuses_abbreviations():
   parser = cli.build_parser()
   subparsers = [a for a in parser._actions  # pylint: disable=protected-access
