@@ -14,6 +14,8 @@ _MODULE_NAME = '_tfx_tpu_trainer_user_pipeline'
 # Module-level calls that can bind names the source does not show.
 _DYNAMIC_BINDERS = ('exec', 'globals', 'locals', 'vars', 'setattr',
                     '__import__')
+_FUNCTION_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
 class _ProcessExit(BaseException):
@@ -74,8 +76,8 @@ def check_spec(spec: str) -> Tuple[str, str]:
   What the file alone says, before it (and TFX, TensorFlow) is imported: a
   FUNCTION the file never defines, or one with required arguments, is
   refused at once. A file that may define names in ways its source does not
-  show (`from x import *`, `exec`, a module `__getattr__`) or that does not
-  parse is left to `load_function`.
+  show (`from x import *`, `exec`, a module `__getattr__`, the name as a
+  string) or that does not parse is left to `load_function`.
 
   Returns:
     (absolute file path, function name).
@@ -92,10 +94,12 @@ def check_spec(spec: str) -> Tuple[str, str]:
   bindings = _top_level_bindings(tree)
   if bindings is None:
     return path, function
-  for node in ast.walk(tree):  # `global NAME` in a function binds NAME too.
-    if isinstance(node, ast.Global):
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Global):  # `global NAME` in a function binds it.
       for name in node.names:
         bindings.setdefault(name, []).append(node)
+    elif isinstance(node, ast.Constant) and node.value == function:
+      return path, function  # setattr(..., 'NAME', ...) and the like.
   nodes = bindings.get(function)
   if not nodes:
     defined = sorted(n for n, found in bindings.items()
@@ -106,9 +110,6 @@ def check_spec(spec: str) -> Tuple[str, str]:
   if len(nodes) == 1 and isinstance(nodes[0], _FUNCTION_DEFS):
     _check_no_required_arguments(nodes[0], os.path.basename(path))
   return path, function
-
-
-_FUNCTION_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
 def _top_level_bindings(tree: ast.Module) -> Optional[Dict[str, List[ast.AST]]]:
@@ -142,9 +143,6 @@ def _top_level_bindings(tree: ast.Module) -> Optional[Dict[str, List[ast.AST]]]:
   if '__getattr__' in bindings:
     return None
   return bindings
-
-
-_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
 def _check_no_required_arguments(node: ast.AST, name: str) -> None:

@@ -17,6 +17,7 @@ import yaml
 
 from tests.fixtures import beam_jobs
 from tests.fixtures import serving_data
+from tfx_tpu_trainer_cli import common
 from tfx_tpu_trainer_cli import main as cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -199,6 +200,50 @@ def test_help_never_breaks_an_example_at_a_hyphen(capsys, command):
   if command == 'run':
     assert ' --beam-arg=--runner=PortableRunner ' in text.replace('\n', ' ')
     assert '--beam-arg=--job_endpoint=localhost:8099' in text
+
+
+@pytest.mark.parametrize('source', [
+    'from somewhere import *\n',
+    'globals()["create_pipeline"] = lambda: None\n',
+    'import sys\nsetattr(sys.modules[__name__], "create_pipeline", min)\n',
+    'def __getattr__(name):\n  return min\n',
+    'def make():\n  global create_pipeline\n  create_pipeline = min\n',
+    'if True:\n  def create_pipeline():\n    pass\n',
+    'try:\n  from x import create_pipeline\nexcept ImportError:\n'
+    '  create_pipeline = None\n',
+    'def create_pipeline(*args, root=None, **kwargs):\n  pass\n',
+    'import functools\n@functools.lru_cache\ndef create_pipeline(root):\n'
+    '  pass\n',
+    'def broken(:\n',  # Does not parse: the import says so.
+])
+def test_the_source_check_leaves_what_it_cannot_read_to_the_import(
+    tmp_path, source):
+  from tfx_tpu_trainer_cli import user_pipeline  # pylint: disable=g-import-not-at-top
+  path = tmp_path / 'p.py'
+  path.write_text(source)
+  assert user_pipeline.check_spec(f'{path}:create_pipeline') == (
+      str(path), 'create_pipeline')
+
+
+@pytest.mark.parametrize('source,message', [
+    ('import tensorflow\ndef other():\n  pass\n',
+     "defines no function 'create_pipeline' (functions it defines: "
+     "['other'])."),
+    ('def create_pipeline(*, root):\n  pass\n',
+     "create_pipeline(*, root) in p.py has required argument(s) ['root']"),
+    ('def create_pipeline(a, /, b=1):\n  pass\n',
+     "create_pipeline(a, /, b=1) in p.py has required argument(s) ['a']"),
+    ('class create_pipelines:\n  def create_pipeline(self):\n    pass\n',
+     "defines no function 'create_pipeline' (functions it defines: [])."),
+])
+def test_the_source_check_refuses_what_the_source_shows(tmp_path, source,
+                                                         message):
+  from tfx_tpu_trainer_cli import user_pipeline  # pylint: disable=g-import-not-at-top
+  path = tmp_path / 'p.py'
+  path.write_text(source)
+  with pytest.raises(common.UsageError) as error:
+    user_pipeline.check_spec(f'{path}:create_pipeline')
+  assert message in str(error.value)
 
 
 def test_every_parser_refuses_abbreviations():
