@@ -112,6 +112,21 @@ def test_run_prints_its_first_lines_before_tensorflow_loads(tmp_path):
   assert not output_root.exists()
 
 
+def test_preflight_says_what_it_does_before_tensorflow_loads(tmp_path):
+  module = os.path.join(REPO, 'tests', 'fixtures', 'modules',
+                        'fails_to_import.py')
+  result = subprocess.run(
+      [sys.executable, '-c', _MARKS_TENSORFLOW, 'preflight', '--module-file',
+       module], cwd=str(tmp_path), stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT, text=True, check=False)
+  lines = result.stdout.splitlines()
+  # On stderr (stdout holds the report alone), before TensorFlow loads.
+  assert lines[:2] == [f'TPU preflight of {module}: TensorFlow loads, then '
+                       'one step of each mode is built and compiled with XLA '
+                       '...', TENSORFLOW_LOADS], lines
+  assert 'TPU preflight: NOT TPU-ready' in result.stdout
+
+
 def test_run_of_a_pipeline_file_says_it_loads_before_tensorflow_does(
     tmp_path):
   (tmp_path / 'p.py').write_text(_NO_TRAINER)
