@@ -279,3 +279,29 @@ def test_a_running_job_server_and_worker_pool_answer(tmp_path):
      '--temp_location=gs://b/t']])
 def test_nothing_to_ask_without_a_job_server_of_its_own(values):
   beam_runners.check_services_answer(values)
+
+
+@pytest.mark.parametrize('values,added', [
+    (['--runner=PortableRunner', '--job_endpoint=localhost:8099'],
+     ['--job_server_timeout=86400']),
+    (['--runner=FlinkRunner', '--job_endpoint=flink:8099'],
+     ['--job_server_timeout=86400']),
+    (['--runner=PortableRunner', '--job_endpoint=embed'],
+     ['--job_server_timeout=86400']),
+    (['--runner=PortableRunner', '--job_endpoint=js:8099',
+      '--job-server-timeout=600'], []),
+    (['--runner=DirectRunner'], []),
+    (['--runner=DataflowRunner'], []),
+    ([], []),
+])
+def test_a_portable_job_may_outlive_beam_s_minute(values, added):
+  """Beam 2.59 puts --job_server_timeout (60 s) on the job's state stream:
+  a job on a job server that runs longer fails with DEADLINE_EXCEEDED."""
+  assert beam_runners.job_defaults(values) == added
+
+
+def test_a_compiled_flink_step_may_outlive_beam_s_minute(tmp_path):
+  code, output_dir = _compile(tmp_path, FLINK + WORKER_POOL)
+  assert code == 0
+  for config in _beam_args_of_steps(output_dir).values():
+    assert '--job_server_timeout=86400' in config

@@ -8,8 +8,9 @@ from typing import Any, List, Optional, Sequence
 from tfx_tpu_trainer.kubeflow import beam_args as beam_args_lib
 
 __all__ = ['PORTABLE_RUNNERS', 'ENVIRONMENT_TYPES', 'ANSWER_TIMEOUT_SECS',
-           'JOB_SERVER_COMMAND', 'WORKER_POOL_COMMAND', 'options', 'check',
-           'check_services_answer', 'cluster_defaults']
+           'JOB_SERVER_COMMAND', 'WORKER_POOL_COMMAND',
+           'JOB_SERVER_TIMEOUT_SECS', 'options', 'check',
+           'check_services_answer', 'job_defaults', 'cluster_defaults']
 
 # Beam's portable runners (runners/portability): FlinkRunner and SparkRunner
 # are PortableRunners that can start their own Java job server.
@@ -35,6 +36,11 @@ JOB_SERVER_COMMAND = ('python -m apache_beam.runners.portability.'
                       'local_job_service_main --port {port}')
 WORKER_POOL_COMMAND = ('python -m apache_beam.runners.worker.'
                        'worker_pool_main --service_port={port}')
+# Beam 2.59's portable runners make --job_server_timeout (default 60 s) the
+# deadline of the job's state and message streams too, not only of its
+# requests (portable_runner.py, JobServiceHandle.run): a Beam job that runs
+# longer fails with DEADLINE_EXCEEDED ("Stream removed"). A day, unless given.
+JOB_SERVER_TIMEOUT_SECS = 86400
 _WORKERS = (
     'use --beam-arg=--environment_type=EXTERNAL with '
     '--beam-arg=--environment_config=localhost:50000 (a Beam worker pool '
@@ -351,6 +357,22 @@ def _reason(error: OSError) -> str:
   return error.strerror or str(error)
 
 
+def job_defaults(values: Sequence[Any]) -> List[str]:
+  """What a portable runner's job needs to outlive a minute.
+
+  `--job_server_timeout` (`JOB_SERVER_TIMEOUT_SECS`) unless `values` give
+  one; nothing for other runners. Placeholders are skipped.
+  """
+  values = [v for v in values if isinstance(v, str)]
+  given = beam_args_lib.runner(values)
+  if given is None or (beam_args_lib.runner_class_name(given) not in
+                       PORTABLE_RUNNERS):
+    return []
+  if any(beam_args_lib.name(v) == 'job_server_timeout' for v in values):
+    return []
+  return [f'--job_server_timeout={JOB_SERVER_TIMEOUT_SECS}']
+
+
 def cluster_defaults(values: Sequence[Any], image: str) -> List[str]:
   """Beam args a portable runner gets on a cluster: workers in `image`.
 
@@ -377,4 +399,4 @@ def cluster_defaults(values: Sequence[Any], image: str) -> List[str]:
     added = [f'--environment_config={image}']
   if parsed.view_as(pipeline_options.WorkerOptions).sdk_container_image is None:
     added.append(f'--sdk_container_image={image}')
-  return added
+  return added + job_defaults(values)
