@@ -11,6 +11,7 @@ from tfx.dsl.components.base import executor_spec
 from tfx.types import component_spec
 from tfx.types import standard_component_specs
 
+from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import executor
 from tfx_tpu_trainer import user_module
@@ -61,9 +62,11 @@ class TPUTrainer(trainer_component.Trainer):
   EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.Executor)
 
   def __init__(self, *args, module_file=None, run_fn=None, trainer_fn=None,
-               **kwargs):
+               custom_config=None, **kwargs):
+    _check_custom_config(custom_config)
     super().__init__(*args, module_file=module_file, run_fn=run_fn,
-                     trainer_fn=trainer_fn, **kwargs)
+                     trainer_fn=trainer_fn, custom_config=custom_config,
+                     **kwargs)
     # run_fn= / trainer_fn=: the function's import path, as the stock
     # Trainer takes it (user_code/function_paths.py).
     self.function_location = _locate_function(run_fn, trainer_fn)
@@ -91,6 +94,25 @@ class TPUTrainer(trainer_component.Trainer):
     if type(spec) is standard_component_specs.TrainerSpec:  # pylint: disable=unidiomatic-typecheck
       return
     super()._validate_spec(spec)
+
+
+def _check_custom_config(custom_config: Any) -> None:
+  """Checks a dict `custom_config` as the executor will, when it is defined.
+
+  So an unknown key or a bad value fails the pipeline's definition, not the
+  trainer's step after the upstream components ran. The environment is not
+  read (`TPU_NAME` is the step's, where it runs); a RuntimeParameter is
+  checked by the executor once resolved.
+
+  Raises:
+    config_lib.ConfigError: naming the key and the accepted values.
+  """
+  if not isinstance(custom_config, dict):
+    return
+  try:
+    config_lib.TrainerConfig.from_custom_config(custom_config, environ={})
+  except config_lib.ConfigError as e:
+    raise config_lib.ConfigError(f'TPUTrainer: {e}') from e
 
 
 def _locate_function(run_fn: Any, trainer_fn: Any

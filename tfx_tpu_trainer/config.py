@@ -458,9 +458,10 @@ class TrainerConfig:
       'the NaN-loss check, step-rate summaries, progress and the stop at '
       '`train_args.num_steps` happen at loop ends (loops end at multiples of '
       'it, the last one exactly at the last step). `auto`: the largest '
-      'divisor of 100 that also divides `save_checkpoints_steps` (100 when '
-      'that is unset), so loops end at every 100th step and at every '
-      'checkpoint step; a model or input the loop cannot run (a training '
+      'divisor of 100 that also divides `save_checkpoints_steps` and the '
+      'training curves\' cadence (a tenth of `train_args.num_steps` below '
+      '1,000 steps), so loops end at every 100th step, at every checkpoint '
+      'step and at every point of the curves; a model or input the loop cannot run (a training '
       'input that is not a `tf.data.Dataset` of dense tensors, a `host_call`, '
       '`training_hooks` of the `model_fn`) then trains one step per call. An '
       'explicit number must divide `save_checkpoints_steps`, and such a model '
@@ -762,13 +763,23 @@ class TrainerConfig:
     every step count of `HOST_LOOP_END_KEYS` that is set, so loops end at
     each of those steps and at every 100th (the step-rate log).
     """
+    return self.host_loop_length()
+
+  def host_loop_length(self, summary_steps: Optional[int] = None) -> int:
+    """`host_loop_iterations`, an `auto` loop also ending every `summary_steps`.
+
+    Args:
+      summary_steps: the training's curve cadence (training/curves.py: a
+        tenth of a training shorter than 1,000 steps), which an automatic
+        loop divides too, so a short training's curves get their points.
+    """
     if self.use_tpu:
       return 1
     if self.host_iterations_per_loop != AUTO:
       return self.host_iterations_per_loop
     length = AUTO_HOST_LOOP_MAX
-    for key in HOST_LOOP_END_KEYS:
-      steps = getattr(self, key)
+    for steps in [getattr(self, key) for key in HOST_LOOP_END_KEYS] + [
+        summary_steps]:
       if steps is not None:
         length = math.gcd(length, steps)
     return length

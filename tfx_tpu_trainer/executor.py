@@ -320,7 +320,8 @@ def _build_estimator(fn_args: fn_args_utils.FnArgs,
       run_config,
       run.params,
       warm_start_from=estimator_builder.warm_start_settings(
-          config, fn_args.base_model))
+          config, fn_args.base_model),
+      train_steps=fn_args.train_steps)
 
 
 def _build_input_fns(fn_args: fn_args_utils.FnArgs,

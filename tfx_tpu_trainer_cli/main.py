@@ -1,6 +1,7 @@
 """The `tfx-tpu-trainer` command: run, compile, preflight and tpu-check."""
 
 import argparse
+import atexit
 import os
 import sys
 import threading
@@ -48,7 +49,37 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-  """Entry point of the `tfx-tpu-trainer` console script."""
+  """Entry point of the `tfx-tpu-trainer` console script.
+
+  Args:
+    argv: the arguments; None: the program's own (`sys.argv`).
+
+  Returns:
+    The exit status.
+  """
+  code = _main(argv)
+  if argv is None:
+    _end_process(code)
+  return code
+
+
+def _end_process(code: int) -> None:
+  """Ends the program now that its work and its output are done.
+
+  Python's own exit would then collect and tear down the ~1M objects
+  TensorFlow, TFX and Beam made: 2-5 s of silence after the summary
+  (docs/guide/performance.md, "The first and last seconds of a command").
+  The exit handlers still run (the module check server's, logging's
+  flush); only that teardown is skipped.
+  """
+  atexit._run_exitfuncs()  # pylint: disable=protected-access
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(code)  # pylint: disable=protected-access
+
+
+def _main(argv: Optional[List[str]]) -> int:
+  """`main`: parses, runs the subcommand, reports its usage errors."""
   quiet_start.install()
   # Secrets (by option name and value pattern) masked in every log record.
   secrets.mask_logs(uncaught=True)
@@ -114,10 +145,27 @@ def _refuse_unknown_options(parser: argparse.ArgumentParser,
   rest = argv[commands[0] + 1:]
   if '--' in rest:
     rest = rest[:rest.index('--')]
+  _refuse_values_taken_for_options(subparser, rest)
   unknown = [a for a in rest
              if a.startswith('--') and a.split('=', 1)[0] not in known]
   if unknown:
     subparser.unrecognized(unknown)
+
+
+def _refuse_values_taken_for_options(subparser: common.CliParser,
+                                     rest: List[str]) -> None:
+  """`--beam-arg --runner=X`: a value that starts with '-' needs '='.
+
+  argparse reads `--runner=X` as an option of its own; say what to write.
+  """
+  taking = set(subparser.options_taking_a_value())
+  for option, value in zip(rest, rest[1:]):
+    if (option in taking and value.startswith('-') and
+        not subparser._negative_number_matcher.match(value)):  # pylint: disable=protected-access
+      subparser.error(
+          f'argument {option}: expected one argument, got the option-like '
+          f'{value!r}; a value that starts with "-" goes after "=": write '
+          f'{option}={value}.')
 
 
 def _subcommand_names(parser: argparse.ArgumentParser) -> List[str]:

@@ -4,6 +4,7 @@ import dataclasses
 import glob
 import json
 import os
+import sys
 from typing import Any, Dict, List, Optional
 
 from tfx_tpu_trainer_cli import common
@@ -253,6 +254,10 @@ def _preflight(args) -> int:
   """Validates the arguments, runs the preflight, prints the report."""
   paths = _check_paths(args)
   config = _trainer_config(_custom_config(args.custom_config))
+  # What it does, at once (stderr: stdout holds the report alone).
+  print(f'TPU preflight of {paths["module_file"]}: TensorFlow loads, then one '
+        'step of each mode is built and compiled with XLA ...',
+        file=sys.stderr, flush=True)
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from absl import logging  # pylint: disable=g-import-not-at-top
   if not args.verbose:

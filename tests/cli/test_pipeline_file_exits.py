@@ -31,8 +31,9 @@ def test_os_exit_at_import_of_the_pipeline_file_exits_2_naming_it(
     tmp_path, command):
   output = tmp_path / 'out'
   flag = '--output-root' if command == 'run' else '--output-dir'
-  code, err, path = _command(tmp_path, 'import os\nos._exit(0)\n', command,
-                             flag, str(output))
+  code, err, path = _command(
+      tmp_path, 'import os\nos._exit(0)\n\ndef create_pipeline():\n  pass\n',
+      command, flag, str(output))
   assert code == 2, err
   assert (f'tfx-tpu-trainer {command}: error: --pipeline: {path} failed to '
           'import: it called os._exit(0) while being imported. A pipeline '

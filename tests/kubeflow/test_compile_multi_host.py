@@ -195,3 +195,16 @@ def test_the_command_line_refuses_a_local_root_for_a_slice(tmp_path, capsys):
   assert 'is a local path, but the worker pods of a multi-host slice' in (
       capsys.readouterr().err)
   assert not (tmp_path / 'out').exists() or not os.listdir(tmp_path / 'out')
+
+
+def test_the_command_line_names_its_own_flag_for_a_slice_check(tmp_path,
+                                                               capsys):
+  from tfx_tpu_trainer_cli import main as cli  # pylint: disable=g-import-not-at-top
+  assert cli.main(['compile', '--pipeline-root', 'gs://b/root', '--data-root',
+                   'gs://b/data', '--output-dir', str(tmp_path / 'out'),
+                   '--topology', '2x2x2', '--tpu-check']) == 2
+  err = capsys.readouterr().err
+  assert ('tfx-tpu-trainer compile: error: --tpu-check checks the TPU of one '
+          'host; a multi-host slice has no pipeline step on its hosts (the '
+          'trainer creates them). Compile without --tpu-check.') in err, err
+  assert 'tpu_check' not in err

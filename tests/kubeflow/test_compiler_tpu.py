@@ -242,9 +242,15 @@ def test_the_compile_accepts_what_the_executor_accepts(tmp_path,
     config_lib.TrainerConfig.from_custom_config(custom_config, environ={})
     assert output.exists()
     return
+  # The definition refuses it (component.py); so does the compile, for a
+  # config changed after the definition.
+  with pytest.raises(config_lib.ConfigError, match=re.escape(refused)):
+    _pipeline(custom_config=custom_config)
+  pipeline = _pipeline()
+  for trainer in pipeline.components[-len(TRAINERS):]:
+    trainer.exec_properties['custom_config'] = json.dumps(custom_config)
   with pytest.raises(compiler.CompileError, match=re.escape(refused)):
-    compiler.compile_pipeline(_pipeline(custom_config=custom_config),
-                              str(output), _options())
+    compiler.compile_pipeline(pipeline, str(output), _options())
   with pytest.raises(config_lib.ConfigError, match=re.escape(refused)):
     config_lib.TrainerConfig.from_custom_config(custom_config, environ={})
   assert not output.exists()

@@ -10,7 +10,7 @@ from tfx_tpu_trainer.publishing import secrets
 __all__ = ['CLUSTER_DEFAULTS', 'DIRECT_RUNNER', 'DATAFLOW_RUNNER',
            'DATAFLOW_REQUIRED', 'HELP', 'BeamArgError', 'name',
            'runner_class_name', 'runner', 'is_direct', 'pipeline_args',
-           'validate', 'beam_component_ids', 'strip_from_other_executors']
+           'merged', 'validate', 'beam_component_ids', 'strip_from_other_executors']
 
 # Beam's DirectRunner over the pod's cores; dropped when another runner is
 # named, and each one replaced by a --beam-arg of the same name.
@@ -78,6 +78,29 @@ def pipeline_args(beam_args: Sequence[str]) -> List[str]:
   direct = is_direct(beam_args)
   defaults = [a for a in CLUSTER_DEFAULTS if name(a) not in names and direct]
   return defaults + list(beam_args)
+
+
+def merged(beam_args: Sequence[Any], existing: Sequence[Any] = (),
+           cluster_defaults: bool = True,
+           defaults: Sequence[str] = CLUSTER_DEFAULTS) -> List[Any]:
+  """The cluster `defaults`, then `existing`, then `beam_args`.
+
+  A later argument replaces an earlier one of the same name; a `--runner`
+  other than the DirectRunner (by Beam's own name resolution: `direct`,
+  `directrunner` ...) drops the DirectRunner defaults. Arguments that are
+  not strings (placeholders) are kept as they are.
+
+  Raises:
+    BeamArgError: a `--runner` Beam does not know.
+  """
+  given = list(existing) + list(beam_args)
+  names = [name(a) if isinstance(a, str) else None for a in given]
+  direct = is_direct([a for a in given if isinstance(a, str)])
+  kept_defaults = [a for a in defaults
+                   if cluster_defaults and direct and name(a) not in names]
+  kept = [a for i, (a, n) in enumerate(zip(given, names))
+          if n is None or n not in names[i + 1:]]
+  return kept_defaults + kept
 
 
 def _option_parser() -> argparse.ArgumentParser:

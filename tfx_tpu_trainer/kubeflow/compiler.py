@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
@@ -80,7 +81,22 @@ COMPILED_WORKER_WAIT_SECS = 1800
 
 
 class CompileError(errors.TPUTrainerError, ValueError):
-  """The pipeline or the options cannot be compiled; nothing was written."""
+  """The pipeline or the options cannot be compiled; nothing was written.
+
+  Attributes:
+    option: the `KubeflowOptions` field the message is about, or None; the
+      message names it where `{option}` stands, so a caller that set it
+      another way (a command-line flag) names it as its user wrote it.
+  """
+
+  def __init__(self, message: str, option: Optional[str] = None):
+    self._template = message
+    self.option = option
+    super().__init__(self.naming(option) if option else message)
+
+  def naming(self, name: str) -> str:
+    """The message with the option called `name` (e.g. `--tpu-check`)."""
+    return self._template.format(option=name) if self.option else str(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,25 +220,16 @@ def beam_pipeline_args(beam_args: Sequence[str],
                       ) -> List[Any]:
   """The cluster `defaults`, then `existing`, then `beam_args`.
 
-  A later argument replaces an earlier one of the same name; a `--runner`
-  other than the DirectRunner (by Beam's own name resolution: `direct`,
-  `directrunner` ...) drops the DirectRunner defaults. Arguments that are
-  not strings (placeholders) are kept as they are.
+  As `beam_args.merged` merges them.
 
   Raises:
     CompileError: a `--runner` Beam does not know.
   """
-  given = list(existing) + list(beam_args)
-  names = [beam_arg_name(a) if isinstance(a, str) else None for a in given]
   try:
-    direct = beam_args_lib.is_direct([a for a in given if isinstance(a, str)])
+    return beam_args_lib.merged(beam_args, existing, cluster_defaults,
+                                defaults)
   except beam_args_lib.BeamArgError as e:
     raise CompileError(str(e)) from e
-  kept_defaults = [a for a in defaults if cluster_defaults and direct and
-                   beam_arg_name(a) not in names]
-  kept = [a for i, (a, n) in enumerate(zip(given, names))
-          if n is None or n not in names[i + 1:]]
-  return kept_defaults + kept
 
 
 def default_output_file(runner: str, pipeline_name: str) -> str:
@@ -315,13 +322,13 @@ def check_cluster_options(options: KubeflowOptions
   tpu = options.trainer_pod.tpu
   if options.tpu_check and tpu is None:
     raise CompileError(
-        'tpu_check needs a TPU (trainer_pod.tpu): it checks the trainer\'s '
-        'TPU.')
+        '{option} needs a TPU (trainer_pod.tpu): it checks the trainer\'s '
+        'TPU.', option='tpu_check')
   if options.tpu_check and isinstance(tpu, tpu_slices.TPUSliceScheduling):
     raise CompileError(
-        'tpu_check checks the TPU of one host; a multi-host slice has no '
+        '{option} checks the TPU of one host; a multi-host slice has no '
         'pipeline step on its hosts (the trainer creates them). Compile '
-        'without tpu_check.')
+        'without {option}.', option='tpu_check')
   if not options.vertex_job and options.runner != KUBEFLOW_V2:
     raise CompileError('vertex_job=False needs runner kubeflow_v2.')
   runtime = tpu_runtime(options)
@@ -622,9 +629,9 @@ def _add_tpu_check(pipeline: tfx.dsl.Pipeline) -> str:
            if c.id == tpu_check_step.COMPONENT_ID]
   if taken:
     raise CompileError(
-        f'tpu_check: pipeline {pipeline.pipeline_info.pipeline_name!r} has a '
+        f'{{option}}: pipeline {pipeline.pipeline_info.pipeline_name!r} has a '
         f'component {tpu_check_step.COMPONENT_ID!r} already; rename it, or '
-        'compile without tpu_check.')
+        'compile without {option}.', option='tpu_check')
   return tpu_check_step.add_first(pipeline).id
 
 
@@ -682,6 +689,41 @@ def _on_cluster(args: List[Any], pipeline: tfx.dsl.Pipeline,
     raise CompileError(str(e)) from e
 
 
+@contextlib.contextmanager
+def _packaging_output_logged() -> Iterator[None]:
+  """What the runner's subprocesses print goes to the log, not the caller's.
+
+  TFX packages each module file with `setup.py bdist_wheel` in a
+  subprocess whose output (about 100 lines a module) would land on the
+  terminal of whoever compiles from Python. It is logged at INFO instead,
+  and written to stderr when the compile fails, for the reason.
+  """
+  sys.stdout.flush()
+  sys.stderr.flush()
+  saved = os.dup(1), os.dup(2)
+  with tempfile.TemporaryFile() as capture:
+    os.dup2(capture.fileno(), 1)
+    os.dup2(capture.fileno(), 2)
+    failed = True
+    try:
+      yield
+      failed = False
+    finally:
+      sys.stdout.flush()
+      sys.stderr.flush()
+      for descriptor, original in zip((1, 2), saved):
+        os.dup2(original, descriptor)
+        os.close(original)
+      capture.seek(0)
+      text = capture.read().decode('utf-8', errors='replace')
+      if failed:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+      elif text.strip():
+        logging.info('While compiling, TFX and its packaging of module files '
+                     'printed:\n%s', text)
+
+
 def _compile_v1(options: KubeflowOptions, pipeline: tfx.dsl.Pipeline,
                 tpu_steps: TPUSteps, output_file: str) -> None:
   """KubeflowDagRunner with TFX's default operator functions kept."""
@@ -700,10 +742,11 @@ def _compile_v1(options: KubeflowOptions, pipeline: tfx.dsl.Pipeline,
       tfx_image=options.image,
       kubeflow_metadata_config=(
           kubeflow_dag_runner.get_default_kubeflow_metadata_config()))
-  kubeflow_dag_runner.KubeflowDagRunner(
-      output_dir=os.path.dirname(output_file),
-      output_filename=os.path.basename(output_file),
-      config=config).run(pipeline)
+  with _packaging_output_logged():
+    kubeflow_dag_runner.KubeflowDagRunner(
+        output_dir=os.path.dirname(output_file),
+        output_filename=os.path.basename(output_file),
+        config=config).run(pipeline)
   for op in step_ops:
     if len(op.applied_to) != 1:
       raise CompileError(
@@ -726,9 +769,10 @@ def _compile_v2(options: KubeflowOptions, vertex_type: Optional[str],
   config = kubeflow_v2_dag_runner.KubeflowV2DagRunnerConfig(
       default_image=default_image, use_pipeline_spec_2_1=True)
   runner_output = 'runner-pipeline-job.json'
-  kubeflow_v2_dag_runner.KubeflowV2DagRunner(
-      config=config, output_dir=staging,
-      output_filename=runner_output).run(pipeline)
+  with _packaging_output_logged():
+    kubeflow_v2_dag_runner.KubeflowV2DagRunner(
+        config=config, output_dir=staging,
+        output_filename=runner_output).run(pipeline)
   with open(os.path.join(staging, runner_output)) as f:
     job = json.load(f)
   trainer_executors = [

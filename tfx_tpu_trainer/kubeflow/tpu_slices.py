@@ -2,12 +2,12 @@
 step (the driver, a CPU pod) carries."""
 
 import dataclasses
-import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from kfp import dsl
 
 from tfx_tpu_trainer import config as config_lib
+from tfx_tpu_trainer.kubeflow import pod_requests
 from tfx_tpu_trainer.kubeflow import scheduling
 from tfx_tpu_trainer.tpu import facts
 from tfx_tpu_trainer.tpu import worker_group
@@ -15,18 +15,12 @@ from tfx_tpu_trainer.tpu import worker_group
 __all__ = ['CHIPS_PER_HOST', 'RBAC_MANIFEST', 'MULTI_HOST_TOPOLOGIES',
            'TPUSliceScheduling', 'is_multi_host', 'tpu_slice', 'tpu_request']
 
-CHIPS_PER_HOST = 4
+CHIPS_PER_HOST = pod_requests.CHIPS_PER_HOST
 # The Role the trainer step's service account needs (rendered from
 # worker_group.rbac_manifests; a test keeps them equal).
 RBAC_MANIFEST = worker_group.RBAC_MANIFEST
-# Multi-host topologies of each accelerator (GKE's tables, the common ones).
-MULTI_HOST_TOPOLOGIES: Dict[str, Tuple[str, ...]] = {
-    'tpu-v4-podslice': ('2x2x2', '2x2x4', '2x4x4', '4x4x4', '4x4x8',
-                        '4x8x8', '8x8x8'),
-    'tpu-v5-lite-podslice': ('4x4', '4x8', '8x8', '8x16', '16x16'),
-    'tpu-v5p-slice': ('2x2x2', '2x2x4', '2x4x4', '4x4x4', '4x4x8',
-                      '4x8x8', '8x8x8'),
-}
+MULTI_HOST_TOPOLOGIES = pod_requests.MULTI_HOST_TOPOLOGIES
+is_multi_host = pod_requests.is_multi_host
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,36 +81,14 @@ class TPUSliceScheduling:
                               worker_group.WorkerGroupSpec.driver_timeout))
 
 
-def is_multi_host(accelerator: str, topology: Optional[str]) -> bool:
-  """Whether `topology` of `accelerator` spans more than one host."""
-  spec = scheduling.GKE_TPU_ACCELERATORS.get(accelerator)
-  if spec is None or topology is None:
-    return False
-  try:
-    dims = tuple(int(d) for d in topology.split('x'))
-  except ValueError:
-    return False
-  return (len(dims) == spec.dimensions and
-          math.prod(dims) > spec.max_chips_per_host)
-
-
 def tpu_slice(accelerator: str, topology: str) -> TPUSliceScheduling:
-  """Validates a multi-host slice request.
+  """Validates a multi-host slice request (`pod_requests.tpu_slice_request`).
 
   Raises:
     scheduling.TPUSchedulingError: naming the accepted topologies.
   """
-  accepted = MULTI_HOST_TOPOLOGIES.get(accelerator)
-  if accepted is None:
-    raise scheduling.TPUSchedulingError(
-        f'accelerator {accelerator!r} has no multi-host slices this compiler '
-        f'schedules; accepted: {", ".join(sorted(MULTI_HOST_TOPOLOGIES))}.')
-  if topology not in accepted:
-    raise scheduling.TPUSchedulingError(
-        f'topology {topology!r} is not a multi-host topology of '
-        f'{accelerator}; accepted values: {", ".join(accepted)} (single-host: '
-        f'{", ".join(scheduling.GKE_TPU_ACCELERATORS[accelerator].single_host_topologies)}).')
-  chips = math.prod(int(d) for d in topology.split('x'))
+  accelerator, topology, chips = pod_requests.tpu_slice_request(accelerator,
+                                                                topology)
   return TPUSliceScheduling(accelerator=accelerator, topology=topology,
                             chips=chips)
 
@@ -128,12 +100,10 @@ def tpu_request(accelerator: str, topology: Optional[str] = None,
   Raises:
     scheduling.TPUSchedulingError: naming the bad option.
   """
-  if not is_multi_host(accelerator, topology):
-    return scheduling.tpu_vm(accelerator, topology, chips)
-  request = tpu_slice(accelerator, topology)
-  if chips is not None and chips != CHIPS_PER_HOST:
-    raise scheduling.TPUSchedulingError(
-        f'chips {chips} does not fit the multi-host slice {topology} of '
-        f'{accelerator}: each of its {request.hosts} worker pods requests its '
-        f'host\'s {CHIPS_PER_HOST} chips; leave --chips out.')
-  return request
+  multi_host, accelerator, topology, chips = pod_requests.tpu_request(
+      accelerator, topology, chips)
+  if multi_host:
+    return TPUSliceScheduling(accelerator=accelerator, topology=topology,
+                              chips=chips)
+  return scheduling.TPUVMScheduling(accelerator=accelerator,
+                                    topology=topology, chips=chips)

@@ -9,6 +9,7 @@ import tensorflow as tf
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer.training import cluster
+from tfx_tpu_trainer.training import curves
 from tfx_tpu_trainer.training import host_loop
 from tfx_tpu_trainer.training import tpu_slice
 
@@ -170,13 +171,15 @@ def build_estimator(
     run_config: tf.compat.v1.estimator.tpu.RunConfig,
     params: Dict[str, Any],
     warm_start_from: Union[None, str, tf.estimator.WarmStartSettings] = None,
+    train_steps: Optional[int] = None,
 ) -> tf.compat.v1.estimator.tpu.TPUEstimator:
   """The TPUEstimator, with all three batch sizes set.
 
   A mode without a batch size would hand `input_fn` params without
   `batch_size` at all, so all three are always set. Off TPU with
   `host_iterations_per_loop` > 1, training runs that many steps per
-  session.run (host_loop.py; by default a length chosen in config.py).
+  session.run (host_loop.py; by default a length chosen in config.py, which
+  also ends a loop at every point of the training curves).
 
   Args:
     model_fn: the TPU model_fn.
@@ -185,11 +188,14 @@ def build_estimator(
     params: what model_fn and input_fn receive (besides batch_size, use_tpu).
     warm_start_from: a checkpoint or SavedModel directory (the base model),
       or `warm_start_settings` of one.
+    train_steps: the step training ends at, for the curves' cadence.
 
   Returns:
     The estimator.
   """
-  iterations = config.host_loop_iterations
+  iterations = config.host_loop_length(
+      None if train_steps is None else
+      curves.cadence_steps(train_steps, run_config.save_summary_steps))
   if iterations > 1:
     model_fn = host_loop.wrap_model_fn(model_fn, iterations,
                                        auto=config.host_loop_is_auto)
