@@ -22,6 +22,7 @@ from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import prepare
 from tfx_tpu_trainer import user_module as user_module_lib
 from tfx_tpu_trainer.data import data_checks
+from tfx_tpu_trainer.data import embedding_feed
 from tfx_tpu_trainer.data import input_fns
 from tfx_tpu_trainer.data import schemas as schemas_lib
 from tfx_tpu_trainer.preflight import checks as preflight_checks
@@ -144,7 +145,7 @@ def _check_before_training(fn_args: fn_args_utils.FnArgs,
   data_checks.check_first_batch(fn_args.eval_files, 'eval',
                                 config.eval_batch_size, 'eval_batch_size')
   sample_train_fn, sample_eval_fn = _build_input_fns(fn_args, config, run,
-                                                     cache='none')
+                                                     cache='none', fed=False)
   if config.use_tpu:
     preflight_checks.check_before_training(run, config, sample_train_fn)
   else:
@@ -305,17 +306,22 @@ def _build_estimator(fn_args: fn_args_utils.FnArgs,
       config,
       run_config,
       run.params,
-      warm_start_from=fn_args.base_model)
+      warm_start_from=fn_args.base_model,
+      embedding_config_spec=run.embedding.spec if run.embedding else None)
 
 
 def _build_input_fns(fn_args: fn_args_utils.FnArgs,
                      config: config_lib.TrainerConfig,
                      run: prepare.PreparedRun,
                      cache: Optional[str] = None,
-                     cache_dir: Optional[str] = None):
+                     cache_dir: Optional[str] = None,
+                     fed: bool = True):
   """Train and eval input_fns; `cache` overrides config.input_cache.
 
   `cache_dir` holds input_cache="disk"'s parsed split (None: it streams).
+  With `fed` (the estimator's input), the features of TPU embedding columns
+  reach a TPU as their sparse ids (data/embedding_feed.py); the checks
+  before training read the raw features.
   """
   cache = cache or config.input_cache
   if run.module.input_fn is None:
@@ -329,4 +335,11 @@ def _build_input_fns(fn_args: fn_args_utils.FnArgs,
       fn_args.eval_files, fn_args.data_accessor, training=False,
       repeat=fn_args.eval_steps is not None, cache=cache,
       shuffle=config.input_shuffle)
+  if fed and run.embedding is not None and config.use_tpu:
+    # On a TPU the embedding ids go to TPU embedding as sparse rows; off it
+    # (and for an evaluation off the TPU) the columns look raw features up.
+    columns = run.embedding.columns
+    train_input_fn = embedding_feed.fed_input_fn(train_input_fn, columns)
+    if config.eval_on_tpu:
+      eval_input_fn = embedding_feed.fed_input_fn(eval_input_fn, columns)
   return train_input_fn, eval_input_fn

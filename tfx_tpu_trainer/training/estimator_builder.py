@@ -115,6 +115,7 @@ def build_estimator(
     run_config: tf.compat.v1.estimator.tpu.RunConfig,
     params: Dict[str, Any],
     warm_start_from: Optional[str] = None,
+    embedding_config_spec: Optional[Any] = None,
 ) -> tf.compat.v1.estimator.tpu.TPUEstimator:
   """The TPUEstimator, with all three batch sizes set.
 
@@ -129,6 +130,8 @@ def build_estimator(
     run_config: from `build_run_config`.
     params: what model_fn and input_fn receive (besides batch_size, use_tpu).
     warm_start_from: a checkpoint or SavedModel directory (the base model).
+    embedding_config_spec: the module's TPU embedding tables
+      (`tf.compat.v1.estimator.tpu.experimental.EmbeddingConfigSpec`).
 
   Returns:
     The estimator.
@@ -149,6 +152,7 @@ def build_estimator(
       export_to_tpu=config.export_to_tpu,
       export_to_cpu=True,
       warm_start_from=warm_start_from,
+      embedding_config_spec=embedding_config_spec,
       export_saved_model_api_version=config.export_saved_model_api_version)
   if iterations > 1:
     host_loop.enable(estimator, iterations)
