@@ -27,6 +27,7 @@ from tfx_tpu_trainer.data import input_fns
 from tfx_tpu_trainer.data import schemas as schemas_lib
 from tfx_tpu_trainer.preflight import checks as preflight_checks
 from tfx_tpu_trainer.preflight import cpu_graphs
+from tfx_tpu_trainer.preflight import embedding_checks
 from tfx_tpu_trainer.preflight import label_range
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
@@ -123,6 +124,8 @@ class Executor(trainer_executor.GenericExecutor):
                                                run.module.module_file)
       _publish(estimator, run.serving_input_receiver_fn, final_metrics, model,
                fn_args, resumable_dir,
+               cpu_only_estimator=_cpu_only_estimator(fn_args, config, run,
+                                                      estimator.model_dir),
                report_config=_report_config(config, fn_args, run),
                timings={'training and evaluation': time.time() - train_start},
                metrics_output=_single_output(output_dict,
@@ -137,7 +140,9 @@ def _check_before_training(fn_args: fn_args_utils.FnArgs,
   Both splits yield a first batch; with use_tpu the TPU preflight
   XLA-compiles the train, eval and predict steps as a TPU would; on CPU the
   eval and export graphs, which training reaches only at its end, are built
-  as TPUEstimator will build them. Last, the labels of the first batches
+  as TPUEstimator will build them, and TPU embedding tables are checked
+  against the data, the model_fn and the memory (the TPU preflight checks
+  them too). Last, the labels of the first batches
   are checked against what the model's loss accepts (label_range.py).
   """
   data_checks.check_first_batch(fn_args.train_files, 'train',
@@ -150,6 +155,8 @@ def _check_before_training(fn_args: fn_args_utils.FnArgs,
     preflight_checks.check_before_training(run, config, sample_train_fn)
   else:
     cpu_graphs.check_graphs_before_training(run, config, sample_eval_fn)
+    if run.embedding is not None:
+      embedding_checks.check_before_training(run, config, sample_train_fn)
   label_range.check_first_labels(run, config, [
       label_range.SplitSample('train', fn_args.train_files, sample_train_fn,
                               config.train_batch_size),
@@ -190,7 +197,7 @@ def _train_on(fn_args, config, run, train_input_fn, eval_input_fn, model_dir):
 
 def _publish(estimator, serving_input_receiver_fn, final_metrics, model,
              fn_args, resumable_dir, report_config=None, timings=None,
-             metrics_output=None) -> None:
+             metrics_output=None, cpu_only_estimator=None) -> None:
   """Fills model_run, exports the model last, then marks the checkpoints.
 
   The training report (report.py) is written into model_run before the
@@ -212,7 +219,8 @@ def _publish(estimator, serving_input_receiver_fn, final_metrics, model,
   export.export_serving_model(
       estimator, serving_input_receiver_fn, fn_args.serving_model_dir,
       staging_record=(os.path.join(resumable_dir, checkpoints.STAGING_RECORD)
-                      if resumable_dir else None))
+                      if resumable_dir else None),
+      cpu_only_estimator=cpu_only_estimator)
   metrics_lib.record_on_artifact(metrics, model)
   v2_metrics.record_metrics(metrics, metrics_output)
   kfp_outputs.write_kfp_ui_outputs(metrics, fn_args.model_run_dir,
@@ -308,6 +316,21 @@ def _build_estimator(fn_args: fn_args_utils.FnArgs,
       run.params,
       warm_start_from=fn_args.base_model,
       embedding_config_spec=run.embedding.spec if run.embedding else None)
+
+
+def _cpu_only_estimator(fn_args, config, run, model_dir):
+  """With TPU embeddings: the estimator that exports {serve} alone.
+
+  TPUEstimator's {serve, tpu} graph of some embedding columns (sequence
+  columns, lookups on the TensorCore) fails to build in TF 2.15; the export
+  then keeps the CPU graph (publishing/export.py). None without embeddings
+  or when no {serve, tpu} graph is asked for.
+  """
+  if run.embedding is None or not config.export_to_tpu:
+    return None
+  return _build_estimator(
+      fn_args, dataclasses.replace(config, export_to_tpu=False), run,
+      model_dir)
 
 
 def _build_input_fns(fn_args: fn_args_utils.FnArgs,

@@ -2,6 +2,7 @@
 
 import dataclasses
 import math
+import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import tensorflow as tf
@@ -154,7 +155,7 @@ def load_embedding_spec(module: user_module_lib.UserModule,
     spec = function.fn(params=dict(params))
   except Exception as e:  # pylint: disable=broad-except
     raise function.error(
-        f'raised {type(e).__name__}: {e}{_optimizer_hint(e)}',
+        f'raised {type(e).__name__}: {_message(e)}{_hint(e)}',
         EmbeddingSpecError) from e
   if not isinstance(spec, tf.compat.v1.estimator.tpu.experimental
                     .EmbeddingConfigSpec):
@@ -167,15 +168,37 @@ def load_embedding_spec(module: user_module_lib.UserModule,
                        where=function.where)
 
 
-def _optimizer_hint(error: Exception) -> str:
-  if 'optimization_parameters' not in str(error):
-    return ''
-  names = ', '.join(f'tf.compat.v1.tpu.experimental.{name}'
-                    for name in OPTIMIZER_SLOTS if name in dir(
-                        tf.compat.v1.tpu.experimental))
-  return (f' TPU embedding updates its tables itself, with one of {names}'
-          ' (not a tf.compat.v1.train or Keras optimizer); the model_fn\'s '
-          'optimizer trains the rest of the model.')
+def _optimizer_names() -> str:
+  """The optimization parameters TPUEstimator takes, as users import them."""
+  public = dir(tf.compat.v1.tpu.experimental)
+  return ', '.join(
+      f'tf.compat.v1.tpu.experimental.{name}' if name in public else
+      f'tensorflow.python.tpu.tpu_embedding.{name}' for name in OPTIMIZER_SLOTS)
+
+
+def _message(error: Exception) -> str:
+  """TF's message; its refusal of an optimizer, without its class list."""
+  text = re.sub(r"<class '(?:[\w.]+\.)?(\w+)'>", r'\1', str(error))
+  refused = re.search(r'optimization_parameters must be an instance of type '
+                      r'.*Got (\w+)\.', text, re.S)
+  if refused:
+    return (f'optimization_parameters is of type {refused.group(1)}, which TPU '
+            'embedding does not take.')
+  return text
+
+
+def _hint(error: Exception) -> str:
+  """What TPU embedding takes, after an error TF raised about it."""
+  text = str(error)
+  if 'optimization_parameters' in text:
+    return (' TPU embedding updates its tables itself, with one of '
+            f'{_optimizer_names()} (not a tf.compat.v1.train or Keras '
+            'optimizer); the model_fn\'s optimizer trains the rest of the '
+            'model.')
+  if 'dimension' in text.lower():
+    return (' The dimension of a TPU embedding table (the width of its rows) '
+            'must be a positive integer.')
+  return ''
 
 
 def _checked_columns(spec: Any,
