@@ -119,8 +119,8 @@ def memory_findings(embedding: embedding_spec.EmbeddingSpec,
 
 
 def _as_tensor(value: Any) -> Any:
-  if isinstance(value, (tf.Tensor, tf.SparseTensor, tf.RaggedTensor)):
-    return value
+  """A sample value as a tensor of the current graph (or eager)."""
+  value = _as_value(value)
   if isinstance(value, tf.compat.v1.SparseTensorValue):
     return tf.SparseTensor(value.indices, value.values, value.dense_shape)
   return tf.constant(value)
@@ -128,6 +128,8 @@ def _as_tensor(value: Any) -> Any:
 
 def _as_value(value: Any) -> Any:
   """A sample value as numpy (a SparseTensorValue for a sparse one)."""
+  if isinstance(value, tf.compat.v1.SparseTensorValue):
+    return value
   if isinstance(value, tf.SparseTensor):
     return tf.compat.v1.SparseTensorValue(
         value.indices.numpy(), value.values.numpy(), value.dense_shape.numpy())
