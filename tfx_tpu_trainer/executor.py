@@ -154,9 +154,9 @@ def _check_before_training(fn_args: fn_args_utils.FnArgs,
   if config.use_tpu:
     preflight_checks.check_before_training(run, config, sample_train_fn)
   else:
-    cpu_graphs.check_graphs_before_training(run, config, sample_eval_fn)
     if run.embedding is not None:
       embedding_checks.check_before_training(run, config, sample_train_fn)
+    cpu_graphs.check_graphs_before_training(run, config, sample_eval_fn)
   label_range.check_first_labels(run, config, [
       label_range.SplitSample('train', fn_args.train_files, sample_train_fn,
                               config.train_batch_size),
