@@ -184,3 +184,19 @@ def test_embedding_host_memory_gb_takes_positive_numbers():
                        'must be a positive number'):
       config_lib.TrainerConfig.from_custom_config(
           {'embedding_host_memory_gb': bad})
+
+
+def test_a_keras_model_is_told_tpu_embedding_columns_need_a_model_fn(capfd):
+  from tfx_tpu_trainer_cli import main as cli  # pylint: disable=g-import-not-at-top
+  module_file = _path('embedding_dense_features_keras_module.py')
+  assert cli.main(['preflight', '--module-file', module_file]) == 1
+  out = capfd.readouterr().out
+  assert ("'trip_start_hour_xf_embedding' (tpu.experimental.embedding_column "
+          "in DenseFeatures layer 'dense_features')") in out
+  assert ('TPU embedding columns (tf.compat.v1.tpu.experimental.'
+          'embedding_column) are looked up by TPU embedding only for a '
+          'model_fn module that lists them in embedding_config_spec(params); '
+          'TPUTrainer turns a Keras model into a model_fn without that path, '
+          'so put such tables in a model_fn module '
+          '(components/taxi_embedding_module.py, docs/tpu_embeddings.md).'
+          ) in out

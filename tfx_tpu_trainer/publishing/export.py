@@ -109,8 +109,9 @@ def _export_saved_model(estimator, serving_input_receiver_fn,
         'exported (%s: %s); exporting {serve} alone, its embeddings looked '
         'up on CPU. Serve it on CPU (the TPUBulkInferrer with use_tpu=false).',
         type(e).__name__, errors.first_line(e))
+    # Beside what the failed export left (its timestamped temp directory).
     exported = cpu_only_estimator.export_saved_model(
-        export_dir_base=staging_dir,
+        export_dir_base=os.path.join(staging_dir, 'serve-only'),
         serving_input_receiver_fn=serving_input_receiver_fn)
   return exported.decode() if isinstance(exported, bytes) else exported
 
