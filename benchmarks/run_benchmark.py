@@ -116,11 +116,14 @@ def _measurements(large_batch: int,
     if progress_row and batch == 40:
       result.insert(result.index((report.TPU, 40)) + 1,
                     (report.TPU_NO_PROGRESS, 40))
-  return result + [(report.TRAINER_INPUT, large_batch)]
+  return result + [(report.TRAINER_INPUT, large_batch)] + [
+      (kind, large_batch) for kind in report.EMBEDDING_KINDS]
 
 
 def _is_trainer(kind: str) -> bool:
-  return kind in report.TRAINERS or kind == report.TPU_NO_PROGRESS
+  """Measured as a pair of runs (the external rate); else once."""
+  return (kind in report.TRAINERS or kind in report.EMBEDDING_TRAINERS or
+          kind == report.TPU_NO_PROGRESS)
 
 
 def _progress_off(tpu_trainer_config: str) -> str:
@@ -138,6 +141,11 @@ def _measure_args(kind: str, steps_per_execution: int,
     return ['--kind=tpu_trainer',
             f'--module={"keras" if kind == report.TPU_KERAS else "tpu"}',
             f'--tpu_trainer_config={tpu_trainer_config}']
+  if kind in report.EMBEDDING_KINDS:
+    return ['--kind=tpu_trainer',
+            '--module=' + ('keras_embeddings' if kind == report.KERAS_EMBEDDING
+                           else 'embeddings'),
+            f'--tpu_trainer_config={_embedding_config(kind, tpu_trainer_config)}']
   if kind in (report.KERAS_FIT, report.KERAS_FIT_SPE):
     spe = steps_per_execution if kind == report.KERAS_FIT_SPE else 1
     return ['--kind=keras_trainer', f'--steps_per_execution={spe}']
@@ -145,6 +153,16 @@ def _measure_args(kind: str, steps_per_execution: int,
     return ['--kind=compute_limit',
             f'--module={"tpu" if kind == report.LIMIT_MODEL_FN else "keras"}']
   return [f'--kind={kind}']
+
+
+def _embedding_config(kind: str, tpu_trainer_config: str) -> str:
+  """The 10-million-row run: its hashed table's size; one checkpoint kept."""
+  config = json.loads(tpu_trainer_config)
+  if kind == report.EMBEDDING_10M:
+    config['params'] = dict(config.get('params', {}),
+                            tract_buckets=report.EMBEDDING_10M_ROWS)
+    config['keep_checkpoint_max'] = 1
+  return json.dumps(config)
 
 
 def _machine() -> Dict[str, Any]:
@@ -242,7 +260,7 @@ def long_steps(kind: str, batch_size: int,
                step_counts: Dict[str, int]) -> int:
   """The long-run step count of a measurement (see the step flags)."""
   fast = (kind in report.TPU_TRAINERS or kind in report.LIMITS or
-          kind == report.TPU_NO_PROGRESS)
+          kind in report.EMBEDDING_TRAINERS or kind == report.TPU_NO_PROGRESS)
   large = batch_size != 40
   return step_counts[('fast_' if fast else '') +
                      ('large_batch_steps' if large else 'steps')]
@@ -313,6 +331,10 @@ def _measure_kind(work_dir: str, kind: str, batch_size: int, repeat: int,
   the maximum.
   """
   args = _measure_args(kind, steps_per_execution, tpu_trainer_config)
+  if kind == report.EMBEDDING_10M:
+    # One short run: its memory and sizes, not its rate.
+    return _measure(work_dir, kind, batch_size, repeat, short_steps,
+                    eval_steps, timeout, args)
   steps = long_steps(kind, batch_size, step_counts)
   if not _is_trainer(kind):
     if kind in report.LIMITS:
@@ -338,6 +360,11 @@ def _ratio_pairs(large_batch: int) -> List[Tuple[str, str]]:
     pairs.append((at(report.KERAS_FIT_SPE), at(report.STOCK)))
   pairs.append((report.name(report.TRAINER_INPUT, large_batch),
                 report.name(report.INPUT, large_batch)))
+  # TPU embedding tables against the bundled wide-and-deep and against a
+  # Keras Embedding of the same tables.
+  for reference in (report.TPU, report.KERAS_EMBEDDING):
+    pairs.append((report.name(report.TPU_EMBEDDING, large_batch),
+                  report.name(reference, large_batch)))
   # Progress on (the default) over progress off: 1.0 is no cost.
   pairs.append((report.name(report.TPU, 40),
                 report.name(report.TPU_NO_PROGRESS, 40)))
@@ -524,6 +551,17 @@ def print_report(results: Dict[str, Any]) -> None:
           f'{"-" if value is None else format(value, ".2f") + "x":>7} '
           f'[{per_repeat}]' +
           ('' if event is None else f'  event {event:.2f}x'))
+  if any(report.name(kind, settings['large_batch']) in results['summary']
+         for kind in report.EMBEDDING_KINDS):
+    print()
+    print(f'TPU embeddings on CPU at batch {settings["large_batch"]} (ckpt: '
+          'the last checkpoint in model_run, with the optimizer slots; '
+          'export: Format-Serving; accuracy, AUC: the final evaluation, '
+          f'{settings["eval_steps"]} steps; {report.EMBEDDING_10M}: its '
+          f'hashed table at {report.EMBEDDING_10M_ROWS:,} rows, '
+          f'{settings["short_steps"]} steps, one run):')
+    print(report.format_embedding_table(results['summary'],
+                                        settings['large_batch']))
   print()
   print('Targets:')
   print(report.format_verdicts(results['targets']))
