@@ -294,7 +294,7 @@ def format_phase_table(summary: Mapping[str, Mapping[str, Any]]) -> str:
 
 
 def _megabytes(value: Optional[float], unit: int) -> str:
-  return fmt(None if value is None else value * unit / 2**20, ',.0f')
+  return fmt(None if value is None else value * unit / 2**20, ',.1f')
 
 
 def format_embedding_table(summary: Mapping[str, Mapping[str, Any]],

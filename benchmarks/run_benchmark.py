@@ -28,7 +28,8 @@ DEFAULT_OUTPUT_DIR = os.path.join(launch.REPO_ROOT, 'benchmarks', 'results')
 QUICK = {'repeats': 1, 'steps': 3000, 'large_batch_steps': 400,
          'fast_steps': 8000, 'fast_large_batch_steps': 2000,
          'short_steps': 100, 'eval_steps': 10, 'rows': 3000,
-         'scale_factors': ['1', '3'], 'scale_steps': 1000}
+         'scale_factors': ['1', '3'], 'scale_steps': 1000,
+         'embedding_pairs': False}
 # TPUTrainer's custom_config in the benchmark, besides batch sizes and label
 # (--tpu_trainer_config overrides it): none, the default config (its host
 # loop length is `auto`).
@@ -93,6 +94,10 @@ _SCALE_FACTORS = flags.DEFINE_list(
 _SCALE_STEPS = flags.DEFINE_integer(
     'scale_steps', 10000, 'The scale run: training steps of the long run '
     '(the short run takes --short_steps).')
+_EMBEDDING_PAIRS = flags.DEFINE_boolean(
+    'embedding_pairs', True, 'The TPU embedding trainers (tpu_embedding, '
+    'tpu_keras_embedding) at two step counts, for their external rate; '
+    'false (--quick): one long run each, its event-file rate only.')
 _TIMEOUT = flags.DEFINE_float(
     'timeout', None, 'Seconds before a subprocess is killed (default: '
     'never; a loaded machine is slow, not broken).')
@@ -323,8 +328,12 @@ def _measure_kind(work_dir: str, kind: str, batch_size: int, repeat: int,
                   step_counts: Dict[str, int], short_steps: int,
                   eval_steps: int,
                   timeout: Optional[float], steps_per_execution: int,
-                  tpu_trainer_config: str) -> Dict[str, Any]:
+                  tpu_trainer_config: str,
+                  embedding_pairs: bool = True) -> Dict[str, Any]:
   """One run of a measurement: a trainer at two step counts, else once.
+
+  The 10-million-row embedding run is one short run; without
+  `embedding_pairs` the embedding trainers are one long run each.
 
   A trainer's result is its long run's, plus the external figures of the
   pair (report.external_figures) and the short run's peak memory folded into
@@ -336,6 +345,9 @@ def _measure_kind(work_dir: str, kind: str, batch_size: int, repeat: int,
     return _measure(work_dir, kind, batch_size, repeat, short_steps,
                     eval_steps, timeout, args)
   steps = long_steps(kind, batch_size, step_counts)
+  if kind in report.EMBEDDING_TRAINERS and not embedding_pairs:
+    return _measure(work_dir, kind, batch_size, repeat, steps, eval_steps,
+                    timeout, args)
   if not _is_trainer(kind):
     if kind in report.LIMITS:
       args.append(f'--short_steps={short_steps}')
@@ -388,7 +400,8 @@ def run(repeats: int, step_counts: Dict[str, int], eval_steps: int,
         only: Optional[List[str]] = None,
         progress_row: bool = False,
         scale_factors: Optional[List[int]] = None,
-        scale_steps: int = 10000) -> Dict[str, Any]:
+        scale_steps: int = 10000,
+        embedding_pairs: bool = True) -> Dict[str, Any]:
   """Prepares the data and takes every measurement `repeats` times.
 
   The measurements of one repeat run back to back, and repeats follow each
@@ -411,6 +424,8 @@ def run(repeats: int, step_counts: Dict[str, int], eval_steps: int,
     scale_factors: the scale run's replication factors (None or empty: no
       scale run).
     scale_steps: the scale run's long-run training steps.
+    embedding_pairs: the TPU embedding trainers at two step counts (else
+      one long run each).
 
   Returns:
     The whole result: settings, machine, data, runs, summary, ratios,
@@ -436,7 +451,8 @@ def run(repeats: int, step_counts: Dict[str, int], eval_steps: int,
             end=' ', flush=True)
       result = _measure_kind(work_dir, kind, batch, repeat, step_counts,
                              short_steps, eval_steps, timeout,
-                             steps_per_execution, tpu_trainer_config)
+                             steps_per_execution, tpu_trainer_config,
+                             embedding_pairs)
       runs[measurement].append(result)
       if 'error' in result:
         print(f'FAILED: {result["error"]}\n{result["log_tail"]}', flush=True)
@@ -473,6 +489,7 @@ def run(repeats: int, step_counts: Dict[str, int], eval_steps: int,
           'window_steps': events.WINDOW_STEPS, 'warmup_windows_dropped': 1,
           'tpu_trainer_config_overrides': json.loads(tpu_trainer_config),
           'scale_factors': scale_factors, 'scale_steps': scale_steps,
+          'embedding_pairs': embedding_pairs,
       },
       'machine': machine,
       'git': git_state,
@@ -554,7 +571,10 @@ def print_report(results: Dict[str, Any]) -> None:
   if any(report.name(kind, settings['large_batch']) in results['summary']
          for kind in report.EMBEDDING_KINDS):
     print()
-    print(f'TPU embeddings on CPU at batch {settings["large_batch"]} (ckpt: '
+    print(f'TPU embeddings on CPU at batch {settings["large_batch"]} '
+          + ('' if settings.get('embedding_pairs') else
+             '(one run each: the ext ex/s column is the event-file rate) ')
+          + '(ckpt: '
           'the last checkpoint in model_run, with the optimizer slots; '
           'export: Format-Serving; accuracy, AUC: the final evaluation, '
           f'{settings["eval_steps"]} steps; {report.EMBEDDING_10M}: its '
@@ -609,7 +629,8 @@ def main(argv: List[str]) -> None:
                   _PROGRESS_ROW.value,
                   [int(factor) for factor in
                    _setting(_SCALE_FACTORS, 'scale_factors')],
-                  _setting(_SCALE_STEPS, 'scale_steps'))
+                  _setting(_SCALE_STEPS, 'scale_steps'),
+                  _setting(_EMBEDDING_PAIRS, 'embedding_pairs'))
   except BaseException:
     print(f'The work dir {work_dir} is kept (logs under logs/ and runs/).')
     raise
