@@ -571,15 +571,17 @@ def print_report(results: Dict[str, Any]) -> None:
   if any(report.name(kind, settings['large_batch']) in results['summary']
          for kind in report.EMBEDDING_KINDS):
     print()
+    notes = [] if settings.get('embedding_pairs') else [
+        'one run each, ext ex/s: the event-file rate']
+    notes += [
+        'ckpt: the last checkpoint in model_run, with the optimizer slots',
+        'export: Format-Serving',
+        f'accuracy, AUC: the final evaluation, {settings["eval_steps"]} steps',
+        f'{report.EMBEDDING_10M}: its hashed table at '
+        f'{report.EMBEDDING_10M_ROWS:,} rows, {settings["short_steps"]} steps, '
+        'one run']
     print(f'TPU embeddings on CPU at batch {settings["large_batch"]} '
-          + ('' if settings.get('embedding_pairs') else
-             '(one run each: the ext ex/s column is the event-file rate) ')
-          + '(ckpt: '
-          'the last checkpoint in model_run, with the optimizer slots; '
-          'export: Format-Serving; accuracy, AUC: the final evaluation, '
-          f'{settings["eval_steps"]} steps; {report.EMBEDDING_10M}: its '
-          f'hashed table at {report.EMBEDDING_10M_ROWS:,} rows, '
-          f'{settings["short_steps"]} steps, one run):')
+          f'({"; ".join(notes)}):')
     print(report.format_embedding_table(results['summary'],
                                         settings['large_batch']))
   print()

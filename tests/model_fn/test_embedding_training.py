@@ -168,7 +168,7 @@ def test_tables_over_the_memory_budget_fail_before_training(taxi_artifacts,
                                    {'embedding_host_memory_gb': 5e-7})
   assert ('[embedding/embedding-host-memory] embedding_config_spec in '
           f'{EMBEDDING_MODULE} 1 table(s) with AdagradParameters (1 slot(s) '
-          'per row) need 768 bytes on each of this process (use_tpu=False) '
+          'per row) need 768 bytes in this process (use_tpu=False) '
           "('trip_start_hour_xf': 24 rows x 4, 768 bytes per host): more than "
           'the 500 bytes budget') in message
 

@@ -96,11 +96,11 @@ def memory_findings(embedding: embedding_spec.EmbeddingSpec,
               available_bytes)
     source = "this machine's available memory"
   need = embedding.bytes_per_host(hosts)
-  where = (f'{hosts} host{"s" if hosts > 1 else ""}' if config.use_tpu else
-           'this process (use_tpu=False)')
+  where = (f'on each of {hosts} host{"s" if hosts > 1 else ""}'
+           if config.use_tpu else 'in this process (use_tpu=False)')
   summary = (f'{len(embedding.tables)} table(s) with {embedding.optimizer} '
-             f'({embedding.slots} slot(s) per row) need {_size(need)} on '
-             f'each of {where} ({_tables_text(embedding, hosts)})')
+             f'({embedding.slots} slot(s) per row) need {_size(need)} '
+             f'{where} ({_tables_text(embedding, hosts)})')
   if need <= budget:
     return [preflight_report.Finding(
         'embedding-host-memory', INFO,
