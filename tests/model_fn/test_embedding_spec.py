@@ -200,3 +200,25 @@ def test_a_keras_model_is_told_tpu_embedding_columns_need_a_model_fn(capfd):
           'so put such tables in a model_fn module '
           '(components/taxi_embedding_module.py, docs/tpu_embeddings.md).'
           ) in out
+
+
+def test_the_busiest_hosts_share_is_checked_against_its_memory(monkeypatch):
+  from tfx_tpu_trainer.preflight import embedding_checks  # pylint: disable=g-import-not-at-top
+  embedding = _prepare(_load('embedding_unused_column_module.py')).embedding
+  # 31 + 24 rows x 4 wide, float32, with one Adagrad slot: 1,760 bytes.
+  (finding,) = embedding_checks.memory_findings(
+      embedding, config_lib.TrainerConfig(), available_bytes=1000)
+  assert finding.severity == 'error'
+  assert finding.cause.startswith(
+      '2 table(s) with AdagradParameters (1 slot(s) per row) need 1.76 kB in '
+      "this process (use_tpu=False) ('trip_start_day_xf': 31 rows x 4, 992 "
+      "bytes per host; 'trip_start_hour_xf': 24 rows x 4, 768 bytes per "
+      "host): more than the 1 kB budget (this machine's available memory)")
+  # On a slice of 4 hosts (TPU_WORKER_HOSTNAMES) each holds a quarter.
+  monkeypatch.setenv('TPU_WORKER_HOSTNAMES', 'w-0,w-1,w-2,w-3')
+  (finding,) = embedding_checks.memory_findings(
+      embedding, config_lib.TrainerConfig(use_tpu=True), available_bytes=1000)
+  assert finding.severity == 'info'
+  assert finding.cause.startswith(
+      '2 table(s) with AdagradParameters (1 slot(s) per row) need 448 bytes '
+      'on each of 4 hosts')
