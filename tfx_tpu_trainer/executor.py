@@ -308,7 +308,9 @@ def _explain_training_errors(fn_args: fn_args_utils.FnArgs,
 def _build_estimator(fn_args: fn_args_utils.FnArgs,
                      config: config_lib.TrainerConfig,
                      run: prepare.PreparedRun, model_dir: str):
-  run_config = estimator_builder.build_run_config(config, model_dir)
+  run_config = estimator_builder.build_run_config(
+      config, model_dir,
+      embedding_lookups_on_cpu=run.embedding is not None and not config.use_tpu)
   return estimator_builder.build_estimator(
       run.model_fn,
       config,

@@ -1,9 +1,12 @@
 """Builds the TPU RunConfig and the TPUEstimator from a TrainerConfig."""
 
+import copy
 from typing import Any, Callable, Dict, Optional
 
 from absl import logging
 import tensorflow as tf
+from tensorflow.core.protobuf import rewriter_config_pb2  # pylint: disable=g-direct-tensorflow-import
+from tensorflow_estimator.python.estimator import run_config as estimator_run_config  # pylint: disable=g-direct-tensorflow-import
 
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
@@ -31,6 +34,7 @@ def build_run_config(
     config: config_lib.TrainerConfig,
     model_dir: str,
     resolver_factory: ResolverFactory = _default_resolver_factory,
+    embedding_lookups_on_cpu: bool = False,
 ) -> tf.compat.v1.estimator.tpu.RunConfig:
   """The TPU RunConfig of a run.
 
@@ -43,6 +47,9 @@ def build_run_config(
     config: the validated trainer config.
     model_dir: where checkpoints and TensorBoard events go.
     resolver_factory: builds the cluster resolver from tpu/zone/project.
+    embedding_lookups_on_cpu: the model's TPU embedding columns look their
+      ids up on CPU (use_tpu=False): Grappler's arithmetic optimizer is
+      turned off (`_without_full_table_reads`).
 
   Returns:
     The RunConfig.
@@ -101,12 +108,33 @@ def build_run_config(
   optional.update(cluster.run_config_overrides())
   optional.update(slice_args)
   session_config = optional.pop('session_config', session_config)
+  if embedding_lookups_on_cpu:
+    session_config = _without_full_table_reads(session_config)
   return tf.compat.v1.estimator.tpu.RunConfig(
       tpu_config=tpu_config,
       master=master,
       model_dir=model_dir,
       session_config=session_config,
       **optional)
+
+
+def _without_full_table_reads(
+    session_config: Optional[tf.compat.v1.ConfigProto]
+) -> tf.compat.v1.ConfigProto:
+  """The session config with Grappler's arithmetic optimizer off.
+
+  Its SimplifyEmbeddingLookupStage rewrites the gather of an
+  `embedding_lookup_sparse` (what an embedding column runs on CPU) into a
+  read of the whole table variable each step: a copy of every row per
+  lookup, 25 ms of a 2^20 x 8 table's step here (docs/tpu_embeddings.md,
+  "Measured"). TF 2.15's RewriterConfig has no switch for that stage alone.
+  """
+  session_config = (
+      estimator_run_config.get_default_session_config()
+      if session_config is None else copy.deepcopy(session_config))
+  session_config.graph_options.rewrite_options.arithmetic_optimization = (
+      rewriter_config_pb2.RewriterConfig.OFF)
+  return session_config
 
 
 def build_estimator(
