@@ -31,7 +31,7 @@ def test_every_bundled_model_is_a_module_file_of_components():
 
 
 @pytest.mark.slow
-def test_run_model_embeddings_trains_the_embedding_module():
+def test_run_model_embeddings_picks_the_embedding_module():
   args = cli.build_parser().parse_args(['run', '--model', 'embeddings'])
   options = run_command._validate_run_args(args)  # pylint: disable=protected-access
   assert options['trainer_module_file'] == os.path.join(
