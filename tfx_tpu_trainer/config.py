@@ -155,6 +155,17 @@ def _optional_positive_int(key: str, value: Any) -> Optional[int]:
   return None if value is None else _positive_int(key, value)
 
 
+def _optional_positive_number(key: str, value: Any) -> Optional[float]:
+  """None, or a finite number > 0 as a float."""
+  if value is None:
+    return None
+  if (isinstance(value, bool) or not isinstance(value, (int, float)) or
+      not math.isfinite(value) or value <= 0):
+    raise ConfigError(
+        f'custom_config[{key!r}] must be a positive number, got {value!r}.')
+  return float(value)
+
+
 def _optional_non_negative_int(key: str, value: Any,
                                meaning: str = '0: keep all') -> Optional[int]:
   if value is None:
@@ -558,6 +569,14 @@ class TrainerConfig:
       help='true: publish a model even when a variable of its final '
       'checkpoint holds NaN or infinity (by default the execution fails '
       'before export, naming the variable; training/finite_variables.py)')
+  embedding_host_memory_gb: Optional[float] = _key(
+      None, check=_optional_positive_number,
+      shown_default="this machine's available memory",
+      help='with TPU embeddings (`embedding_config_spec`): the memory, in GB '
+      '(10^9 bytes), that each host gives the tables and their optimizer '
+      'slots; the share of the busiest host (rows split over the hosts of '
+      '`tpu_workers`, one host otherwise) must fit before training starts '
+      '(docs/guide/tpu_embeddings.md)')
   input_cache: str = _key(
       'auto', check=lambda k, v: _choice(k, v, INPUT_CACHE_MODES),
       help="the default input chain's cache: `parsed` (the split parsed once "

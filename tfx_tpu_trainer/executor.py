@@ -23,10 +23,12 @@ from tfx_tpu_trainer import prepare
 from tfx_tpu_trainer import user_module as user_module_lib
 from tfx_tpu_trainer.data import data_checks
 from tfx_tpu_trainer.data import disk_cache
+from tfx_tpu_trainer.data import embedding_feed
 from tfx_tpu_trainer.data import input_fns
 from tfx_tpu_trainer.data import schemas as schemas_lib
 from tfx_tpu_trainer.preflight import checks as preflight_checks
 from tfx_tpu_trainer.preflight import cpu_graphs
+from tfx_tpu_trainer.preflight import embedding_checks
 from tfx_tpu_trainer.preflight import label_range
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
@@ -132,6 +134,8 @@ class Executor(trainer_executor.GenericExecutor):
                                                run.module.module_file)
       _publish(estimator, run.serving_input_receiver_fn, final_metrics, model,
                fn_args, resumable_dir,
+               cpu_only_estimator=_cpu_only_estimator(fn_args, config, run,
+                                                      estimator.model_dir),
                report_config=_report_config(config, fn_args, run),
                timings={'training and evaluation': time.time() - train_start},
                metrics_output=_single_output(output_dict,
@@ -147,7 +151,9 @@ def _check_before_training(fn_args: fn_args_utils.FnArgs,
   Both splits yield a first batch; with use_tpu the TPU preflight
   XLA-compiles the train, eval and predict steps as a TPU would; on CPU the
   eval and export graphs, which training reaches only at its end, are built
-  as TPUEstimator will build them. Last, the labels of the first batches
+  as TPUEstimator will build them, and TPU embedding tables are checked
+  against the data, the model_fn and the memory (the TPU preflight checks
+  them too). Last, the labels of the first batches
   are checked against what the model's loss accepts (label_range.py).
   """
   data_checks.check_first_batch(fn_args.train_files, 'train',
@@ -155,10 +161,12 @@ def _check_before_training(fn_args: fn_args_utils.FnArgs,
   data_checks.check_first_batch(fn_args.eval_files, 'eval',
                                 config.eval_batch_size, 'eval_batch_size')
   sample_train_fn, sample_eval_fn = _build_input_fns(fn_args, config, run,
-                                                     cache='none')
+                                                     cache='none', fed=False)
   if config.use_tpu:
     preflight_checks.check_before_training(run, config, sample_train_fn)
   else:
+    if run.embedding is not None:
+      embedding_checks.check_before_training(run, config, sample_train_fn)
     cpu_graphs.check_graphs_before_training(run, config, sample_eval_fn)
   label_range.check_first_labels(run, config, [
       label_range.SplitSample('train', fn_args.train_files, sample_train_fn,
@@ -201,7 +209,8 @@ def _train_on(fn_args, config, run, train_input_fn, eval_input_fn, model_dir):
 
 def _publish(estimator, serving_input_receiver_fn, final_metrics, model,
              fn_args, resumable_dir, report_config=None, timings=None,
-             metrics_output=None, source='the model_fn') -> None:
+             metrics_output=None, source='the model_fn',
+             cpu_only_estimator=None) -> None:
   """Fills model_run, exports the model last, then marks the checkpoints.
 
   The training report (report.py) is written into model_run before the
@@ -223,7 +232,8 @@ def _publish(estimator, serving_input_receiver_fn, final_metrics, model,
   export.export_serving_model(
       estimator, serving_input_receiver_fn, fn_args.serving_model_dir,
       staging_record=(os.path.join(resumable_dir, checkpoints.STAGING_RECORD)
-                      if resumable_dir else None), source=source)
+                      if resumable_dir else None), source=source,
+      cpu_only_estimator=cpu_only_estimator)
   metrics_lib.record_on_artifact(metrics, model)
   v2_metrics.record_metrics(metrics, metrics_output)
   kfp_outputs.write_kfp_ui_outputs(metrics, fn_args.model_run_dir,
@@ -313,7 +323,9 @@ def _explain_training_errors(fn_args: fn_args_utils.FnArgs,
 def _build_estimator(fn_args: fn_args_utils.FnArgs,
                      config: config_lib.TrainerConfig,
                      run: prepare.PreparedRun, model_dir: str):
-  run_config = estimator_builder.build_run_config(config, model_dir)
+  run_config = estimator_builder.build_run_config(
+      config, model_dir,
+      embedding_lookups_on_cpu=run.embedding is not None and not config.use_tpu)
   return estimator_builder.build_estimator(
       run.model_fn,
       config,
@@ -321,17 +333,37 @@ def _build_estimator(fn_args: fn_args_utils.FnArgs,
       run.params,
       warm_start_from=estimator_builder.warm_start_settings(
           config, fn_args.base_model),
-      train_steps=fn_args.train_steps)
+      train_steps=fn_args.train_steps,
+      embedding_config_spec=run.embedding.spec if run.embedding else None)
+
+
+def _cpu_only_estimator(fn_args, config, run, model_dir):
+  """With TPU embeddings: the estimator that exports {serve} alone.
+
+  TPUEstimator's {serve, tpu} graph of some embedding columns (sequence
+  columns, lookups on the TensorCore) fails to build in TF 2.15; the export
+  then keeps the CPU graph (publishing/export.py). None without embeddings
+  or when no {serve, tpu} graph is asked for.
+  """
+  if run.embedding is None or not config.export_to_tpu:
+    return None
+  return _build_estimator(
+      fn_args, dataclasses.replace(config, export_to_tpu=False), run,
+      model_dir)
 
 
 def _build_input_fns(fn_args: fn_args_utils.FnArgs,
                      config: config_lib.TrainerConfig,
                      run: prepare.PreparedRun,
                      cache: Optional[str] = None,
-                     cache_dir: Optional[str] = None):
+                     cache_dir: Optional[str] = None,
+                     fed: bool = True):
   """Train and eval input_fns; `cache` overrides config.input_cache.
 
   `cache_dir` holds input_cache="disk"'s parsed split (None: it streams).
+  With `fed` (the estimator's input), the features of TPU embedding columns
+  reach a TPU as their sparse ids (data/embedding_feed.py); the checks
+  before training read the raw features.
   """
   cache = cache or config.input_cache
   if run.module.input_fn is None:
@@ -345,4 +377,11 @@ def _build_input_fns(fn_args: fn_args_utils.FnArgs,
       fn_args.eval_files, fn_args.data_accessor, training=False,
       repeat=fn_args.eval_steps is not None, cache=cache,
       shuffle=config.input_shuffle)
+  if fed and run.embedding is not None and config.use_tpu:
+    # On a TPU the embedding ids go to TPU embedding as sparse rows; off it
+    # (and for an evaluation off the TPU) the columns look raw features up.
+    columns = run.embedding.columns
+    train_input_fn = embedding_feed.fed_input_fn(train_input_fn, columns)
+    if config.eval_on_tpu:
+      eval_input_fn = embedding_feed.fed_input_fn(eval_input_fn, columns)
   return train_input_fn, eval_input_fn

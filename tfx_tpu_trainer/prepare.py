@@ -12,6 +12,7 @@ from tfx_tpu_trainer.data import input_fns
 from tfx_tpu_trainer.data import schemas as schemas_lib
 from tfx_tpu_trainer.model_fn import dispatch
 from tfx_tpu_trainer.model_fn import keras_adapter
+from tfx_tpu_trainer.model_fn import embedding_spec
 from tfx_tpu_trainer.model_fn import keras_run_fn
 from tfx_tpu_trainer.model_fn import stock_trainer
 from tfx_tpu_trainer.publishing import serving
@@ -109,6 +110,8 @@ class PreparedRun:
   # The raw features the default serving input parses (None: the module's
   # serving input, or no schema).
   serving_features: Optional[serving_inputs.ServingFeatures] = None
+  # The module's TPU embedding tables (`embedding_config_spec`), if any.
+  embedding: Optional[embedding_spec.EmbeddingSpec] = None
 
   def input_fn(self,
                file_pattern: List[str],
@@ -180,7 +183,7 @@ def prepare_run(config: config_lib.TrainerConfig,
     TPUTrainerError: a label key missing from the schema, a hyperparameter
       with a reserved name, a raw_label_key missing from the raw schema or
       needed by a served feature, a stock-Trainer estimator that cannot be
-      taken over.
+      taken over, an embedding_config_spec TPUEstimator refuses.
   """
   _check_config_for_module(config, module)
   params = build_params(
@@ -205,6 +208,9 @@ def prepare_run(config: config_lib.TrainerConfig,
     model_fn = stock.model_fn
   else:
     model_fn = dispatch.model_fn_for_module(module)
+  embedding = embedding_spec.load_embedding_spec(module, params)
+  if embedding is not None:
+    _check_embedding_input_mode(embedding, config)
   label_key = label_key or _stock_label_key(module, schemas)
   if schemas is not None and label_key is not None:
     schemas_lib.check_label_key(
@@ -230,7 +236,20 @@ def prepare_run(config: config_lib.TrainerConfig,
       params=params,
       model_fn=model_fn,
       serving_input_receiver_fn=serving_input_receiver_fn,
-      serving_features=serving_features)
+      serving_features=serving_features,
+      embedding=embedding)
+
+
+def _check_embedding_input_mode(embedding: embedding_spec.EmbeddingSpec,
+                                config: config_lib.TrainerConfig) -> None:
+  """TPUEstimator feeds TPU embeddings from per-host input pipelines only."""
+  if config.use_tpu and (config.per_host_input
+                         not in embedding_spec.TPU_INPUT_MODES):
+    raise config_lib.ConfigError(
+        f"custom_config['per_host_input']={config.per_host_input!r}: with "
+        f'TPU embeddings ({embedding.where}) TPUEstimator takes only '
+        f'{list(embedding_spec.TPU_INPUT_MODES)} (each host enqueues its '
+        "share of the ids). Use 'PER_HOST_V2', the default.")
 
 
 def model_fn_source(module: user_module_lib.UserModule) -> str:

@@ -14,6 +14,7 @@ from tfx_tpu_trainer.kubeflow import options as compile_options
 from tfx_tpu_trainer.kubeflow import pod_requests
 from tfx_tpu_trainer.tpu import runtimes
 from tfx_tpu_trainer_cli import common
+from tfx_tpu_trainer_cli import paths
 
 _URI = re.compile(r'^[a-z][a-z0-9+.-]*://\S+$')
 # Options of the bundled pipeline only (a user's pipeline sets its own):
@@ -24,6 +25,7 @@ _BUNDLED_ONLY = {
     '--serving-model-dir': ('serving_model_dir', None),
     '--pipeline-name': ('pipeline_name', None),
     '--module-file': ('module_file', None),
+    '--model': ('model', None),
     '--preprocessing-module-file': ('preprocessing_module_file', None),
     '--eval-label-key': ('eval_label_key', None),
     '--eval-prediction-key': ('eval_prediction_key', None),
@@ -99,11 +101,17 @@ def add_parser(subparsers) -> None:
                       help='Directory of the taxi CSV with a big_tipper '
                       'column, as the cluster sees it, e.g. gs://... '
                       '(required without --pipeline).')
-  parser.add_argument(
+  trainer = parser.add_mutually_exclusive_group()
+  trainer.add_argument(
       '--module-file', default=None,
       help='The taxi pipeline\'s trainer module, as a path inside the image '
-      '(bake it in: FROM the project\'s image, COPY; default: '
-      '/tfx-tpu-trainer/components/taxi_tpu_module.py).')
+      '(bake it in: FROM the project\'s image, COPY; default: the '
+      '--model\'s, in /tfx-tpu-trainer/components/).')
+  trainer.add_argument(
+      '--model', default=None, choices=sorted(paths.MODEL_MODULE_FILES),
+      help='A bundled taxi model, from the image: wide_and_deep '
+      '(taxi_tpu_module.py, the default), keras (taxi_keras_module.py) or '
+      'embeddings (taxi_embedding_module.py: TPU embedding tables).')
   parser.add_argument(
       '--preprocessing-module-file', default=None,
       help='The taxi pipeline\'s Transform module, as a path inside the '
@@ -474,6 +482,10 @@ def validate_compile_args(args):
   if args.module_file is not None:
     module_files['trainer_module_file'] = _location(args.module_file,
                                                     '--module-file')
+  elif args.model is not None:
+    module_files['trainer_module_file'] = posixpath.join(
+        kubeflow_compile.IMAGE_COMPONENTS_DIR,
+        paths.MODEL_MODULE_FILES[args.model])
   if args.preprocessing_module_file is not None:
     module_files.update(_preprocessing_fn(args.preprocessing_module_file))
   eval_options = _evaluator_options(args, kubeflow_compile)
@@ -533,8 +545,8 @@ def _evaluator_options(args, kubeflow_compile) -> dict:
   if (args.module_file is None and args.preprocessing_module_file is None and
       args.eval_label_key is None and args.eval_prediction_key is None):
     return {}
-  from tfx_tpu_trainer_cli import paths  # pylint: disable=g-import-not-at-top
-  trainer = args.module_file or paths.TRAINER_MODULE_FILE
+  trainer = args.module_file or paths.model_module_file(
+      args.model or paths.DEFAULT_MODEL)
   preprocessing = args.preprocessing_module_file or (
       paths.PREPROCESSING_MODULE_FILE)
   if not (args.eval_label_key and args.eval_prediction_key):

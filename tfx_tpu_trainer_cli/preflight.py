@@ -282,6 +282,7 @@ def _preflight(args) -> int:
   report = preflight.run_preflight(
       run.model_fn, config, run.params, sample, module.module_file,
       num_shards=args.num_shards,
-      serving_input_receiver_fn=run.serving_input_receiver_fn)
+      serving_input_receiver_fn=run.serving_input_receiver_fn,
+      embedding=run.embedding)
   print(report.to_json() if args.json else report.format(), flush=True)
   return EXIT_READY if report.ok else EXIT_NOT_READY

@@ -65,9 +65,16 @@ def add_parser(subparsers) -> None:
   parser.add_argument('--no-progress', dest='show_progress',
                       action='store_const', const=False, default=None,
                       help='Do not show the training progress bar/lines.')
-  parser.add_argument('--module-file', default=None,
-                      help='Trainer module file (default: '
-                      'components/taxi_tpu_module.py).')
+  trainer = parser.add_mutually_exclusive_group()
+  trainer.add_argument('--module-file', default=None,
+                       help='Trainer module file (default: the --model\'s).')
+  trainer.add_argument(
+      '--model', default=None, choices=sorted(paths.MODEL_MODULE_FILES),
+      help='A bundled taxi model: wide_and_deep (components/'
+      'taxi_tpu_module.py, the default), keras (the same model in Keras, '
+      'components/taxi_keras_module.py) or embeddings (its categorical '
+      'features in TPU embedding tables, one of them hashed into 2^20 rows: '
+      'components/taxi_embedding_module.py).')
   parser.add_argument('--preprocessing-module-file', default=None,
                       help='Transform module file (default: '
                       'components/taxi_preprocessing.py).')
@@ -165,6 +172,7 @@ _BUNDLED_ONLY = {
     '--train-batch-size': ('train_batch_size', 64),
     '--eval-batch-size': ('eval_batch_size', 64),
     '--module-file': ('module_file', None),
+    '--model': ('model', None),
     '--preprocessing-module-file': ('preprocessing_module_file', None),
     '--min-accuracy': ('min_accuracy', 0.5),
     # Default: the pipeline's (pipelines/taxi_pipeline.py).
@@ -298,9 +306,10 @@ def _static_run_args(args) -> dict:
       '--preprocessing-module-file')
   options = dict(
       data_root=data_root,
-      trainer_module_file=_existing_file(args.module_file,
-                                         paths.TRAINER_MODULE_FILE,
-                                         '--module-file'),
+      trainer_module_file=_existing_file(
+          args.module_file,
+          paths.model_module_file(args.model or paths.DEFAULT_MODEL),
+          '--module-file'),
       preprocessing_module_file=preprocessing_module_file,
       train_steps=args.train_steps,
       eval_steps=args.eval_steps,

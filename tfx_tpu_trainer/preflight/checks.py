@@ -11,7 +11,10 @@ import tensorflow as tf
 from tensorflow import estimator as tf_estimator
 
 from tfx_tpu_trainer import config as config_lib
+from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import prepare
+from tfx_tpu_trainer.model_fn import embedding_spec
+from tfx_tpu_trainer.preflight import embedding_checks
 from tfx_tpu_trainer.preflight import graph as preflight_graph
 from tfx_tpu_trainer.preflight import precision
 from tfx_tpu_trainer.preflight import report as preflight_report
@@ -290,8 +293,12 @@ class _Preflight:
   """The state shared by the phases of one preflight run."""
 
   def __init__(self, model_fn, config, params, sample, num_shards,
-               serving_input_receiver_fn, workdir):
+               serving_input_receiver_fn, workdir, embedding=None,
+               export_blocked=False):
     self.model_fn = model_fn
+    self.embedding = embedding
+    # The TPU embedding checks failed: the export would fail the same way.
+    self.export_blocked = export_blocked
     self.config = config
     # A module reads params['model_dir'] where ResNet reads FLAGS.model_dir.
     self.params = dict(params)
@@ -346,6 +353,9 @@ class _Preflight:
 
     step = self._build(ModeKeys.TRAIN, self._step_params(), self.sample.labels,
                        outputs, phase)
+    if self.embedding is not None:
+      # As TPUEstimator adds them on a TPU: the step's checkpoint exports.
+      embedding_checks.add_table_variables(step.graph, self.embedding)
     findings = (_loss_findings(step.spec.loss, phase) +
                 _host_call_findings(step.spec.host_call, 'host_call', phase) +
                 precision.bfloat16_findings(step.ops, self.params, phase) +
@@ -437,27 +447,24 @@ class _Preflight:
 
   def _export_findings(self, phase: str) -> List[preflight_report.Finding]:
     """Exports the saved step as the executor would; checks both tag sets."""
-    if self.serving_input_receiver_fn is None or self.checkpoint is None:
+    if (self.serving_input_receiver_fn is None or self.checkpoint is None or
+        self.export_blocked):
       reason = ('no serving input was given (a transform graph, a schema or '
                 "the module's serving_input_receiver_fn)"
                 if self.serving_input_receiver_fn is None else
-                'the train step did not run')
+                'the TPU embedding findings come first' if self.export_blocked
+                else 'the train step did not run')
       return [preflight_report.Finding('export-skipped', INFO,
                       f'the dual-tag export was not tried: {reason}.', phase)]
-    export_config = dataclasses.replace(self.config, use_tpu=False, tpu=None,
-                                        export_to_tpu=True)
-    estimator = estimator_builder.build_estimator(
-        self.model_fn, export_config, self.run_config, self.params)
     try:
-      path = estimator.export_saved_model(
-          os.path.join(self.workdir, 'export'),
-          self.serving_input_receiver_fn,
-          checkpoint_path=self.checkpoint)
+      path = self._export(export_to_tpu=True)
     except Exception as e:  # pylint: disable=broad-except
-      return [preflight_report.Finding(
-          'export', ERROR,
-          f'exporting the {{serve}} and {{serve, tpu}} SavedModel failed: '
-          f'{type(e).__name__}: {e}', phase)]
+      if self.embedding is None:
+        return [preflight_report.Finding(
+            'export', ERROR,
+            f'exporting the {{serve}} and {{serve, tpu}} SavedModel failed: '
+            f'{type(e).__name__}: {e}', phase)]
+      return self._cpu_export_findings(e, phase)
     path = path.decode() if isinstance(path, bytes) else path
     try:
       export.check_tpu_graph(path)
@@ -473,6 +480,38 @@ class _Preflight:
     return [preflight_report.Finding('export', INFO,
                     'the {serve} and {serve, tpu} SavedModel exported.',
                     phase)]
+
+  def _export(self, export_to_tpu: bool) -> str:
+    """The SavedModel of the train step's checkpoint, as the executor's."""
+    export_config = dataclasses.replace(self.config, use_tpu=False, tpu=None,
+                                        export_to_tpu=export_to_tpu)
+    estimator = estimator_builder.build_estimator(
+        self.model_fn, export_config, self.run_config, self.params,
+        embedding_config_spec=(self.embedding.spec if self.embedding else
+                               None))
+    path = estimator.export_saved_model(
+        os.path.join(self.workdir, 'export'), self.serving_input_receiver_fn,
+        checkpoint_path=self.checkpoint)
+    return path.decode() if isinstance(path, bytes) else path
+
+  def _cpu_export_findings(self, error: Exception,
+                           phase: str) -> List[preflight_report.Finding]:
+    """A model with TPU embeddings whose {serve, tpu} graph fails: {serve}."""
+    refused = preflight_report.Finding(
+        'export-tpu-graph', WARNING,
+        'the {serve, tpu} graph of this model with TPU embeddings cannot be '
+        f'exported ({type(error).__name__}: {errors.first_line(error)}): '
+        'TPUTrainer exports '
+        '{serve} alone (the embeddings looked up on CPU); the TPUBulkInferrer '
+        'then scores it with use_tpu=false.', phase)
+    try:
+      self._export(export_to_tpu=False)
+    except Exception as e:  # pylint: disable=broad-except
+      return [refused, preflight_report.Finding(
+          'export', ERROR, f'exporting the {{serve}} SavedModel failed too: '
+          f'{type(e).__name__}: {e}', phase)]
+    return [refused, preflight_report.Finding(
+        'export', INFO, 'the {serve} SavedModel exported.', phase)]
 
 
 def _summary_findings(graph: tf.Graph, before, where: str,
@@ -498,6 +537,7 @@ def run_preflight(
     subject: str,
     num_shards: Optional[int] = None,
     serving_input_receiver_fn: Optional[Callable[[], Any]] = None,
+    embedding: Optional[embedding_spec.EmbeddingSpec] = None,
 ) -> preflight_report.PreflightReport:
   """Checks on CPU that `model_fn` trains, evaluates and exports on TPU.
 
@@ -511,6 +551,9 @@ def run_preflight(
     num_shards: the TPU shard count (default: config.num_shards, else 8).
     serving_input_receiver_fn: when given, the export phase also runs the
       real dual-tag export.
+    embedding: the module's TPU embedding tables: checked against the
+      sample, the hosts and the columns the model_fn reads; the steps get
+      the activations TPU embedding would hand them.
 
   Returns:
     The report; `report.ok` when no error was found.
@@ -520,6 +563,11 @@ def run_preflight(
                            sample_origin=sample.origin)
   phases = _Phases(report)
   phases.run('config', lambda: _config_findings(config, shards, assumed))
+  if embedding is not None:
+    phases.run(embedding_checks.PHASE, lambda: (
+        embedding_checks.findings_before_steps(embedding, model_fn, params,
+                                               config, sample, on_tpu=True)))
+    sample = embedding_checks.sample_on_tpu(sample, embedding)
   phases.run('input', lambda: _input_findings(
       sample, per_shard_batch_size(config, shards)))
   if not all(isinstance(spec, tf.TensorSpec)
@@ -529,8 +577,10 @@ def run_preflight(
         'input findings first.', 'input'))
     return report
   with tempfile.TemporaryDirectory(prefix='tpu-preflight-') as workdir:
-    state = _Preflight(model_fn, config, params, sample, shards,
-                       serving_input_receiver_fn, workdir)
+    state = _Preflight(
+        model_fn, config, params, sample, shards, serving_input_receiver_fn,
+        workdir, embedding, export_blocked=any(
+            f.phase == embedding_checks.PHASE for f in report.errors))
     phases.run('train', state.train)
     phases.run('eval', state.evaluate)
     phases.run('export', state.export)
@@ -563,7 +613,8 @@ def check_before_training(
       'the first batch of the training input')
   report = run_preflight(
       run.model_fn, config, run.params, sample, run.module.module_file,
-      serving_input_receiver_fn=run.serving_input_receiver_fn)
+      serving_input_receiver_fn=run.serving_input_receiver_fn,
+      embedding=run.embedding)
   logging.info('%s', report.format())
   report.raise_if_not_ready()
   return report

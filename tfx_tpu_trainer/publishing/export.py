@@ -29,7 +29,10 @@ def export_serving_model(estimator: tf.compat.v1.estimator.tpu.TPUEstimator,
                          serving_input_receiver_fn: serving.ServingInputReceiverFn,
                          serving_model_dir: str,
                          staging_record: Optional[str] = None,
-                         source: str = 'the model_fn') -> str:
+                         source: str = 'the model_fn',
+                         cpu_only_estimator: Optional[
+                             tf.compat.v1.estimator.tpu.TPUEstimator] = None
+                         ) -> str:
   """Exports the latest checkpoint as a SavedModel at `serving_model_dir`.
 
   The estimator writes `{serve}` (and `{serve, tpu}` when `export_to_tpu`)
@@ -51,6 +54,10 @@ def export_serving_model(estimator: tf.compat.v1.estimator.tpu.TPUEstimator,
     serving_model_dir: `path_utils.serving_model_dir(model.uri)`.
     staging_record: the record file, or None (no retry can follow).
     source: how errors name the model_fn (e.g. 'model_fn in m.py').
+    cpu_only_estimator: the same model exporting `{serve}` alone: when the
+      dual-tag export fails (a model with TPU embeddings whose
+      `{serve, tpu}` graph TF cannot build), its `{serve}` is exported
+      instead and the reason logged.
 
   Returns:
     `serving_model_dir`.
@@ -80,11 +87,8 @@ def export_serving_model(estimator: tf.compat.v1.estimator.tpu.TPUEstimator,
         'removed: nothing was left under Format-Serving.',
         written=lambda: disk_full.bytes_under(staging_dir)):
       fileio.makedirs(staging_dir)
-      exported = estimator.export_saved_model(
-          export_dir_base=staging_dir,
-          serving_input_receiver_fn=serving_input_receiver_fn)
-      exported = (exported.decode() if isinstance(exported, bytes) else
-                  exported)
+      exported = _export_saved_model(estimator, serving_input_receiver_fn,
+                                     staging_dir, cpu_only_estimator)
       check_tpu_graph(exported, source)
       serving.add_transform_features_signature(exported)
       fileio.rename(exported, serving_model_dir)
@@ -137,6 +141,30 @@ def check_tpu_graph(saved_model_dir: str, source: str = 'the model_fn'
   meta_graph = saved_model_utils.get_meta_graph_def(saved_model_dir, tpu_tags)
   if not has_tpu_inference(meta_graph.graph_def):
     raise ExportError(no_tpu_inference_message(source))
+
+
+def _export_saved_model(estimator, serving_input_receiver_fn,
+                        staging_dir: str, cpu_only_estimator) -> str:
+  """The estimator's export under `staging_dir`; {serve} alone as fallback."""
+  try:
+    exported = estimator.export_saved_model(
+        export_dir_base=staging_dir,
+        serving_input_receiver_fn=serving_input_receiver_fn)
+  except (disk_full.DiskFullError, tf.errors.ResourceExhaustedError, OSError):
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    if cpu_only_estimator is None:
+      raise
+    logging.warning(
+        'The {serve, tpu} graph of this model with TPU embeddings cannot be '
+        'exported (%s: %s); exporting {serve} alone, its embeddings looked '
+        'up on CPU. Serve it on CPU (the TPUBulkInferrer with use_tpu=false).',
+        type(e).__name__, errors.first_line(e))
+    # Beside what the failed export left (its timestamped temp directory).
+    exported = cpu_only_estimator.export_saved_model(
+        export_dir_base=os.path.join(staging_dir, 'serve-only'),
+        serving_input_receiver_fn=serving_input_receiver_fn)
+  return exported.decode() if isinstance(exported, bytes) else exported
 
 
 def remove_recorded_staging_dirs(staging_record: str) -> List[str]:

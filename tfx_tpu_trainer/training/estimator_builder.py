@@ -1,10 +1,13 @@
 """Builds the TPU RunConfig and the TPUEstimator from a TrainerConfig."""
 
+import copy
 import os
 from typing import Any, Callable, Dict, Optional, Union
 
 from absl import logging
 import tensorflow as tf
+from tensorflow.core.protobuf import rewriter_config_pb2  # pylint: disable=g-direct-tensorflow-import
+from tensorflow_estimator.python.estimator import run_config as estimator_run_config  # pylint: disable=g-direct-tensorflow-import
 
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
@@ -34,6 +37,7 @@ def build_run_config(
     config: config_lib.TrainerConfig,
     model_dir: str,
     resolver_factory: ResolverFactory = _default_resolver_factory,
+    embedding_lookups_on_cpu: bool = False,
 ) -> tf.compat.v1.estimator.tpu.RunConfig:
   """The TPU RunConfig of a run.
 
@@ -46,6 +50,9 @@ def build_run_config(
     config: the validated trainer config.
     model_dir: where checkpoints and TensorBoard events go.
     resolver_factory: builds the cluster resolver from tpu/zone/project.
+    embedding_lookups_on_cpu: the model's TPU embedding columns look their
+      ids up on CPU (use_tpu=False): Grappler's arithmetic optimizer is
+      turned off (`_without_full_table_reads`).
 
   Returns:
     The RunConfig.
@@ -113,6 +120,8 @@ def build_run_config(
   optional.update(cluster.run_config_overrides())
   optional.update(slice_args)
   session_config = optional.pop('session_config', session_config)
+  if embedding_lookups_on_cpu:
+    session_config = _without_full_table_reads(session_config)
   return tf.compat.v1.estimator.tpu.RunConfig(
       tpu_config=tpu_config,
       master=master,
@@ -165,6 +174,26 @@ def warm_start_settings(
       var_name_to_prev_var_name=dict(config.var_name_to_prev_var_name) or None)
 
 
+def _without_full_table_reads(
+    session_config: Optional[tf.compat.v1.ConfigProto]
+) -> tf.compat.v1.ConfigProto:
+  """The session config with Grappler's arithmetic optimizer off.
+
+  Its SimplifyEmbeddingLookupStage rewrites the gather of an
+  `embedding_lookup_sparse` (what an embedding column runs on CPU) into a
+  read of the whole table variable each step: a copy of every row per
+  lookup, 25 ms of a 2^20 x 8 table's step here
+  (docs/guide/tpu_embeddings.md, "Measured"). TF 2.15's RewriterConfig has
+  no switch for that stage alone.
+  """
+  session_config = (
+      estimator_run_config.get_default_session_config()
+      if session_config is None else copy.deepcopy(session_config))
+  session_config.graph_options.rewrite_options.arithmetic_optimization = (
+      rewriter_config_pb2.RewriterConfig.OFF)
+  return session_config
+
+
 def build_estimator(
     model_fn: Callable[..., Any],
     config: config_lib.TrainerConfig,
@@ -172,6 +201,7 @@ def build_estimator(
     params: Dict[str, Any],
     warm_start_from: Union[None, str, tf.estimator.WarmStartSettings] = None,
     train_steps: Optional[int] = None,
+    embedding_config_spec: Optional[Any] = None,
 ) -> tf.compat.v1.estimator.tpu.TPUEstimator:
   """The TPUEstimator, with all three batch sizes set.
 
@@ -189,6 +219,8 @@ def build_estimator(
     warm_start_from: a checkpoint or SavedModel directory (the base model),
       or `warm_start_settings` of one.
     train_steps: the step training ends at, for the curves' cadence.
+    embedding_config_spec: the module's TPU embedding tables
+      (`tf.compat.v1.estimator.tpu.experimental.EmbeddingConfigSpec`).
 
   Returns:
     The estimator.
@@ -211,6 +243,7 @@ def build_estimator(
       export_to_tpu=config.export_to_tpu,
       export_to_cpu=True,
       warm_start_from=warm_start_from,
+      embedding_config_spec=embedding_config_spec,
       export_saved_model_api_version=config.export_saved_model_api_version)
   if iterations > 1:
     host_loop.enable(estimator, iterations)
