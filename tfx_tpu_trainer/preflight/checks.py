@@ -29,7 +29,6 @@ DEFAULT_NUM_SHARDS = 8
 ERROR, WARNING, INFO = (preflight_report.ERROR, preflight_report.WARNING,
                         preflight_report.INFO)
 ModeKeys = tf_estimator.ModeKeys
-_TPU_SPEC = tf.compat.v1.estimator.tpu.TPUEstimatorSpec
 _INFEED_DTYPES_REJECTED = tpu_facts.INFEED_REJECTED_DTYPES
 
 
@@ -351,7 +350,10 @@ class _Preflight:
     host = _HostCalls(phase)
     run, run_findings = self._run(
         step, phase, host_fn=host.train_host_fn(step.spec.host_call),
-        checkpoint_prefix=os.path.join(self.workdir, 'preflight', 'model.ckpt'))
+        # In config.model_dir: an export that reads the latest checkpoint
+        # there (MnasNet's moving averages) finds this one.
+        checkpoint_prefix=os.path.join(self.run_config.model_dir,
+                                       'model.ckpt'))
     findings = preflight_graph.fold_knock_on(
         step, findings + host.findings + run_findings)
     if run is not None:
@@ -396,14 +398,7 @@ class _Preflight:
     phase = 'export'
 
     def outputs(spec):
-      if not isinstance(spec, (_TPU_SPEC, tf_estimator.EstimatorSpec)):
-        raise spec_checks.SpecProblem(preflight_report.Finding(
-            'spec', ERROR, f'the model_fn returned {type(spec).__name__} in '
-            "mode 'infer'; it must return a TPUEstimatorSpec.", phase))
-      if spec.predictions is None:
-        raise spec_checks.SpecProblem(preflight_report.Finding(
-            'spec', ERROR, "the TPUEstimatorSpec of mode 'infer' has no "
-            'predictions.', phase))
+      spec_checks.require(spec, ModeKeys.PREDICT, ('predictions',), phase)
       return [t for t in tf.nest.flatten(spec.predictions)]
 
     step = self._build(ModeKeys.PREDICT, self._step_params(False), None,

@@ -228,14 +228,35 @@ def _is_dynamic(tensor: tf.Tensor) -> bool:
           not tensor.shape.is_fully_defined())
 
 
+def _read_by_model(tensor: tf.Tensor, model_ops: set,
+                   outputs: set) -> bool:
+  """Whether the model itself reads `tensor` (or the step outputs it).
+
+  Reads by gradient ops do not count: an op's own gradient may take outputs
+  of unknown static shape that are buffers XLA sizes statically, such as
+  fused batch norm's reserve space (FusedBatchNormV3:5, read only by
+  FusedBatchNormGradV3, and by nothing in eval or predict).
+  """
+  return tensor in outputs or any(
+      consumer in model_ops for consumer in tensor.consumers())
+
+
 def _dynamic_shape_findings(ops: Sequence[tf.Operation],
-                            phase: str) -> List[preflight_report.Finding]:
-  """Ops of the model that make data-dependent shapes from static inputs."""
+                            phase: str,
+                            outputs: Sequence[tf.Tensor] = ()
+                            ) -> List[preflight_report.Finding]:
+  """Ops of the model that make data-dependent shapes from static inputs.
+
+  Only outputs that the model reads count (see _read_by_model).
+  """
   findings = []
-  for op in forward_ops(ops):
+  model_ops = forward_ops(ops)
+  model_op_set, output_set = set(model_ops), set(outputs)
+  for op in model_ops:
     if op.type in _SHAPE_OPS or not op.outputs:
       continue
-    dynamic = [t for t in op.outputs if _is_dynamic(t)]
+    dynamic = [t for t in op.outputs if _is_dynamic(t) and
+               _read_by_model(t, model_op_set, output_set)]
     if not dynamic or any(_is_dynamic(t) for t in op.inputs):
       continue
     column = sparse_columns.column_of_op(op.name)
@@ -315,7 +336,7 @@ def check_ops(step: StepGraph, phase: str) -> List[preflight_report.Finding]:
   compiled = reachable_ops(step)
   return (_rejected_op_findings(step.ops, phase) +
           _dtype_findings(compiled, phase) +
-          _dynamic_shape_findings(compiled, phase))
+          _dynamic_shape_findings(compiled, phase, step.outputs))
 
 
 def check_cross_shard(step: StepGraph, num_shards: int,
