@@ -35,6 +35,7 @@ def module_dir(tmp_path):
   for path, text in {
       'my_main.py': MODULE,
       'helpers.py': 'HELP = 1\n',
+      'my_main.orig.py': 'a copy, no module\n',
       'configs/__init__.py': '',
       'configs/model_config.py': 'CFG = {"depth": 2}\n',
       'configs/cloud/v3-8.yaml': 'train_batch_size: 1024\n',

@@ -16,18 +16,22 @@ from tfx_tpu_trainer.preflight import graph as preflight_graph
 from tfx_tpu_trainer.preflight import report as preflight_report
 from tfx_tpu_trainer.preflight import sample as preflight_sample
 from tfx_tpu_trainer.preflight import spec_checks
+from tfx_tpu_trainer.preflight import xla_flags
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.tpu import facts as tpu_facts
 from tfx_tpu_trainer.training import estimator_builder
 
 __all__ = ['DEFAULT_NUM_SHARDS', 'ERROR', 'WARNING', 'INFO', 'ModeKeys',
-           'resolve_num_shards', 'per_shard_batch_size', 'run_preflight',
-           'check_before_training']
+           'Progress', 'resolve_num_shards', 'per_shard_batch_size',
+           'run_preflight', 'check_before_training']
 
 DEFAULT_NUM_SHARDS = 8
 
 ERROR, WARNING, INFO = (preflight_report.ERROR, preflight_report.WARNING,
                         preflight_report.INFO)
+# The phases that build, compile and run a step (the slow ones): the step.
+_STEPS = {'train': 'the train step', 'eval': 'the eval step',
+          'export': "the export's PREDICT step"}
 ModeKeys = tf_estimator.ModeKeys
 _INFEED_DTYPES_REJECTED = tpu_facts.INFEED_REJECTED_DTYPES
 
@@ -119,7 +123,9 @@ def _input_findings(sample: preflight_sample.SampleBatch,
           'input', fix='Batch with drop_remainder=True (the default input '
           'does) and pad variable-length features to a fixed length.',
           where=name))
-    elif shape[0] != batch_size:
+    elif batch_size not in shape.as_list():
+      # Not on the first axis alone: the double-transpose trick of
+      # tensorflow/tpu's image models infeeds [height, width, channels, batch].
       findings.append(preflight_report.Finding(
           'input-batch-size', WARNING,
           f'has {shape[0]} examples per batch, but each shard asks for '
@@ -262,11 +268,20 @@ class _HostCalls:
     return host_fn
 
 
+Progress = Callable[[str], None]
+
+
+def _log_progress(message: str) -> None:
+  logging.info('TPU preflight: %s', message)
+
+
 class _Phases:
   """Runs the phases of one preflight and collects their findings."""
 
-  def __init__(self, report: preflight_report.PreflightReport):
+  def __init__(self, report: preflight_report.PreflightReport,
+               progress: Progress):
     self.report = report
+    self.progress = progress
 
   def run(self, phase: str,
           fn: Callable[[], List[preflight_report.Finding]]) -> None:
@@ -282,13 +297,17 @@ class _Phases:
           f'the {phase} check failed: {type(e).__name__}: {e}', phase)]
     self.report.findings.extend(findings)
     self.report.seconds[phase] = round(time.time() - start, 2)
+    if phase in _STEPS:
+      self.progress(f'{phase}: done in {self.report.seconds[phase]:.1f}s.')
 
 
 class _Preflight:
   """The state shared by the phases of one preflight run."""
 
   def __init__(self, model_fn, config, params, sample, num_shards,
-               serving_input_receiver_fn, workdir):
+               serving_input_receiver_fn, workdir,
+               progress: Progress = _log_progress):
+    self.progress = progress
     self.model_fn = model_fn
     self.config = config
     self.params = dict(params)
@@ -308,11 +327,14 @@ class _Preflight:
       params['batch_size'] = self.sample.batch_size
     return params
 
-  def _build(self, mode, params, labels, outputs_fn, phase):
+  def _build(self, mode, params, labels, outputs_fn, phase, features=None):
     """Builds the step; a failing model_fn becomes a finding."""
+    self.progress(f'{phase}: building {_STEPS[phase]} (the model_fn, as on a '
+                  'TPU) ...')
     try:
       return preflight_graph.build_step(
-          self.model_fn, mode, params, self.run_config, self.features,
+          self.model_fn, mode, params, self.run_config,
+          self.features if features is None else features,
           labels, self.num_shards, outputs_fn, self.withheld)
     except spec_checks.SpecProblem:
       raise
@@ -325,6 +347,9 @@ class _Preflight:
 
   def _run(self, step, phase, **kwargs):
     """Runs the step; XLA errors as findings (minus ops already reported)."""
+    self.progress(
+        f'{phase}: XLA-compiling {_STEPS[phase]} for CPU and running it once '
+        f'({len(step.ops)} ops; the more ops, the longer the compile) ...')
     try:
       return preflight_graph.run_step(step, **kwargs), []
     except tf.errors.OpError as e:
@@ -401,8 +426,13 @@ class _Preflight:
       spec_checks.require(spec, ModeKeys.PREDICT, ('predictions',), phase)
       return [t for t in tf.nest.flatten(spec.predictions)]
 
+    features = None
+    if self.serving_input_receiver_fn is not None:
+      features, _ = _infeedable(preflight_sample.serving_features(
+          self.serving_input_receiver_fn, self.features,
+          self.sample.batch_size))
     step = self._build(ModeKeys.PREDICT, self._step_params(False), None,
-                       outputs, phase)
+                       outputs, phase, features)
     findings = preflight_graph.check_ops(step, phase)
     run, run_findings = self._run(step, phase)
     findings = preflight_graph.fold_knock_on(step, findings + run_findings)
@@ -423,6 +453,8 @@ class _Preflight:
                 'the train step did not run')
       return [preflight_report.Finding('export-skipped', INFO,
                       f'the dual-tag export was not tried: {reason}.', phase)]
+    self.progress(f'{phase}: exporting the {{serve}} and {{serve, tpu}} '
+                  'SavedModel ...')
     export_config = dataclasses.replace(self.config, use_tpu=False, tpu=None,
                                         export_to_tpu=True)
     estimator = estimator_builder.build_estimator(
@@ -472,8 +504,14 @@ def run_preflight(
     subject: str,
     num_shards: Optional[int] = None,
     serving_input_receiver_fn: Optional[Callable[[], Any]] = None,
+    progress: Optional[Progress] = None,
 ) -> preflight_report.PreflightReport:
   """Checks on CPU that `model_fn` trains, evaluates and exports on TPU.
+
+  Most of its time is XLA's CPU compile of the train step, which grows with
+  the step's ops (the model's layers and their gradients), then the eval
+  and export steps; the batch and data sizes matter little. It compiles
+  with xla_flags.FAST_COMPILE_FLAGS.
 
   Args:
     model_fn: the TPU model_fn (e.g. `PreparedRun.model_fn`).
@@ -485,6 +523,8 @@ def run_preflight(
     num_shards: the TPU shard count (default: config.num_shards, else 8).
     serving_input_receiver_fn: when given, the export phase also runs the
       real dual-tag export.
+    progress: called with a line as each step starts and ends (default:
+      absl logging).
 
   Returns:
     The report; `report.ok` when no error was found.
@@ -492,7 +532,8 @@ def run_preflight(
   shards, assumed = resolve_num_shards(config, num_shards)
   report = preflight_report.PreflightReport(source=subject, num_shards=shards,
                            sample_origin=sample.origin)
-  phases = _Phases(report)
+  progress = progress or _log_progress
+  phases = _Phases(report, progress)
   phases.run('config', lambda: _config_findings(config, shards, assumed))
   phases.run('input', lambda: _input_findings(
       sample, per_shard_batch_size(config, shards)))
@@ -502,9 +543,10 @@ def run_preflight(
         'skipped', INFO, 'the model checks need a dense sample; fix the '
         'input findings first.', 'input'))
     return report
-  with tempfile.TemporaryDirectory(prefix='tpu-preflight-') as workdir:
+  with tempfile.TemporaryDirectory(
+      prefix='tpu-preflight-') as workdir, xla_flags.fast_cpu_compiles():
     state = _Preflight(model_fn, config, params, sample, shards,
-                       serving_input_receiver_fn, workdir)
+                       serving_input_receiver_fn, workdir, progress)
     phases.run('train', state.train)
     phases.run('eval', state.evaluate)
     phases.run('export', state.export)

@@ -218,6 +218,8 @@ def check_graphs_before_training(
     report.findings.extend(build())
     report.seconds[phase] = round(time.time() - start, 2)
 
+  logging.info('Building the eval and export graphs before training, as '
+               'TPUEstimator will build them on CPU ...')
   with tempfile.TemporaryDirectory(prefix='tpu-trainer-check-') as model_dir:
     run_config = estimator_builder.build_run_config(cpu_config, model_dir)
     timed('eval', lambda: _step_findings(

@@ -59,8 +59,9 @@ def _build(component_id: str, module_dir: str, folders: List[str],
   try:
     files, py_modules = [], []
     for name in sorted(os.listdir(module_dir)):
-      if name.endswith('.py') and os.path.isfile(
-          os.path.join(module_dir, name)):
+      # What `import` can name: `resnet_main.orig.py` is no module.
+      if (name.endswith('.py') and name[:-len('.py')].isidentifier() and
+          os.path.isfile(os.path.join(module_dir, name))):
         shutil.copyfile(os.path.join(module_dir, name),
                         os.path.join(build_dir, name))
         files.append(name)
