@@ -76,3 +76,18 @@ def test_export_that_fails_with_a_checkpoint_says_it_is_the_check():
       "the export's PREDICT graph before the first step, when "
       'config.model_dir holds no trained checkpoint, only one of the '
       'initial variables')
+
+
+def test_a_saver_built_in_the_predict_model_fn_is_named_with_the_fix(capsys):
+  path = _path('predict_saver_in_model_fn_module.py')
+  assert cli.main(['preflight', '--module-file', path]) == 1
+  lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
+  assert lines[0] == f'TPU preflight of {path}: NOT TPU-ready: 1 error(s)'
+  assert lines[3] == (
+      "ERROR   [export/xla-unsupported-op] op 'save/SaveV2' (SaveV2) in the "
+      'export step cannot be compiled by XLA (XLA_CPU_JIT has no kernel for '
+      'it), so the TPU cannot run it. A tf.compat.v1.train.Saver built in '
+      'the model_fn is inside the TPU computation (e.g. for a Scaffold of an '
+      "EstimatorSpec): build it in the TPUEstimatorSpec's scaffold_fn, which "
+      "TPUEstimator calls outside it (as tensorflow/tpu's MnasNet does for "
+      'its moving-average export).')

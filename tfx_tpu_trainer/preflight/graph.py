@@ -38,6 +38,14 @@ _UNSUPPORTED_OP = re.compile(
     r"No registered '(\w+)' OpKernel for (XLA_\w+) devices compatible with "
     r'node \{\{node ([^}]+)\}\}')
 _NODE = re.compile(r'\{\{node ([^}]+)\}\}')
+# The ops of a tf.compat.v1.train.Saver.
+_CHECKPOINT_OPS = frozenset(['SaveV2', 'RestoreV2', 'MergeV2Checkpoints',
+                             'ShardedFilename'])
+_SAVER_FIX = (
+    'A tf.compat.v1.train.Saver built in the model_fn is inside the TPU '
+    'computation (e.g. for a Scaffold of an EstimatorSpec): build it in the '
+    "TPUEstimatorSpec's scaffold_fn, which TPUEstimator calls outside it "
+    "(as tensorflow/tpu's MnasNet does for its moving-average export).")
 
 
 @dataclasses.dataclass
@@ -412,7 +420,8 @@ def xla_error_findings(
         'xla-unsupported-op', ERROR,
         f'in the {phase} step cannot be compiled by XLA ({device} has no '
         'kernel for it), so the TPU cannot run it.', phase,
-        fix='Replace it, or move it to the input_fn/preprocessing_fn.',
+        fix=(_SAVER_FIX if op_type in _CHECKPOINT_OPS else
+             'Replace it, or move it to the input_fn/preprocessing_fn.'),
         op=node, where=f'op {node!r} ({op_type})'))
   if unsupported:
     return findings
