@@ -4,10 +4,14 @@ tensorflow/tpu's MnasNet imports `from configs import mnasnet_config` and
 `from mixnet import mixnet_builder`, folders beside mnasnet_main.py. TFX
 packages the .py files of the module's folder only, so the trainer, which
 imports the module from that wheel, failed with `No module named
-'configs'` where the preflight (which loads the file by path) passed.
+'configs'` where the preflight (which loads the file by path) passed. The
+runners resolve the wheel as they resolve TFX's: locally, and in Kubeflow
+compiles (KFP v1 and v2).
 """
 
+import glob
 import os
+import shutil
 import sys
 import zipfile
 
@@ -17,6 +21,10 @@ from tfx import v1 as tfx
 from tfx_tpu_trainer import TPUTrainer
 from tfx_tpu_trainer import user_module
 from tfx_tpu_trainer.user_code import module_folder
+from tfx_tpu_trainer_cli import main as cli
+
+FIXTURES = os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), 'fixtures')
 
 MODULE = '''
 from configs import model_config
@@ -114,3 +122,27 @@ def test_a_module_file_kept_as_given_is_not_packaged(module_dir, tmp_path,
   assert trainer.exec_properties['module_file'] == str(module_dir /
                                                        'my_main.py')
   assert not (tmp_path / 'root' / '_wheels').exists()
+
+
+@pytest.mark.parametrize('runner_args', [
+    [], ['--runner', 'kubeflow_v2', '--no-vertex-job']])
+def test_kubeflow_compiles_package_the_folders_for_the_trainer(
+    tmp_path, monkeypatch, capsys, runner_args):
+  # tests/fixtures/resnet_style imports `from configs import ...`.
+  shutil.copytree(os.path.join(FIXTURES, 'resnet_style'), tmp_path / 'model')
+  shutil.copy(os.path.join(FIXTURES, 'image_pipeline.py'), tmp_path)
+  for name, value in {
+      'IMAGE_DATA_ROOT': '/data', 'IMAGE_PIPELINE_ROOT': str(tmp_path / 'root'),
+      'IMAGE_MODULE_FILE': str(tmp_path / 'model' / 'resnet_style_module.py'),
+  }.items():
+    monkeypatch.setenv(name, value)
+  assert cli.main(['compile', '--pipeline',
+                   f'{tmp_path / "image_pipeline.py"}:create_pipeline',
+                   '--output-dir', str(tmp_path / 'out'),
+                   '--image', 'gcr.io/p/tfx-tpu-trainer:1'] + runner_args) == 0
+  stdout = capsys.readouterr().out
+  (wheel,) = glob.glob(str(tmp_path / 'root' / '_wheels' / '*.whl'))
+  with zipfile.ZipFile(wheel) as archive:
+    assert {'resnet_style_module.py', 'configs/__init__.py',
+            'configs/resnet_style_config.py'} <= set(archive.namelist())
+  assert f'TPUTrainer: resnet_style_module@{wheel}' in stdout

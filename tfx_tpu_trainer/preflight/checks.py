@@ -29,7 +29,8 @@ DEFAULT_NUM_SHARDS = 8
 
 ERROR, WARNING, INFO = (preflight_report.ERROR, preflight_report.WARNING,
                         preflight_report.INFO)
-# The phases that build, compile and run a step (the slow ones): the step.
+# The phases that build, compile and run a step (the slow ones), and how
+# their progress lines name the step.
 _STEPS = {'train': 'the train step', 'eval': 'the eval step',
           'export': "the export's PREDICT step"}
 ModeKeys = tf_estimator.ModeKeys
