@@ -85,6 +85,20 @@ def _named_specs(structure: Any, what: str) -> Dict[str, Any]:
   return {what: structure}
 
 
+def _holds_batch(shape: tf.TensorShape, batch_size: int,
+                 sample_batch_size: int) -> bool:
+  """Whether a static shape holds a batch of `batch_size` examples.
+
+  Not on its first axis alone: with `transpose_input`, tensorflow/tpu's
+  image models infeed [height, width, channels, batch] (MnasNet) or that
+  flattened (ResNet), and their model_fns undo it; the labels keep the
+  batch first (SampleBatch.batch_size).
+  """
+  dims = shape.as_list()
+  return batch_size in dims or (sample_batch_size == batch_size and
+                                shape.num_elements() % batch_size == 0)
+
+
 def _input_findings(sample: preflight_sample.SampleBatch,
                     batch_size: int) -> List[preflight_report.Finding]:
   """The input's element_spec against what TPU infeed takes."""
@@ -124,9 +138,7 @@ def _input_findings(sample: preflight_sample.SampleBatch,
           'input', fix='Batch with drop_remainder=True (the default input '
           'does) and pad variable-length features to a fixed length.',
           where=name))
-    elif batch_size not in shape.as_list():
-      # Not on the first axis alone: the double-transpose trick of
-      # tensorflow/tpu's image models infeeds [height, width, channels, batch].
+    elif not _holds_batch(shape, batch_size, sample.batch_size):
       findings.append(preflight_report.Finding(
           'input-batch-size', WARNING,
           f'has {shape[0]} examples per batch, but each shard asks for '

@@ -195,9 +195,34 @@ def _capped(findings: List[preflight_report.Finding], code: str, count: int,
   return findings
 
 
+def _constant_folded(ops: Sequence[tf.Operation]) -> set:
+  """The ops XLA evaluates while it compiles: constants, static shapes.
+
+  Their values are known before the step runs (tensorflow/tpu's ResNet
+  computes its image size from `tf.shape` in float64 with
+  `transpose_input`), so the TPU never computes them. `ops` are in creation
+  order, inputs before the ops that read them.
+  """
+  folded = set()
+  for op in ops:
+    if op.op_def.is_stateful:
+      continue
+    if (op.type == 'Const' or
+        op.type in _SHAPE_OPS and all(t.shape.is_fully_defined()
+                                      for t in op.inputs) or
+        op.inputs and all(t.op in folded for t in op.inputs)):
+      folded.add(op)
+  return folded
+
+
 def _dtype_findings(ops: Sequence[tf.Operation],
                     phase: str) -> List[preflight_report.Finding]:
-  """float64/complex128 and string tensors computed inside the step."""
+  """float64/complex128 and string tensors computed inside the step.
+
+  float64 and complex128 that XLA folds into constants are not computed
+  on the TPU, so they are no findings.
+  """
+  folded = _constant_folded(ops)
   forward = set(forward_ops(ops))
   # Name the model's own ops first; their gradients follow from them.
   ordered = [op for op in ops if op in forward] + [
@@ -207,7 +232,7 @@ def _dtype_findings(ops: Sequence[tf.Operation],
   for op in ordered:
     dtypes = {output.dtype.base_dtype for output in op.outputs}
     for dtype, dtype_name in tpu_facts.TPU_UNSUPPORTED_DTYPES.items():
-      if dtype in dtypes:
+      if dtype in dtypes and op not in folded:
         code = 'float64' if dtype == tf.float64 else 'unsupported-dtype'
         counts[code] = counts.get(code, 0) + 1
         by_code.setdefault(code, []).append(preflight_report.Finding(

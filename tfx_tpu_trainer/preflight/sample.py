@@ -28,8 +28,17 @@ class SampleBatch:
 
   @property
   def batch_size(self) -> int:
-    first = tf.nest.flatten(self.features)[0]
-    return int(np.shape(first)[0]) if np.ndim(first) else 1
+    """Examples per batch: the first axis of the labels, else the features'.
+
+    The labels keep the batch first where an input lays the features out
+    for the TPU (tensorflow/tpu's `transpose_input`: images infed
+    [height, width, channels, batch], or flattened).
+    """
+    labels = [] if self.labels is None else tf.nest.flatten(self.labels)
+    for value in labels + tf.nest.flatten(self.features):
+      if np.ndim(value):
+        return int(np.shape(value)[0])
+    return 1
 
 
 def _split_element(element):
