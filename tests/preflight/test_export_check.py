@@ -91,3 +91,25 @@ def test_a_saver_built_in_the_predict_model_fn_is_named_with_the_fix(capsys):
       "EstimatorSpec): build it in the TPUEstimatorSpec's scaffold_fn, which "
       "TPUEstimator calls outside it (as tensorflow/tpu's MnasNet does for "
       'its moving-average export).')
+
+
+def test_a_serving_input_that_fails_is_the_exports_finding(tmp_path, capsys):
+  # The PREDICT step is then checked on the training sample.
+  schema = tmp_path / 'schema.pbtxt'
+  present = 'presence { min_fraction: 1.0 } shape { }'
+  schema.write_text(''.join(
+      f'feature {{ name: "{name}" type: FLOAT {present} }}\n'
+      for name in ('fare_xf', 'trip_miles_xf', 'trip_seconds_xf')) +
+                    f'feature {{ name: "big_tipper" type: INT {present} }}\n')
+  path = _path('broken_serving_module.py')
+  assert cli.main(['preflight', '--module-file', path, '--schema',
+                   str(schema)]) == 1
+  lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
+  assert lines[0] == f'TPU preflight of {path}: NOT TPU-ready: 1 error(s)'
+  assert lines[3] == (
+      'ERROR   [export/export] exporting the {serve} and {serve, tpu} '
+      f'SavedModel failed: UserModuleError: serving_input_receiver_fn in '
+      f'{path} raised RuntimeError: the serving signature cannot be built')
+  assert ('INFO    [export/predict-step] the PREDICT computation of the '
+          '{serve, tpu} export compiled with XLA and ran on the sample.'
+         ) in lines

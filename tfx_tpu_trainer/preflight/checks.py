@@ -441,9 +441,14 @@ class _Preflight:
 
     features = None
     if self.serving_input_receiver_fn is not None:
-      features, _ = _infeedable(preflight_sample.serving_features(
-          self.serving_input_receiver_fn, self.features,
-          self.sample.batch_size))
+      try:
+        features, _ = _infeedable(preflight_sample.serving_features(
+            self.serving_input_receiver_fn, self.features,
+            self.sample.batch_size))
+      except Exception:  # pylint: disable=broad-except
+        # The export below reports the serving input's failure.
+        logging.exception('The serving input failed; the PREDICT step is '
+                          'checked on the training sample.')
     step = self._build(ModeKeys.PREDICT, self._step_params(False), None,
                        outputs, phase, features)
     findings = preflight_graph.check_ops(step, phase)
