@@ -17,6 +17,7 @@ from tfx_tpu_trainer import executor
 from tfx_tpu_trainer import user_module
 from tfx_tpu_trainer.publishing import v2_metrics
 from tfx_tpu_trainer.user_code import function_paths
+from tfx_tpu_trainer.user_code import module_folder
 
 __all__ = ['TPUTrainerSpec', 'TPUTrainer', 'NoTPUTrainerError', 'tpu_trainers']
 
@@ -82,12 +83,27 @@ class TPUTrainer(trainer_component.Trainer):
         **{user_module.USER_MODULE_FILE_KEY: user_file,
            v2_metrics.OUTPUT_KEY: types.Channel(type=v2_metrics.Metrics)})
     self.spec.migrate_output_channels(self)
+    self._package_module_folders()
     location = self.function_location
     if (location is not None and not location.installed and
         udf_utils.should_package_user_modules()):
       # Packaged as TFX packages a module_file: a wheel under the pipeline
       # root when the pipeline is compiled or run locally.
       self._add_pip_dependency(function_paths.WheelDependency(self, location))
+
+  def _package_module_folders(self) -> None:
+    """The module_file's wheel holds the package folders beside it too.
+
+    TFX's Trainer packages the .py files of the module's folder only
+    (user_code/module_folder.py says why that is not enough).
+    """
+    # pylint: disable=protected-access
+    self._pip_dependencies = [
+        module_folder.ModuleFolderDependency(
+            self, dependency.module_file_key, dependency.module_path_key)
+        if type(dependency) is udf_utils.UserModuleFilePipDependency  # pylint: disable=unidiomatic-typecheck
+        else dependency for dependency in self._pip_dependencies]
+    # pylint: enable=protected-access
 
   def _validate_spec(self, spec):
     """Accepts the Trainer's own spec, which `__init__` then extends."""

@@ -245,6 +245,11 @@ def _load_module(module_file: str):
         {'module_path': name, user_module.USER_MODULE_FILE_KEY: module_file})
 
 
+def _print_progress(line: str) -> None:
+  """Progress on stderr (stdout holds the report, or its JSON)."""
+  print(f'TPU preflight: {line}', file=sys.stderr, flush=True)
+
+
 def _not_ready(message: str) -> int:
   print(f'TPU preflight: NOT TPU-ready\n  ERROR   {message}')
   return EXIT_NOT_READY
@@ -283,6 +288,7 @@ def _preflight(args) -> int:
       run.model_fn, config, run.params, sample, module.module_file,
       num_shards=args.num_shards,
       serving_input_receiver_fn=run.serving_input_receiver_fn,
-      embedding=run.embedding)
+      embedding=run.embedding,
+      progress=_print_progress)
   print(report.to_json() if args.json else report.format(), flush=True)
   return EXIT_READY if report.ok else EXIT_NOT_READY

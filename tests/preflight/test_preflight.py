@@ -88,13 +88,14 @@ HOST_CALL_FIX = (
      'the train step; a TPU program cannot hold strings. Do string work in '
      'the input_fn or the preprocessing_fn (e.g. turn strings into ids).' +
      ALSO),
-    # The float64 'mul' of the cast is folded under it (a knock-on).
-    ('preflight_float64_module.py', 3,
+    # The float64 'mul' of the cast and its gradient are folded under it (a
+    # knock-on); the constant 0.5 it multiplies by, which XLA folds, is none.
+    ('preflight_float64_module.py', 2,
      "ERROR   [train/float64] op 'Cast' (Cast) computes float64 in the train "
      'step; TPUs have no float64 (XLA on CPU accepts it). Use float32 or '
      'bfloat16: cast the inputs, and pass dtype=tf.float32 where a constant '
      "or variable is made. (Knock-on findings of this cause, folded here: "
-     "float64 at 'mul'.)" + ALSO),
+     "float64 at 'mul', float64 at 'gradients/Cast_1_grad/Cast'.)" + ALSO),
     ('preflight_unique_module.py', 1,
      "ERROR   [train/dynamic-shape] op 'Unique' (Unique) makes tensor "
      "'Unique:0' of shape (None,) from inputs of static shape: its size "
@@ -582,6 +583,7 @@ def test_folding_and_merging_read_the_findings_op_not_their_text():
   assert len(cast) == 1
   assert (cast[0].code, cast[0].phase, cast[0].where) == (
       'float64', 'train', "op 'Cast' (Cast)")
-  assert cast[0].knock_on == ("float64 at 'mul'",)
+  assert cast[0].knock_on == ("float64 at 'mul'",
+                              "float64 at 'gradients/Cast_1_grad/Cast'")
   assert cast[0].also_in == ('eval', 'export')
   assert cast[0].fix.startswith('Use float32 or bfloat16')

@@ -111,7 +111,9 @@ def checked_model_fn(model_fn: user_module_lib.ModuleFunction) -> ModelFn:
     model_fn: the module's `model_fn(features, labels, mode, params[, config])`.
 
   Returns:
-    A model_fn for TPUEstimator with the full argument list.
+    A model_fn for TPUEstimator with the full argument list, returning a
+    TPUEstimatorSpec, or in PREDICT also a tf.estimator.EstimatorSpec
+    (TPUEstimator exports both tag sets from one).
   """
   passes_config = 'config' in model_fn.parameters
 
@@ -129,6 +131,12 @@ def checked_model_fn(model_fn: user_module_lib.ModuleFunction) -> ModelFn:
           f'raised {type(e).__name__} in mode {mode!r}: {e}'
           f'{model_fn_hints(features, labels, e, params)}') from e
     if isinstance(spec, tf.compat.v1.estimator.tpu.TPUEstimatorSpec):
+      return spec
+    if (isinstance(spec, tf_estimator.EstimatorSpec) and
+        mode == tf_estimator.ModeKeys.PREDICT):
+      # TPUEstimator exports both tag sets from it (tensorflow/tpu's ResNet
+      # returns one); it refuses one only in predict() on a TPU, which
+      # TPUTrainer does not call.
       return spec
     if isinstance(spec, tf_estimator.EstimatorSpec):
       raise model_fn.error(

@@ -20,20 +20,24 @@ from tfx_tpu_trainer.preflight import precision
 from tfx_tpu_trainer.preflight import report as preflight_report
 from tfx_tpu_trainer.preflight import sample as preflight_sample
 from tfx_tpu_trainer.preflight import spec_checks
+from tfx_tpu_trainer.preflight import xla_flags
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.tpu import facts as tpu_facts
 from tfx_tpu_trainer.training import estimator_builder
 
 __all__ = ['DEFAULT_NUM_SHARDS', 'ERROR', 'WARNING', 'INFO', 'ModeKeys',
-           'resolve_num_shards', 'per_shard_batch_size', 'run_preflight',
-           'check_before_training']
+           'Progress', 'resolve_num_shards', 'per_shard_batch_size',
+           'run_preflight', 'check_before_training']
 
 DEFAULT_NUM_SHARDS = 8
 
 ERROR, WARNING, INFO = (preflight_report.ERROR, preflight_report.WARNING,
                         preflight_report.INFO)
+# The phases that build, compile and run a step (the slow ones), and how
+# their progress lines name the step.
+_STEPS = {'train': 'the train step', 'eval': 'the eval step',
+          'export': "the export's PREDICT step"}
 ModeKeys = tf_estimator.ModeKeys
-_TPU_SPEC = tf.compat.v1.estimator.tpu.TPUEstimatorSpec
 _INFEED_DTYPES_REJECTED = tpu_facts.INFEED_REJECTED_DTYPES
 
 
@@ -85,6 +89,20 @@ def _named_specs(structure: Any, what: str) -> Dict[str, Any]:
   return {what: structure}
 
 
+def _holds_batch(shape: tf.TensorShape, batch_size: int,
+                 sample_batch_size: int) -> bool:
+  """Whether a static shape holds a batch of `batch_size` examples.
+
+  Not on its first axis alone: with `transpose_input`, tensorflow/tpu's
+  image models infeed [height, width, channels, batch] (MnasNet) or that
+  flattened (ResNet), and their model_fns undo it; the labels keep the
+  batch first (SampleBatch.batch_size).
+  """
+  dims = shape.as_list()
+  return batch_size in dims or (sample_batch_size == batch_size and
+                                shape.num_elements() % batch_size == 0)
+
+
 def _input_findings(sample: preflight_sample.SampleBatch,
                     batch_size: int) -> List[preflight_report.Finding]:
   """The input's element_spec against what TPU infeed takes."""
@@ -124,7 +142,7 @@ def _input_findings(sample: preflight_sample.SampleBatch,
           'input', fix='Batch with drop_remainder=True (the default input '
           'does) and pad variable-length features to a fixed length.',
           where=name))
-    elif shape[0] != batch_size:
+    elif not _holds_batch(shape, batch_size, sample.batch_size):
       findings.append(preflight_report.Finding(
           'input-batch-size', WARNING,
           f'has {shape[0]} examples per batch, but each shard asks for '
@@ -267,11 +285,20 @@ class _HostCalls:
     return host_fn
 
 
+Progress = Callable[[str], None]
+
+
+def _log_progress(message: str) -> None:
+  logging.info('TPU preflight: %s', message)
+
+
 class _Phases:
   """Runs the phases of one preflight and collects their findings."""
 
-  def __init__(self, report: preflight_report.PreflightReport):
+  def __init__(self, report: preflight_report.PreflightReport,
+               progress: Progress):
     self.report = report
+    self.progress = progress
 
   def run(self, phase: str,
           fn: Callable[[], List[preflight_report.Finding]]) -> None:
@@ -287,6 +314,8 @@ class _Phases:
           f'the {phase} check failed: {type(e).__name__}: {e}', phase)]
     self.report.findings.extend(findings)
     self.report.seconds[phase] = round(time.time() - start, 2)
+    if phase in _STEPS:
+      self.progress(f'{phase}: done in {self.report.seconds[phase]:.1f}s.')
 
 
 class _Preflight:
@@ -294,7 +323,8 @@ class _Preflight:
 
   def __init__(self, model_fn, config, params, sample, num_shards,
                serving_input_receiver_fn, workdir, embedding=None,
-               export_blocked=False):
+               export_blocked=False, progress: Progress = _log_progress):
+    self.progress = progress
     self.model_fn = model_fn
     self.embedding = embedding
     # The TPU embedding checks failed: the export would fail the same way.
@@ -319,11 +349,14 @@ class _Preflight:
       params['batch_size'] = self.sample.batch_size
     return params
 
-  def _build(self, mode, params, labels, outputs_fn, phase):
+  def _build(self, mode, params, labels, outputs_fn, phase, features=None):
     """Builds the step; a failing model_fn becomes a finding."""
+    self.progress(f'{phase}: building {_STEPS[phase]} (the model_fn, as on a '
+                  'TPU) ...')
     try:
       return preflight_graph.build_step(
-          self.model_fn, mode, params, self.run_config, self.features,
+          self.model_fn, mode, params, self.run_config,
+          self.features if features is None else features,
           labels, self.num_shards, outputs_fn, self.withheld)
     except spec_checks.SpecProblem:
       raise
@@ -336,6 +369,9 @@ class _Preflight:
 
   def _run(self, step, phase, **kwargs):
     """Runs the step; XLA errors as findings (minus ops already reported)."""
+    self.progress(
+        f'{phase}: XLA-compiling {_STEPS[phase]} for CPU and running it once '
+        f'({len(step.ops)} ops; the more ops, the longer the compile) ...')
     try:
       return preflight_graph.run_step(step, **kwargs), []
     except tf.errors.OpError as e:
@@ -365,7 +401,10 @@ class _Preflight:
     host = _HostCalls(phase)
     run, run_findings = self._run(
         step, phase, host_fn=host.train_host_fn(step.spec.host_call),
-        checkpoint_prefix=os.path.join(self.workdir, 'preflight', 'model.ckpt'))
+        # In config.model_dir: an export that reads the latest checkpoint
+        # there (MnasNet's moving averages) finds this one.
+        checkpoint_prefix=os.path.join(self.run_config.model_dir,
+                                       'model.ckpt'))
     findings = preflight_graph.fold_knock_on(
         step, findings + host.findings + run_findings)
     if run is not None:
@@ -422,18 +461,21 @@ class _Preflight:
              ] + self._export_findings(phase)
 
     def outputs(spec):
-      if not isinstance(spec, (_TPU_SPEC, tf_estimator.EstimatorSpec)):
-        raise spec_checks.SpecProblem(preflight_report.Finding(
-            'spec', ERROR, f'the model_fn returned {type(spec).__name__} in '
-            "mode 'infer'; it must return a TPUEstimatorSpec.", phase))
-      if spec.predictions is None:
-        raise spec_checks.SpecProblem(preflight_report.Finding(
-            'spec', ERROR, "the TPUEstimatorSpec of mode 'infer' has no "
-            'predictions.', phase))
+      spec_checks.require(spec, ModeKeys.PREDICT, ('predictions',), phase)
       return [t for t in tf.nest.flatten(spec.predictions)]
 
+    features = None
+    if self.serving_input_receiver_fn is not None:
+      try:
+        features, _ = _infeedable(preflight_sample.serving_features(
+            self.serving_input_receiver_fn, self.features,
+            self.sample.batch_size))
+      except Exception:  # pylint: disable=broad-except
+        # The export below reports the serving input's failure.
+        logging.exception('The serving input failed; the PREDICT step is '
+                          'checked on the training sample.')
     step = self._build(ModeKeys.PREDICT, self._step_params(False), None,
-                       outputs, phase)
+                       outputs, phase, features)
     findings = preflight_graph.check_ops(step, phase)
     run, run_findings = self._run(step, phase)
     findings = preflight_graph.fold_knock_on(step, findings + run_findings)
@@ -456,6 +498,8 @@ class _Preflight:
                 else 'the train step did not run')
       return [preflight_report.Finding('export-skipped', INFO,
                       f'the dual-tag export was not tried: {reason}.', phase)]
+    self.progress(f'{phase}: exporting the {{serve}} and {{serve, tpu}} '
+                  'SavedModel ...')
     try:
       path = self._export(export_to_tpu=True)
     except Exception as e:  # pylint: disable=broad-except
@@ -538,8 +582,14 @@ def run_preflight(
     num_shards: Optional[int] = None,
     serving_input_receiver_fn: Optional[Callable[[], Any]] = None,
     embedding: Optional[embedding_spec.EmbeddingSpec] = None,
+    progress: Optional[Progress] = None,
 ) -> preflight_report.PreflightReport:
   """Checks on CPU that `model_fn` trains, evaluates and exports on TPU.
+
+  Most of its time is XLA's CPU compile of the train step, which grows with
+  the step's ops (the model's layers and their gradients), then the eval
+  and export steps; the batch and data sizes matter little. It compiles
+  with xla_flags.FAST_COMPILE_FLAGS.
 
   Args:
     model_fn: the TPU model_fn (e.g. `PreparedRun.model_fn`).
@@ -554,6 +604,8 @@ def run_preflight(
     embedding: the module's TPU embedding tables: checked against the
       sample, the hosts and the columns the model_fn reads; the steps get
       the activations TPU embedding would hand them.
+    progress: called with a line as each step starts and ends (default:
+      absl logging).
 
   Returns:
     The report; `report.ok` when no error was found.
@@ -561,7 +613,8 @@ def run_preflight(
   shards, assumed = resolve_num_shards(config, num_shards)
   report = preflight_report.PreflightReport(source=subject, num_shards=shards,
                            sample_origin=sample.origin)
-  phases = _Phases(report)
+  progress = progress or _log_progress
+  phases = _Phases(report, progress)
   phases.run('config', lambda: _config_findings(config, shards, assumed))
   if embedding is not None:
     phases.run(embedding_checks.PHASE, lambda: (
@@ -576,11 +629,13 @@ def run_preflight(
         'skipped', INFO, 'the model checks need a dense sample; fix the '
         'input findings first.', 'input'))
     return report
-  with tempfile.TemporaryDirectory(prefix='tpu-preflight-') as workdir:
+  with tempfile.TemporaryDirectory(
+      prefix='tpu-preflight-') as workdir, xla_flags.fast_cpu_compiles():
     state = _Preflight(
         model_fn, config, params, sample, shards, serving_input_receiver_fn,
         workdir, embedding, export_blocked=any(
-            f.phase == embedding_checks.PHASE for f in report.errors))
+            f.phase == embedding_checks.PHASE for f in report.errors),
+        progress=progress)
     phases.run('train', state.train)
     phases.run('eval', state.evaluate)
     phases.run('export', state.export)
