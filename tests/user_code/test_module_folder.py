@@ -77,6 +77,23 @@ def test_package_folders_are_the_importable_ones(module_dir):
                                                             'mixnet']
 
 
+def test_a_pipeline_root_beside_the_module_is_not_packaged(module_dir,
+                                                          monkeypatch):
+  """`run` puts its temporary files (the wheel's setup.py) in the root."""
+  root = module_dir / 'root'
+  temp = root / '_tmp' / 'run-1'
+  temp.mkdir(parents=True)
+  (temp / 'leftover_setup.py').write_text('')
+  monkeypatch.setenv('TMPDIR', str(temp))
+  monkeypatch.setattr(module_folder.tempfile, 'tempdir', None)
+  trainer = _packaged_trainer(module_dir / 'my_main.py', root)
+  (wheel,) = glob.glob(str(root / '_wheels' / '*.whl'))
+  with zipfile.ZipFile(wheel) as packaged:
+    tops = {name.split('/')[0] for name in packaged.namelist()}
+  assert {'configs', 'mixnet'} <= tops and 'root' not in tops
+  assert trainer.exec_properties['module_path'].startswith('my_main@')
+
+
 def test_the_trainer_imports_the_package_folders_from_the_wheel(
     module_dir, tmp_path):
   trainer = _packaged_trainer(module_dir / 'my_main.py', tmp_path / 'root')

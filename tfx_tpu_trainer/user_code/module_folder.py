@@ -3,7 +3,7 @@
 import os
 import shutil
 import tempfile
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 from absl import logging
 from tfx.components.util import udf_utils
@@ -32,12 +32,20 @@ def _holds_python(directory: str) -> bool:
   return False
 
 
-def package_folders(module_dir: str) -> List[str]:
+def _contains(folder: str, path: str) -> bool:
+  folder = os.path.realpath(folder)
+  return os.path.commonpath([folder, os.path.realpath(path)]) == folder
+
+
+def package_folders(module_dir: str,
+                    outputs: Sequence[str] = ()) -> List[str]:
   """The folders beside a module that it can import as packages.
 
   Those whose name is a Python identifier and that hold .py files (at any
   depth: namespace packages too), except Python environments (a folder
-  with `pyvenv.cfg` or `site-packages`).
+  with `pyvenv.cfg` or `site-packages`) and folders that hold one of
+  `outputs` (a pipeline root beside the module: its temporary files hold
+  the setup.py of the wheel being built).
   """
   folders = []
   for name in sorted(os.listdir(module_dir)):
@@ -45,7 +53,8 @@ def package_folders(module_dir: str) -> List[str]:
     if (not os.path.isdir(path) or not name.isidentifier() or
         name == '__pycache__' or
         any(os.path.exists(os.path.join(path, marker))
-            for marker in _ENVIRONMENT_MARKERS)):
+            for marker in _ENVIRONMENT_MARKERS) or
+        any(_contains(path, output) for output in outputs)):
       continue
     if _holds_python(path):
       folders.append(name)
@@ -94,7 +103,10 @@ def package_module_file(component_id: str, module_file: str,
   from tfx.utils import io_utils  # pylint: disable=g-import-not-at-top
   local = os.path.abspath(io_utils.ensure_local(module_file))
   module_dir = os.path.dirname(local)
-  folders = package_folders(module_dir)
+  outputs = [tempfile.gettempdir()]
+  if pipeline_root and '://' not in pipeline_root:
+    outputs.append(pipeline_root)
+  folders = package_folders(module_dir, outputs)
   if not folders:
     return udf_utils.package_user_module_file(component_id, module_file,
                                               pipeline_root)[1]
