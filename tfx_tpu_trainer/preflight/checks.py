@@ -465,7 +465,9 @@ class _Preflight:
       return [t for t in tf.nest.flatten(spec.predictions)]
 
     features = None
-    if self.serving_input_receiver_fn is not None:
+    # With TPU embeddings the step reads the activations the sample carries;
+    # the serving input's ids are looked up outside the TPU computation.
+    if self.serving_input_receiver_fn is not None and self.embedding is None:
       try:
         features, _ = _infeedable(preflight_sample.serving_features(
             self.serving_input_receiver_fn, self.features,
