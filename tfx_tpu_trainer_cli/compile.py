@@ -9,7 +9,8 @@ import tempfile
 import time
 from typing import List, Optional, Sequence
 
-from tfx_tpu_trainer.kubeflow import beam_args as beam_args_lib
+from tfx_tpu_trainer.beam import pipeline_args
+from tfx_tpu_trainer.beam import runners as beam_runners
 from tfx_tpu_trainer.kubeflow import options as compile_options
 from tfx_tpu_trainer.kubeflow import pod_requests
 from tfx_tpu_trainer.tpu import runtimes
@@ -203,7 +204,7 @@ def add_parser(subparsers) -> None:
                       help='Memory request of the trainer pod (e.g. 32Gi).')
   parser.add_argument(
       '--beam-arg', action='append', default=[], metavar='ARG',
-      help=beam_args_lib.HELP)
+      help=pipeline_args.HELP)
   parser.add_argument('--use-gcp-secret', action='store_true',
                       help='kubeflow: mount the user-gcp-sa secret on every '
                       'step (TFX\'s option).')
@@ -372,8 +373,8 @@ def _output_path(args, runner: str, pipeline_name: str) -> str:
 def _beam_args(values: Sequence[str]) -> List[str]:
   """Each --beam-arg is one `--name=value` (or `--flag`) Beam accepts."""
   try:
-    return beam_args_lib.validate(values)
-  except beam_args_lib.BeamArgError as e:
+    return beam_runners.validate(values)
+  except pipeline_args.BeamArgError as e:
     raise common.UsageError(str(e)) from e
 
 

@@ -139,27 +139,27 @@ def _beam_args(values, pipeline_root: Optional[str], existing=()) -> list:
   Beam's options only: no TFX or TensorFlow loads. Without `pipeline_root`,
   the checks of where the workers must run are left out.
   """
-  from tfx_tpu_trainer.kubeflow import beam_args as beam_args_lib  # pylint: disable=g-import-not-at-top
   if not values:
     return list(existing)
-  from tfx_tpu_trainer.kubeflow import beam_runners  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.beam import pipeline_args  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.beam import runners  # pylint: disable=g-import-not-at-top
   try:
-    beam_args_lib.validate(values, on_cluster=False)
-    merged = beam_args_lib.merged(values, existing, cluster_defaults=False)
-    beam_args_lib.validate([a for a in merged if isinstance(a, str)],
-                           on_cluster=False, pipeline_root=pipeline_root)
-  except beam_args_lib.BeamArgError as e:
+    runners.validate(values, on_cluster=False)
+    merged = pipeline_args.merged(values, existing, defaults=())
+    runners.validate([a for a in merged if isinstance(a, str)],
+                     on_cluster=False, pipeline_root=pipeline_root)
+  except pipeline_args.BeamArgError as e:
     raise common.UsageError(str(e)) from e
-  return merged + beam_runners.job_defaults(merged)
+  return merged + runners.job_defaults(merged)
 
 
 def _check_beam_services(beam_args) -> None:
   """The job server and worker pool the Beam args name answer now."""
-  from tfx_tpu_trainer.kubeflow import beam_args as beam_args_lib  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer.kubeflow import beam_runners  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.beam import pipeline_args  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.beam import runners  # pylint: disable=g-import-not-at-top
   try:
-    beam_runners.check_services_answer(beam_args)
-  except beam_args_lib.BeamArgError as e:
+    runners.check_services_answer(beam_args)
+  except pipeline_args.BeamArgError as e:
     raise common.UsageError(str(e)) from e
 
 
@@ -615,7 +615,7 @@ def _merge_beam_args(pipeline, beam_args) -> None:
   that does not answer fails the run here, not 60 s into ExampleGen.
   """
   from tfx.dsl.components.base import executor_spec  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer.kubeflow import beam_runners  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.beam import runners  # pylint: disable=g-import-not-at-top
   asked = []
   for node in pipeline.components:
     if not isinstance(node.executor_spec, executor_spec.BeamExecutorSpec):
@@ -627,7 +627,7 @@ def _merge_beam_args(pipeline, beam_args) -> None:
           spec.beam_pipeline_args)
     else:  # The pipeline's own portable runner outlives a minute too.
       spec.beam_pipeline_args = list(spec.beam_pipeline_args) + (
-          beam_runners.job_defaults(spec.beam_pipeline_args))
+          runners.job_defaults(spec.beam_pipeline_args))
     if spec.beam_pipeline_args not in asked:
       _check_beam_services(spec.beam_pipeline_args)
       asked.append(spec.beam_pipeline_args)
