@@ -17,6 +17,7 @@ from tfx_tpu_trainer_cli import csv_checks
 from tfx_tpu_trainer_cli import module_checks
 from tfx_tpu_trainer_cli import output_root as output_root_lib
 from tfx_tpu_trainer_cli import paths
+from tfx_tpu_trainer_cli import pipeline_choice
 
 __all__ = ['DEFAULT_EVALUATIONS', 'add_parser']
 
@@ -51,11 +52,7 @@ def add_parser(subparsers) -> None:
                       'go (default: ./tfx_output).')
   parser.add_argument('--pipeline-name', default=None,
                       help='Pipeline name (default: taxi_tpu).')
-  for flag in ('--train-steps', '--eval-steps', '--train-batch-size',
-               '--eval-batch-size'):
-    parser.add_argument(flag, type=common.positive_int, default=None,
-                        help=f'{common.BUNDLED_FLAG_HELP[flag]} (default: '
-                        f'{_BUNDLED_ONLY[flag][1]}).')
+  _TAXI_OPTIONS.add_step_arguments(parser)
   parser.add_argument(
       '--eval-every-steps', type=common.non_negative_int, default=None,
       help='Evaluate every N training steps (the eval curves of the '
@@ -164,13 +161,10 @@ def _check_beam_services(beam_args) -> None:
 
 
 # Options of the bundled pipeline only: flag -> (attribute, default).
-_BUNDLED_ONLY = {
+_TAXI_OPTIONS = pipeline_choice.TaxiOptions({
     '--data-root': ('data_root', None),
     '--pipeline-name': ('pipeline_name', None),
-    '--train-steps': ('train_steps', 1000),
-    '--eval-steps': ('eval_steps', 50),
-    '--train-batch-size': ('train_batch_size', 64),
-    '--eval-batch-size': ('eval_batch_size', 64),
+    **pipeline_choice.STEP_OPTIONS,
     '--module-file': ('module_file', None),
     '--model': ('model', None),
     '--preprocessing-module-file': ('preprocessing_module_file', None),
@@ -187,23 +181,7 @@ _BUNDLED_ONLY = {
     '--tpu-name': ('tpu_name', None),
     '--tpu-zone': ('tpu_zone', None),
     '--tpu-project': ('tpu_project', None),
-}
-
-
-def _bundled_only_options(args) -> None:
-  """Refuses the taxi pipeline's options with --pipeline; fills defaults."""
-  if args.pipeline:
-    given = [flag for flag, (attr, _) in _BUNDLED_ONLY.items()
-             if getattr(args, attr, None) is not None]
-    if given:
-      raise common.UsageError(
-          f'{", ".join(given)} {"applies" if len(given) == 1 else "apply"} to '
-          'the bundled taxi pipeline only; with --pipeline, your function '
-          'sets its data, steps, module files and TPU.')
-    return
-  for attr, default in _BUNDLED_ONLY.values():
-    if getattr(args, attr, None) is None:
-      setattr(args, attr, default)
+}, set_by_your_pipeline='its data, steps, module files and TPU')
 
 
 def _existing_file(path: Optional[str], default: str, flag: str) -> str:
@@ -280,7 +258,7 @@ def _static_run_args(args) -> dict:
     The run's options (`local_runner.local_options`), without the
     Evaluator's keys.
   """
-  _bundled_only_options(args)
+  _TAXI_OPTIONS.check(args)
   if args.pipeline_name is not None:
     _check_pipeline_name(args.pipeline_name, '--pipeline-name')
   data_root = os.path.abspath(args.data_root or paths.embedded_data_root())
@@ -349,7 +327,10 @@ def _checked_run_args(args, options: dict) -> dict:
   """
   _check_modules(options['trainer_module_file'],
                  options['preprocessing_module_file'], args.label_key)
-  options = options | _evaluator_options(args, options)
+  options = options | pipeline_choice.evaluator_options(
+      args, options['trainer_module_file'],
+      options['preprocessing_module_file'], options['data_root'],
+      options['custom_config'])
   _check_tpu_answers(config_lib.TrainerConfig.from_custom_config(
       options['custom_config']))
   return options
@@ -410,21 +391,6 @@ def _check_modules(module_file: str, preprocessing_module_file: str,
   module_checks.check_trainer_module(module_file, label_key,
                                      preprocessing_outputs,
                                      preprocessing_module_file)
-
-
-def _evaluator_options(args, options) -> dict:
-  """The Evaluator's keys, following the trainer module (evaluator_keys.py).
-
-  The bundled modules keep the pipeline's own keys; another module, another
-  preprocessing module or an override is traced before any component runs.
-  """
-  if (args.module_file is None and args.preprocessing_module_file is None and
-      args.eval_label_key is None and args.eval_prediction_key is None):
-    return {}
-  return common.evaluator_options(
-      options['trainer_module_file'], options['preprocessing_module_file'],
-      options['data_root'], options['custom_config'], args.eval_label_key,
-      args.eval_prediction_key)
 
 
 def _check_trainer_module(module_file: str,
@@ -563,7 +529,7 @@ def _checked_taxi_pipeline(args, output_root: str):
 def _static_user_pipeline_args(args, output_root: str) -> None:
   """`run --pipeline`: what is known before the file (and TFX) is imported."""
   from tfx_tpu_trainer_cli import user_pipeline  # pylint: disable=g-import-not-at-top
-  _bundled_only_options(args)
+  _TAXI_OPTIONS.check(args)
   user_pipeline.check_spec(args.pipeline)
   _check_output_root(output_root)
 
