@@ -1,4 +1,4 @@
-"""Beam pipeline arguments: each one option Beam knows, merged, the runner chosen."""
+"""Beam pipeline arguments: one known option each, merged, the runner chosen."""
 
 import argparse
 import re

@@ -1,4 +1,4 @@
-"""What each Beam runner needs, checked on the options as Beam 2.59 parses them."""
+"""What each Beam runner needs, checked on the options Beam 2.59 parses."""
 
 import re
 import shutil
