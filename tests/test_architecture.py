@@ -308,6 +308,40 @@ def test_at_most_ten_flat_library_modules():
       'kubeflow/).')
 
 
+def folder_module_graphs() -> Dict[str, Graph]:
+  """Import edges between the modules of each folder of the parts.
+
+  An import inside a function counts: one that closes a circle hides it.
+  """
+  graphs: Dict[str, Graph] = {}
+  for part in PARTS:
+    for path in _python_files(part):
+      folder = os.path.dirname(path)
+      graph = graphs.setdefault(os.path.relpath(folder, REPO_ROOT), {})
+      source = os.path.splitext(os.path.basename(path))[0]
+      graph.setdefault(source, set())
+      for module in _imported_modules(path):
+        names = module.split('.')
+        target = _module_file(names) or _module_file(names[:-1])
+        if (target and target != path and os.path.dirname(target) == folder
+            and os.path.basename(target) != '__init__.py'):
+          graph[source].add(os.path.splitext(os.path.basename(target))[0])
+  return graphs
+
+
+def test_no_import_cycle_between_the_modules_of_a_folder():
+  cycles = []
+  for folder, graph in sorted(folder_module_graphs().items()):
+    try:
+      floors(graph)
+    except AssertionError as e:
+      cycles.append(f'{folder}/: {e}')
+  assert not cycles, (
+      'Modules of one folder import each other in a circle (an import inside '
+      'a function counts): move what both need into a module below them.\n'
+      + '\n'.join(cycles))
+
+
 def test_render_table_floors_and_cycles():
   graph = {'a': {'b', 'c'}, 'b': {'c'}, 'c': set()}
   assert render_table(graph) == '\n'.join([

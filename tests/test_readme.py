@@ -24,6 +24,7 @@ import pytest
 
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer_cli import main as cli
+from tfx_tpu_trainer_cli import pipeline_choice
 from tfx_tpu_trainer_cli import run as run_command
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -38,8 +39,8 @@ DOCS = ['README.md'] + sorted(
 # A fresh login's environment: the system's PATH and a HOME, nothing else.
 FRESH_ENV = {'HOME': os.environ.get('HOME', '/root'),
              'PATH': '/usr/local/bin:/usr/bin:/bin', 'LANG': 'C.UTF-8'}
-DEFAULT_TRAIN_STEPS = run_command._BUNDLED_ONLY['--train-steps'][1]  # pylint: disable=protected-access
-DEFAULT_BATCH_SIZE = run_command._BUNDLED_ONLY['--train-batch-size'][1]  # pylint: disable=protected-access
+DEFAULT_TRAIN_STEPS = pipeline_choice.STEP_OPTIONS['--train-steps'][1]
+DEFAULT_BATCH_SIZE = pipeline_choice.STEP_OPTIONS['--train-batch-size'][1]
 
 
 def _sh_blocks(text=README):

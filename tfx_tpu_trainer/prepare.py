@@ -1,7 +1,7 @@
 """A training run's set-up, shared by the executor and the preflight CLI."""
 
 import dataclasses
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Collection, Dict, List, Mapping, Optional
 
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx.components.trainer import fn_args_utils
@@ -19,7 +19,7 @@ from tfx_tpu_trainer.publishing import serving
 from tfx_tpu_trainer.publishing import serving_inputs
 
 __all__ = ['LABEL_KEY_FLAG_NOTE', 'hyperparameter_values', 'build_params',
-           'PreparedRun', 'prepare_run', 'model_fn_source']
+           'label_key_for', 'PreparedRun', 'prepare_run', 'model_fn_source']
 
 # Where command-line users set custom_config['label_key'].
 LABEL_KEY_FLAG_NOTE = 'tfx-tpu-trainer run: --label-key'
@@ -191,7 +191,7 @@ def prepare_run(config: config_lib.TrainerConfig,
       train_steps=fn_args.train_steps if fn_args else None,
       eval_steps=(fn_args.eval_steps or None) if fn_args else None,
       model_dir=model_dir)
-  label_key = config.label_key or module.label_key
+  label_key = label_key_for(config.label_key, module)
   if module.run_fn is not None:
     # The run_fn builds its model: under the bfloat16 policy if asked.
     with keras_adapter.bfloat16_policy(config.bfloat16):
@@ -283,6 +283,22 @@ def _check_config_for_module(config: config_lib.TrainerConfig,
         '(or build_keras_model) that builds in bfloat16.')
 
 
+def label_key_for(configured: Optional[str],
+                  module: user_module_lib.UserModule,
+                  feature_names: Collection[str] = ()) -> Optional[str]:
+  """The label a run reads, or None when nothing names one.
+
+  Args:
+    configured: custom_config's `label_key`, first if given.
+    module: the user module: its LABEL_KEY, else the first label a stock
+      module names that `feature_names` holds.
+    feature_names: the features of the examples the model reads.
+  """
+  return configured or module.label_key or next(
+      (key for key in module.label_key_candidates if key in feature_names),
+      None)
+
+
 def _stock_label_key(module: user_module_lib.UserModule,
                      schemas: Optional[schemas_lib.ExampleSchemas]
                      ) -> Optional[str]:
@@ -291,9 +307,9 @@ def _stock_label_key(module: user_module_lib.UserModule,
   if not candidates or schemas is None:
     return None
   features = schemas_lib.feature_spec(schemas.examples)
-  for key in candidates:
-    if key in features:
-      return key
+  found = label_key_for(None, module, features)
+  if found is not None:
+    return found
   raise config_lib.ConfigError(
       f'No label key: {module.module_file} (a stock Trainer module) names '
       f'the label {list(candidates)}, but none is a feature of the '

@@ -8,24 +8,15 @@ import os
 import re
 import sys
 import textwrap
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import List, Sequence
 
 __all__ = ['EXIT_USAGE', 'EXIT_INTERRUPTED', 'UsageError', 'Interrupted',
            'positive_int', 'non_negative_int', 'CliParser', 'did_you_mean',
-           'output_to_log', 'absl_info_logged', 'evaluator_options']
+           'output_to_log', 'absl_info_logged']
 
 EXIT_USAGE = 2
 # What a shell reports for a command ended by Ctrl-C (128 + SIGINT).
 EXIT_INTERRUPTED = 130
-# What the bundled pipeline's step and batch options set (run, compile).
-BUNDLED_FLAG_HELP = {
-    '--train-steps': 'Training steps, train_args.num_steps',
-    '--eval-steps': 'Steps of each evaluation, eval_args.num_steps',
-    '--train-batch-size': 'Global training batch size, custom_config '
-                          'train_batch_size',
-    '--eval-batch-size': 'Global evaluation batch size, custom_config '
-                         'eval_batch_size',
-}
 
 
 class UsageError(Exception):
@@ -56,6 +47,8 @@ def non_negative_int(text: str) -> int:
   if value < 0:
     raise argparse.ArgumentTypeError(f'must be an integer >= 0, got {value}')
   return value
+
+
 class _HelpFormatter(argparse.HelpFormatter):
   """argparse's help, its lines never broken inside a word at a hyphen.
 
@@ -193,26 +186,3 @@ def absl_info_logged():
     yield
   finally:
     absl_logging.set_verbosity(saved)
-
-
-def evaluator_options(trainer_module_file: str, preprocessing_module_file: str,
-                      data_root: str, custom_config: Mapping[str, Any],
-                      label_key: Optional[str],
-                      prediction_key: Optional[str]) -> Dict[str, Any]:
-  """The taxi pipeline's Evaluator options, for `run` and `compile` alike.
-
-  Raises:
-    UsageError: naming the module and what to pass.
-  """
-  from tfx_tpu_trainer_cli import evaluator_keys  # pylint: disable=g-import-not-at-top
-  try:
-    return evaluator_keys.evaluator_options(
-        trainer_module_file, preprocessing_module_file, data_root,
-        custom_config, label_override=label_key,
-        prediction_override=prediction_key)
-  except evaluator_keys.EvaluatorKeyError as e:
-    raise UsageError(str(e)) from e
-  except Exception as e:  # pylint: disable=broad-except
-    raise UsageError(
-        f'--module-file: the Evaluator\'s keys could not be found from '
-        f'{trainer_module_file}: {type(e).__name__}: {e}') from e

@@ -9,17 +9,19 @@ import tempfile
 import time
 from typing import List, Optional, Sequence
 
-from tfx_tpu_trainer.kubeflow import beam_args as beam_args_lib
+from tfx_tpu_trainer.beam import pipeline_args
+from tfx_tpu_trainer.beam import runners as beam_runners
 from tfx_tpu_trainer.kubeflow import options as compile_options
 from tfx_tpu_trainer.kubeflow import pod_requests
 from tfx_tpu_trainer.tpu import runtimes
 from tfx_tpu_trainer_cli import common
 from tfx_tpu_trainer_cli import paths
+from tfx_tpu_trainer_cli import pipeline_choice
 
 _URI = re.compile(r'^[a-z][a-z0-9+.-]*://\S+$')
 # Options of the bundled pipeline only (a user's pipeline sets its own):
 # flag -> (attribute, default).
-_BUNDLED_ONLY = {
+_TAXI_OPTIONS = pipeline_choice.TaxiOptions({
     '--pipeline-root': ('pipeline_root', None),
     '--data-root': ('data_root', None),
     '--serving-model-dir': ('serving_model_dir', None),
@@ -29,12 +31,9 @@ _BUNDLED_ONLY = {
     '--preprocessing-module-file': ('preprocessing_module_file', None),
     '--eval-label-key': ('eval_label_key', None),
     '--eval-prediction-key': ('eval_prediction_key', None),
-    '--train-steps': ('train_steps', 1000),
-    '--eval-steps': ('eval_steps', 50),
-    '--train-batch-size': ('train_batch_size', 64),
-    '--eval-batch-size': ('eval_batch_size', 64),
+    **pipeline_choice.STEP_OPTIONS,
     '--bulk-infer': ('bulk_infer', False),
-}
+}, set_by_your_pipeline='its pipeline root, data, steps and module files')
 # Options that only one TPU style reads.
 _TPU_VM_FLAGS = (('accelerator', '--accelerator'), ('topology', '--topology'),
                  ('chips', '--chips'), ('tpu_runtime', '--tpu-runtime'))
@@ -203,15 +202,11 @@ def add_parser(subparsers) -> None:
                       help='Memory request of the trainer pod (e.g. 32Gi).')
   parser.add_argument(
       '--beam-arg', action='append', default=[], metavar='ARG',
-      help=beam_args_lib.HELP)
+      help=pipeline_args.HELP)
   parser.add_argument('--use-gcp-secret', action='store_true',
                       help='kubeflow: mount the user-gcp-sa secret on every '
                       'step (TFX\'s option).')
-  for flag in ('--train-steps', '--eval-steps', '--train-batch-size',
-               '--eval-batch-size'):
-    parser.add_argument(flag, type=common.positive_int, default=None,
-                        help=f'{common.BUNDLED_FLAG_HELP[flag]} (default: '
-                        f'{_BUNDLED_ONLY[flag][1]}).')
+  _TAXI_OPTIONS.add_step_arguments(parser)
   parser.add_argument(
       '--bulk-infer', dest='bulk_infer', action='store_const', const=True,
       default=None,
@@ -241,30 +236,22 @@ def _add_tpu_runtime_arguments(parser) -> None:
       'Vertex AI job cannot schedule the trainer on a GKE TPU VM slice).')
 
 
-def _bundled_only_options(args) -> None:
-  """Refuses the taxi pipeline's options with --pipeline; fills defaults."""
+def _taxi_options(args) -> None:
+  """The taxi pipeline's options: refused with --pipeline, else complete."""
+  _TAXI_OPTIONS.check(args)
   if args.pipeline:
-    given = [flag for flag, (attr, _) in _BUNDLED_ONLY.items()
-             if getattr(args, attr) is not None]
-    if given:
-      raise common.UsageError(
-          f'{_flags(given)} {"applies" if len(given) == 1 else "apply"} to '
-          'the bundled taxi pipeline only; with --pipeline, your function '
-          'sets its pipeline root, data, steps and module files.')
     return
   if args.module_files_in_image:
     raise common.UsageError(
         '--module-files-in-image needs --pipeline (the taxi pipeline\'s '
         'module files are always in the image).')
-  missing = [flag for flag in ('--pipeline-root', '--data-root')
-             if getattr(args, _BUNDLED_ONLY[flag][0]) is None]
+  missing = [flag for flag, value in (('--pipeline-root', args.pipeline_root),
+                                      ('--data-root', args.data_root))
+             if value is None]
   if missing:
     raise common.UsageError(
         f'the following arguments are required: {", ".join(missing)} (or '
         'compile your own pipeline with --pipeline FILE:FUNCTION).')
-  for attr, default in _BUNDLED_ONLY.values():
-    if getattr(args, attr) is None:
-      setattr(args, attr, default)
 
 
 def _location(value: str, flag: str) -> str:
@@ -372,8 +359,8 @@ def _output_path(args, runner: str, pipeline_name: str) -> str:
 def _beam_args(values: Sequence[str]) -> List[str]:
   """Each --beam-arg is one `--name=value` (or `--flag`) Beam accepts."""
   try:
-    return beam_args_lib.validate(values)
-  except beam_args_lib.BeamArgError as e:
+    return beam_runners.validate(values)
+  except pipeline_args.BeamArgError as e:
     raise common.UsageError(str(e)) from e
 
 
@@ -471,7 +458,7 @@ def validate_compile_args(args):
   from tfx_tpu_trainer import config as config_lib  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer.kubeflow import compiler  # pylint: disable=g-import-not-at-top
 
-  _bundled_only_options(args)
+  _taxi_options(args)
   runner = args.runner
   pipeline_name = (args.pipeline_name or
                    kubeflow_compile.default_pipeline_name(runner))
@@ -488,7 +475,7 @@ def validate_compile_args(args):
         paths.MODEL_MODULE_FILES[args.model])
   if args.preprocessing_module_file is not None:
     module_files.update(_preprocessing_fn(args.preprocessing_module_file))
-  eval_options = _evaluator_options(args, kubeflow_compile)
+  eval_options = _evaluator_options(args)
   options = kubeflow_compile.CompileOptions(
       runner=runner,
       pipeline_root=_location(args.pipeline_root, '--pipeline-root'),
@@ -535,16 +522,13 @@ def validate_compile_args(args):
   return options
 
 
-def _evaluator_options(args, kubeflow_compile) -> dict:
+def _evaluator_options(args) -> dict:
   """The Evaluator's keys as `run` finds them for the same module files.
 
   The module files are named by their paths inside the image; they are
   read from the same paths here (and the CSV columns from --data-root),
-  unless both keys are given.
+  unless both keys are given. (The bundled ones are files here too.)
   """
-  if (args.module_file is None and args.preprocessing_module_file is None and
-      args.eval_label_key is None and args.eval_prediction_key is None):
-    return {}
   trainer = args.module_file or paths.model_module_file(
       args.model or paths.DEFAULT_MODEL)
   preprocessing = args.preprocessing_module_file or (
@@ -562,9 +546,8 @@ def _evaluator_options(args, kubeflow_compile) -> dict:
             '--eval-prediction-key probabilities).')
   custom_config = {'train_batch_size': args.train_batch_size,
                    'eval_batch_size': args.eval_batch_size}
-  return common.evaluator_options(trainer, preprocessing, args.data_root,
-                                  custom_config, args.eval_label_key,
-                                  args.eval_prediction_key)
+  return pipeline_choice.evaluator_options(args, trainer, preprocessing,
+                                           args.data_root, custom_config)
 
 
 def _preprocessing_fn(path: str):
@@ -587,7 +570,7 @@ def cluster_options(args):
     common.UsageError: naming the bad option.
   """
   from tfx_tpu_trainer.kubeflow import compiler  # pylint: disable=g-import-not-at-top
-  _bundled_only_options(args)
+  _taxi_options(args)
   _check_cluster_args(args)
   options = compiler.KubeflowOptions(
       runner=args.runner,
@@ -680,7 +663,7 @@ def _static_checks(args):
   if args.pipeline:
     from tfx_tpu_trainer_cli import user_pipeline  # pylint: disable=g-import-not-at-top
     user_pipeline.check_spec(args.pipeline)
-  _bundled_only_options(args)
+  _taxi_options(args)
   if not args.pipeline:
     for flag, value in (('--pipeline-root', args.pipeline_root),
                         ('--data-root', args.data_root)):

@@ -233,10 +233,8 @@ def evaluator_keys(trainer_module_file: str, preprocessing_module_file: str,
   from tfx_tpu_trainer import prepare  # pylint: disable=g-import-not-at-top
   module = user_module.load_user_module({'module_file': trainer_module_file})
   features = transformed_features(preprocessing_module_file, data_root)
-  label = (label_override or custom_config.get('label_key') or
-           module.label_key or next(
-               (k for k in module.label_key_candidates if k in features),
-               None))
+  label = prepare.label_key_for(
+      label_override or custom_config.get('label_key'), module, features)
   if label is None:
     raise EvaluatorKeyError(
         f'No label key for the Evaluator: {trainer_module_file} has no '

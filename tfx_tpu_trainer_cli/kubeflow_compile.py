@@ -13,7 +13,7 @@ __all__ = ['IMAGE_REPO_ROOT', 'IMAGE_COMPONENTS_DIR',
            'IMAGE_TRAINER_MODULE_FILE',
            'PREPROCESSING_FN', 'STEP_ENV', 'CompileOptions',
            'default_pipeline_name', 'pipeline_name', 'tpu_name',
-           'trainer_custom_config', 'pipeline_options', 'beam_pipeline_args',
+           'trainer_custom_config', 'pipeline_options',
            'vertex_accelerator_type', 'step_env', 'kubeflow_options',
            'compile_pipeline']
 
@@ -60,7 +60,7 @@ class CompileOptions:
   use_gcp_sa: bool = False
   preprocessing_fn: str = PREPROCESSING_FN
   trainer_module_file: str = IMAGE_TRAINER_MODULE_FILE
-  # Added to compiler.CLUSTER_BEAM_PIPELINE_ARGS.
+  # Added after the cluster's (beam/pipeline_args.py, CLUSTER_DEFAULTS).
   beam_args: Tuple[str, ...] = ()
   # Folders in the image added to every step's PYTHONPATH (after
   # IMAGE_COMPONENTS_DIR), e.g. that of another preprocessing module.
@@ -142,11 +142,6 @@ def pipeline_options(options: CompileOptions
       bulk_infer=options.bulk_infer,
       # The library's compile adds the cluster's Beam arguments.
       beam_pipeline_args=[])
-
-
-def beam_pipeline_args(beam_args) -> list:
-  """The cluster defaults, overridden and extended by `beam_args`."""
-  return compiler.beam_pipeline_args(beam_args)
 
 
 def vertex_accelerator_type(options: CompileOptions) -> Optional[str]:

@@ -17,6 +17,7 @@ from tfx_tpu_trainer_cli import csv_checks
 from tfx_tpu_trainer_cli import module_checks
 from tfx_tpu_trainer_cli import output_root as output_root_lib
 from tfx_tpu_trainer_cli import paths
+from tfx_tpu_trainer_cli import pipeline_choice
 
 __all__ = ['DEFAULT_EVALUATIONS', 'add_parser']
 
@@ -51,11 +52,7 @@ def add_parser(subparsers) -> None:
                       'go (default: ./tfx_output).')
   parser.add_argument('--pipeline-name', default=None,
                       help='Pipeline name (default: taxi_tpu).')
-  for flag in ('--train-steps', '--eval-steps', '--train-batch-size',
-               '--eval-batch-size'):
-    parser.add_argument(flag, type=common.positive_int, default=None,
-                        help=f'{common.BUNDLED_FLAG_HELP[flag]} (default: '
-                        f'{_BUNDLED_ONLY[flag][1]}).')
+  _TAXI_OPTIONS.add_step_arguments(parser)
   parser.add_argument(
       '--eval-every-steps', type=common.non_negative_int, default=None,
       help='Evaluate every N training steps (the eval curves of the '
@@ -139,38 +136,35 @@ def _beam_args(values, pipeline_root: Optional[str], existing=()) -> list:
   Beam's options only: no TFX or TensorFlow loads. Without `pipeline_root`,
   the checks of where the workers must run are left out.
   """
-  from tfx_tpu_trainer.kubeflow import beam_args as beam_args_lib  # pylint: disable=g-import-not-at-top
   if not values:
     return list(existing)
-  from tfx_tpu_trainer.kubeflow import beam_runners  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.beam import pipeline_args  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.beam import runners  # pylint: disable=g-import-not-at-top
   try:
-    beam_args_lib.validate(values, on_cluster=False)
-    merged = beam_args_lib.merged(values, existing, cluster_defaults=False)
-    beam_args_lib.validate([a for a in merged if isinstance(a, str)],
-                           on_cluster=False, pipeline_root=pipeline_root)
-  except beam_args_lib.BeamArgError as e:
+    runners.validate(values, on_cluster=False)
+    merged = pipeline_args.merged(values, existing, defaults=())
+    runners.validate([a for a in merged if isinstance(a, str)],
+                     on_cluster=False, pipeline_root=pipeline_root)
+  except pipeline_args.BeamArgError as e:
     raise common.UsageError(str(e)) from e
-  return merged + beam_runners.job_defaults(merged)
+  return merged + runners.job_defaults(merged)
 
 
 def _check_beam_services(beam_args) -> None:
   """The job server and worker pool the Beam args name answer now."""
-  from tfx_tpu_trainer.kubeflow import beam_args as beam_args_lib  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer.kubeflow import beam_runners  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.beam import pipeline_args  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.beam import runners  # pylint: disable=g-import-not-at-top
   try:
-    beam_runners.check_services_answer(beam_args)
-  except beam_args_lib.BeamArgError as e:
+    runners.check_services_answer(beam_args)
+  except pipeline_args.BeamArgError as e:
     raise common.UsageError(str(e)) from e
 
 
 # Options of the bundled pipeline only: flag -> (attribute, default).
-_BUNDLED_ONLY = {
+_TAXI_OPTIONS = pipeline_choice.TaxiOptions({
     '--data-root': ('data_root', None),
     '--pipeline-name': ('pipeline_name', None),
-    '--train-steps': ('train_steps', 1000),
-    '--eval-steps': ('eval_steps', 50),
-    '--train-batch-size': ('train_batch_size', 64),
-    '--eval-batch-size': ('eval_batch_size', 64),
+    **pipeline_choice.STEP_OPTIONS,
     '--module-file': ('module_file', None),
     '--model': ('model', None),
     '--preprocessing-module-file': ('preprocessing_module_file', None),
@@ -187,23 +181,7 @@ _BUNDLED_ONLY = {
     '--tpu-name': ('tpu_name', None),
     '--tpu-zone': ('tpu_zone', None),
     '--tpu-project': ('tpu_project', None),
-}
-
-
-def _bundled_only_options(args) -> None:
-  """Refuses the taxi pipeline's options with --pipeline; fills defaults."""
-  if args.pipeline:
-    given = [flag for flag, (attr, _) in _BUNDLED_ONLY.items()
-             if getattr(args, attr, None) is not None]
-    if given:
-      raise common.UsageError(
-          f'{", ".join(given)} {"applies" if len(given) == 1 else "apply"} to '
-          'the bundled taxi pipeline only; with --pipeline, your function '
-          'sets its data, steps, module files and TPU.')
-    return
-  for attr, default in _BUNDLED_ONLY.values():
-    if getattr(args, attr, None) is None:
-      setattr(args, attr, default)
+}, set_by_your_pipeline='its data, steps, module files and TPU')
 
 
 def _existing_file(path: Optional[str], default: str, flag: str) -> str:
@@ -280,7 +258,7 @@ def _static_run_args(args) -> dict:
     The run's options (`local_runner.local_options`), without the
     Evaluator's keys.
   """
-  _bundled_only_options(args)
+  _TAXI_OPTIONS.check(args)
   if args.pipeline_name is not None:
     _check_pipeline_name(args.pipeline_name, '--pipeline-name')
   data_root = os.path.abspath(args.data_root or paths.embedded_data_root())
@@ -349,7 +327,10 @@ def _checked_run_args(args, options: dict) -> dict:
   """
   _check_modules(options['trainer_module_file'],
                  options['preprocessing_module_file'], args.label_key)
-  options = options | _evaluator_options(args, options)
+  options = options | pipeline_choice.evaluator_options(
+      args, options['trainer_module_file'],
+      options['preprocessing_module_file'], options['data_root'],
+      options['custom_config'])
   _check_tpu_answers(config_lib.TrainerConfig.from_custom_config(
       options['custom_config']))
   return options
@@ -410,21 +391,6 @@ def _check_modules(module_file: str, preprocessing_module_file: str,
   module_checks.check_trainer_module(module_file, label_key,
                                      preprocessing_outputs,
                                      preprocessing_module_file)
-
-
-def _evaluator_options(args, options) -> dict:
-  """The Evaluator's keys, following the trainer module (evaluator_keys.py).
-
-  The bundled modules keep the pipeline's own keys; another module, another
-  preprocessing module or an override is traced before any component runs.
-  """
-  if (args.module_file is None and args.preprocessing_module_file is None and
-      args.eval_label_key is None and args.eval_prediction_key is None):
-    return {}
-  return common.evaluator_options(
-      options['trainer_module_file'], options['preprocessing_module_file'],
-      options['data_root'], options['custom_config'], args.eval_label_key,
-      args.eval_prediction_key)
 
 
 def _check_trainer_module(module_file: str,
@@ -563,7 +529,7 @@ def _checked_taxi_pipeline(args, output_root: str):
 def _static_user_pipeline_args(args, output_root: str) -> None:
   """`run --pipeline`: what is known before the file (and TFX) is imported."""
   from tfx_tpu_trainer_cli import user_pipeline  # pylint: disable=g-import-not-at-top
-  _bundled_only_options(args)
+  _TAXI_OPTIONS.check(args)
   user_pipeline.check_spec(args.pipeline)
   _check_output_root(output_root)
 
@@ -615,7 +581,7 @@ def _merge_beam_args(pipeline, beam_args) -> None:
   that does not answer fails the run here, not 60 s into ExampleGen.
   """
   from tfx.dsl.components.base import executor_spec  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer.kubeflow import beam_runners  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.beam import runners  # pylint: disable=g-import-not-at-top
   asked = []
   for node in pipeline.components:
     if not isinstance(node.executor_spec, executor_spec.BeamExecutorSpec):
@@ -627,7 +593,7 @@ def _merge_beam_args(pipeline, beam_args) -> None:
           spec.beam_pipeline_args)
     else:  # The pipeline's own portable runner outlives a minute too.
       spec.beam_pipeline_args = list(spec.beam_pipeline_args) + (
-          beam_runners.job_defaults(spec.beam_pipeline_args))
+          runners.job_defaults(spec.beam_pipeline_args))
     if spec.beam_pipeline_args not in asked:
       _check_beam_services(spec.beam_pipeline_args)
       asked.append(spec.beam_pipeline_args)

@@ -169,7 +169,7 @@ def test_summary_names_the_training_report(capsys, report_path, shown):
 def test_eval_every_steps_default_spreads_evaluations(argv, expected):
   from tfx_tpu_trainer_cli import run  # pylint: disable=g-import-not-at-top
   args = cli.build_parser().parse_args(['run'] + argv)
-  run._bundled_only_options(args)  # pylint: disable=protected-access
+  run._TAXI_OPTIONS.check(args)  # pylint: disable=protected-access
   config = run._run_custom_config(args)  # pylint: disable=protected-access
   assert config.get('eval_every_steps') == expected
   assert config['show_progress'] is True

@@ -747,22 +747,6 @@ def test_beam_args_run_the_data_components_on_dataflow(tmp_path_factory):
         arg[len('--beam-arg='):] for arg in dataflow], name  # No direct_*.
 
 
-def test_beam_args_defaults_and_overrides():
-  from tfx_tpu_trainer_cli import kubeflow_compile  # pylint: disable=g-import-not-at-top
-  assert kubeflow_compile.beam_pipeline_args([]) == [
-      '--direct_running_mode=multi_processing', '--direct_num_workers=0']
-  assert kubeflow_compile.beam_pipeline_args(
-      ['--direct_running_mode=in_memory']) == [
-          '--direct_num_workers=0', '--direct_running_mode=in_memory']
-  assert kubeflow_compile.beam_pipeline_args(
-      ['--runner=DirectRunner', '--direct_num_workers=2']) == [
-          '--direct_running_mode=multi_processing', '--runner=DirectRunner',
-          '--direct_num_workers=2']
-  assert kubeflow_compile.beam_pipeline_args(
-      ['--runner=FlinkRunner', '--flink_master=host:8081']) == [
-          '--runner=FlinkRunner', '--flink_master=host:8081']
-
-
 # Issue 38 item 11: a token in a --beam-arg is masked in the summary, and
 # the summary warns that the compiled file carries it.
 def test_secret_beam_arg_is_masked_in_the_summary_with_a_warning(

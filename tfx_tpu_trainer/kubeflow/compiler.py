@@ -26,8 +26,8 @@ from tfx.utils import proto_utils
 from tfx_tpu_trainer import component as component_lib
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
-from tfx_tpu_trainer.kubeflow import beam_args as beam_args_lib
-from tfx_tpu_trainer.kubeflow import beam_runners
+from tfx_tpu_trainer.beam import pipeline_args
+from tfx_tpu_trainer.beam import runners as beam_runners
 from tfx_tpu_trainer.kubeflow import compiled_files
 from tfx_tpu_trainer.kubeflow import inferrer_steps
 from tfx_tpu_trainer.kubeflow import kfp_v2_protos
@@ -44,12 +44,12 @@ from tfx_tpu_trainer.tpu import worker_group
 from tfx_tpu_trainer.training import tpu_slice as tpu_slice_lib
 
 __all__ = ['KUBEFLOW', 'KUBEFLOW_V2', 'RUNNERS', 'DEFAULT_IMAGE',
-           'NO_PACKAGING_ENV', 'CLUSTER_BEAM_PIPELINE_ARGS',
+           'NO_PACKAGING_ENV',
            'OUTPUT_EXTENSIONS', 'DEFAULT_OUTPUT_SUFFIX', 'VERTEX_JOB_SUFFIX',
            'V2_PIPELINE_NAME', 'KUBERNETES_PLATFORM', 'USE_TPU_KEY', 'TPU_KEY',
            'CUSTOM_CONFIG_KEY', 'CompileError', 'KubeflowOptions',
-           'CompileResult', 'user_modules_not_packaged', 'beam_arg_name',
-           'beam_pipeline_args', 'default_output_file', 'vertex_job_path',
+           'CompileResult', 'user_modules_not_packaged',
+           'default_output_file', 'vertex_job_path',
            'output_paths', 'vertex_accelerator_type', 'tpu_runtime',
            'trainer_image', 'check_cluster_options', 'check_options',
            'tpu_custom_config', 'compile_pipeline', 'TPUSteps']
@@ -59,9 +59,6 @@ KUBEFLOW_V2 = 'kubeflow_v2'
 RUNNERS = kubeflow_options.RUNNERS
 DEFAULT_IMAGE = kubeflow_options.DEFAULT_IMAGE
 NO_PACKAGING_ENV = 'UNSUPPORTED_DO_NOT_PACKAGE_USER_MODULES'
-# Beam's DirectRunner over the pod's cores; dropped when a Beam argument
-# names another runner, and each one replaced by an argument of its name.
-CLUSTER_BEAM_PIPELINE_ARGS = beam_args_lib.CLUSTER_DEFAULTS
 OUTPUT_EXTENSIONS = {
     KUBEFLOW: ('.tar.gz', '.tgz', '.zip', '.yaml', '.yml'),
     KUBEFLOW_V2: ('.yaml', '.yml'),
@@ -118,8 +115,9 @@ class KubeflowOptions:
       the trainers. With a TPU every value is refused, as is the Vertex job
       itself (`vertex_tpu.py`); kept so the refusal can name the value.
     beam_args: Beam arguments added last to every Beam-powered component,
-      each one option Beam accepts (`beam_args.validate`).
-    cluster_beam_defaults: start from `CLUSTER_BEAM_PIPELINE_ARGS`.
+      each one option Beam accepts (`beam/runners.py`, `validate`).
+    cluster_beam_defaults: start from `pipeline_args.CLUSTER_DEFAULTS` (the
+      DirectRunner over the pod's cores).
     step_env: environment variables of every step.
     use_gcp_sa: kubeflow: mount the `user-gcp-sa` secret on every step.
     tpu_runtime: the TPU runtime of a TPU VM request, `se` or `pjrt`
@@ -206,30 +204,6 @@ def user_modules_not_packaged() -> Iterator[None]:
       del os.environ[NO_PACKAGING_ENV]
     else:
       os.environ[NO_PACKAGING_ENV] = previous
-
-
-def beam_arg_name(arg: str) -> str:
-  """`--runner=DataflowRunner` -> `runner`."""
-  return beam_args_lib.name(arg)
-
-
-def beam_pipeline_args(beam_args: Sequence[str],
-                       existing: Sequence[Any] = (),
-                       cluster_defaults: bool = True,
-                       defaults: Sequence[str] = CLUSTER_BEAM_PIPELINE_ARGS
-                      ) -> List[Any]:
-  """The cluster `defaults`, then `existing`, then `beam_args`.
-
-  As `beam_args.merged` merges them.
-
-  Raises:
-    CompileError: a `--runner` Beam does not know.
-  """
-  try:
-    return beam_args_lib.merged(beam_args, existing, cluster_defaults,
-                                defaults)
-  except beam_args_lib.BeamArgError as e:
-    raise CompileError(str(e)) from e
 
 
 def default_output_file(runner: str, pipeline_name: str) -> str:
@@ -345,8 +319,8 @@ def check_cluster_options(options: KubeflowOptions
   elif options.vertex_accelerator_type:
     raise CompileError('vertex_accelerator_type needs runner kubeflow_v2.')
   try:
-    beam_args_lib.validate(options.beam_args)
-  except beam_args_lib.BeamArgError as e:
+    beam_runners.validate(options.beam_args)
+  except pipeline_args.BeamArgError as e:
     raise CompileError(str(e)) from e
   return runtime
 
@@ -663,29 +637,35 @@ def _set_beam_args(pipeline: tfx.dsl.Pipeline, options: KubeflowOptions,
   vCPUs: their DirectRunner gets a bounded number of worker processes
   (`inferrer_steps.beam_defaults`), not one per vCPU.
   """
-  pipeline_args = _on_cluster(beam_pipeline_args(
-      options.beam_args, pipeline.beam_pipeline_args,
-      options.cluster_beam_defaults), pipeline, options)
+  cluster_defaults = pipeline_args.CLUSTER_DEFAULTS
+  pipeline_beam_args = _on_cluster(pipeline.beam_pipeline_args,
+                                   cluster_defaults, pipeline, options)
   inferrer_defaults = inferrer_steps.beam_defaults(
       options.trainer_pod.cpu_request)
   for component in pipeline.components:
     spec = component.executor_spec
     if isinstance(spec, executor_spec.BeamExecutorSpec):
-      spec.beam_pipeline_args = _on_cluster(beam_pipeline_args(
-          options.beam_args, spec.beam_pipeline_args,
-          options.cluster_beam_defaults,
-          inferrer_defaults if component.id in inferrer_ids
-          else CLUSTER_BEAM_PIPELINE_ARGS), pipeline, options)
-  return pipeline_args
+      spec.beam_pipeline_args = _on_cluster(
+          spec.beam_pipeline_args, inferrer_defaults
+          if component.id in inferrer_ids else cluster_defaults,
+          pipeline, options)
+  return pipeline_beam_args
 
 
-def _on_cluster(args: List[Any], pipeline: tfx.dsl.Pipeline,
+def _on_cluster(existing: Sequence[Any], defaults: Sequence[str],
+                pipeline: tfx.dsl.Pipeline,
                 options: KubeflowOptions) -> List[Any]:
-  """`args` checked for the cluster, with a portable runner's workers' image."""
+  """`options.beam_args` after `existing`, checked for the cluster.
+
+  With a portable runner, its workers run the pipeline's image.
+  """
   try:
+    args = pipeline_args.merged(
+        options.beam_args, existing,
+        defaults if options.cluster_beam_defaults else ())
     beam_runners.check(args, pipeline_root=pipeline.pipeline_info.pipeline_root)
     return args + beam_runners.cluster_defaults(args, options.image)
-  except beam_args_lib.BeamArgError as e:
+  except pipeline_args.BeamArgError as e:
     raise CompileError(str(e)) from e
 
 
@@ -790,9 +770,9 @@ def _compile_v2(options: KubeflowOptions, vertex_type: Optional[str],
   # Beam args on the components that run Beam only, as v1 has them.
   pipeline_beam_args = list(pipeline.beam_pipeline_args)
   if all(isinstance(a, str) for a in pipeline_beam_args):
-    beam_args_lib.strip_from_other_executors(
+    pipeline_args.strip_from_other_executors(
         job['pipelineSpec'],
-        beam_args_lib.beam_component_ids(pipeline.components),
+        pipeline_args.beam_component_ids(pipeline.components),
         pipeline_beam_args)
   if options.step_env:
     for step_container in compiled_files.containers(job['pipelineSpec']):

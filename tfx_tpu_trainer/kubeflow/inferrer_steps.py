@@ -7,10 +7,10 @@ from tfx.utils import json_utils
 
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
+from tfx_tpu_trainer.beam import pipeline_args
 from tfx_tpu_trainer.bulk_inferrer import component as inferrer_component
 from tfx_tpu_trainer.bulk_inferrer import executor as inferrer_executor
 from tfx_tpu_trainer.bulk_inferrer import inference_config
-from tfx_tpu_trainer.kubeflow import beam_args as beam_args_lib
 from tfx_tpu_trainer.kubeflow import scheduling
 
 __all__ = ['MAX_BEAM_WORKERS', 'InferrerCompileError',
@@ -109,8 +109,8 @@ def beam_defaults(cpu_request: Optional[str]) -> Tuple[str, ...]:
   """The cluster's Beam defaults for an inferrer step (`beam_workers`)."""
   return tuple(
       f'--direct_num_workers={beam_workers(cpu_request)}'
-      if beam_args_lib.name(arg) == 'direct_num_workers' else arg
-      for arg in beam_args_lib.CLUSTER_DEFAULTS)
+      if pipeline_args.name(arg) == 'direct_num_workers' else arg
+      for arg in pipeline_args.CLUSTER_DEFAULTS)
 
 
 def check_inferrer_beam_args(pipeline: Any, inferrer_ids: List[str],
@@ -128,10 +128,10 @@ def check_inferrer_beam_args(pipeline: Any, inferrer_ids: List[str],
       continue
     args = [a for a in component.executor_spec.beam_pipeline_args
             if isinstance(a, str)]
-    if not beam_args_lib.is_direct(args):
+    if not pipeline_args.is_direct(args):
       raise InferrerCompileError(
           f'TPUBulkInferrer {component.id!r} would run Beam on '
-          f'{beam_args_lib.runner(args)}, whose workers have no TPU: on a '
+          f'{pipeline_args.runner(args)}, whose workers have no TPU: on a '
           'TPU it scores in its own pod with the DirectRunner. Give it '
           '`with_beam_pipeline_args([...DirectRunner...])`, or compile '
           'without a TPU to score on the cluster\'s runner.')

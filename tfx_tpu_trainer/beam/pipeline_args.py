@@ -1,4 +1,4 @@
-"""The `--beam-arg` values of a compile: checked as Beam itself reads them."""
+"""Beam pipeline arguments: one known option each, merged, the runner chosen."""
 
 import argparse
 import re
@@ -7,10 +7,10 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Set
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer.publishing import secrets
 
-__all__ = ['CLUSTER_DEFAULTS', 'DIRECT_RUNNER', 'DATAFLOW_RUNNER',
-           'DATAFLOW_REQUIRED', 'HELP', 'BeamArgError', 'name',
-           'runner_class_name', 'runner', 'is_direct', 'pipeline_args',
-           'merged', 'validate', 'beam_component_ids', 'strip_from_other_executors']
+__all__ = ['CLUSTER_DEFAULTS', 'DIRECT_RUNNER', 'DATAFLOW_RUNNER', 'HELP',
+           'BeamArgError', 'name', 'runner_class_name', 'runner', 'is_direct',
+           'merged', 'check_options', 'beam_component_ids',
+           'strip_from_other_executors']
 
 # Beam's DirectRunner over the pod's cores; dropped when another runner is
 # named, and each one replaced by a --beam-arg of the same name.
@@ -19,7 +19,6 @@ CLUSTER_DEFAULTS = ('--direct_running_mode=multi_processing',
 # `DirectRunner` is Beam's `SwitchingDirectRunner` class (direct_runner.py).
 DIRECT_RUNNER = 'SwitchingDirectRunner'
 DATAFLOW_RUNNER = 'DataflowRunner'
-DATAFLOW_REQUIRED = ('project', 'region', 'temp_location')
 _BEAM_ARG = re.compile(r'^--[A-Za-z][A-Za-z0-9_-]*(=.*)?$', re.S)
 # A second option inside one value: `--runner=DirectRunner --project=p`.
 _SECOND_OPTION = re.compile(r'\s--?[A-Za-z]')
@@ -72,23 +71,20 @@ def is_direct(beam_args: Sequence[str]) -> bool:
   return given is None or runner_class_name(given) == DIRECT_RUNNER
 
 
-def pipeline_args(beam_args: Sequence[str]) -> List[str]:
-  """The cluster defaults, overridden and extended by `beam_args`."""
-  names = {name(a) for a in beam_args}
-  direct = is_direct(beam_args)
-  defaults = [a for a in CLUSTER_DEFAULTS if name(a) not in names and direct]
-  return defaults + list(beam_args)
-
-
 def merged(beam_args: Sequence[Any], existing: Sequence[Any] = (),
-           cluster_defaults: bool = True,
            defaults: Sequence[str] = CLUSTER_DEFAULTS) -> List[Any]:
-  """The cluster `defaults`, then `existing`, then `beam_args`.
+  """The DirectRunner `defaults`, then `existing`, then `beam_args`.
 
   A later argument replaces an earlier one of the same name; a `--runner`
   other than the DirectRunner (by Beam's own name resolution: `direct`,
-  `directrunner` ...) drops the DirectRunner defaults. Arguments that are
-  not strings (placeholders) are kept as they are.
+  `directrunner` ...) drops the `defaults`. Arguments that are not strings
+  (placeholders) are kept as they are.
+
+  Args:
+    beam_args: the arguments given last (`--beam-arg`).
+    existing: a pipeline's or component's own arguments.
+    defaults: the DirectRunner's options where no argument names them
+      (`CLUSTER_DEFAULTS`: the cores of a cluster's pod; () for none).
 
   Raises:
     BeamArgError: a `--runner` Beam does not know.
@@ -96,8 +92,7 @@ def merged(beam_args: Sequence[Any], existing: Sequence[Any] = (),
   given = list(existing) + list(beam_args)
   names = [name(a) if isinstance(a, str) else None for a in given]
   direct = is_direct([a for a in given if isinstance(a, str)])
-  kept_defaults = [a for a in defaults
-                   if cluster_defaults and direct and name(a) not in names]
+  kept_defaults = [a for a in defaults if direct and name(a) not in names]
   kept = [a for i, (a, n) in enumerate(zip(given, names))
           if n is None or n not in names[i + 1:]]
   return kept_defaults + kept
@@ -127,15 +122,10 @@ def _option_parser() -> argparse.ArgumentParser:
   return parser
 
 
-def validate(values: Sequence[str], on_cluster: bool = True,
-             pipeline_root: Optional[str] = None) -> List[str]:
-  """Checks each `--beam-arg` value, then the set; returns them unchanged.
+def check_options(values: Sequence[str]) -> List[str]:
+  """Checks that each value is one option Beam knows; returns them unchanged.
 
-  Args:
-    values: the `--beam-arg` values.
-    on_cluster: the data steps run in a cluster's pods (a compile), not on
-      this machine (`run`); see `beam_runners.check`.
-    pipeline_root: where the run's files go, if known.
+  What each runner needs of the set is `runners.validate`'s to check.
 
   Raises:
     BeamArgError: naming the value and what to write instead.
@@ -146,34 +136,36 @@ def validate(values: Sequence[str], on_cluster: bool = True,
   parser = _option_parser()
   known = set(parser._option_string_actions)  # pylint: disable=protected-access
   for value in values:
-    # What an error may show of the value: a secret's is masked.
-    shown = secrets.mask_text(secrets.masked_arg(value))
-    if not _BEAM_ARG.match(value):
-      raise BeamArgError(
-          f'--beam-arg {shown!r} is not one Beam argument of the form '
-          '--name=value or --flag (write --beam-arg=--runner=DataflowRunner).')
-    if _SECOND_OPTION.search(value):
-      raise BeamArgError(
-          f'--beam-arg {shown!r} holds more than one option; give one per '
-          '--beam-arg (e.g. ' + ' '.join(
-              f'--beam-arg={secrets.masked_arg(part)}'
-              for part in value.split() if part.startswith('-')) + ').')
-    option = value.split('=', 1)[0]
-    if option not in known:
-      if f'--{name(value)}' in known:
-        # Beam's parser discards it ("Discarding unparseable args").
-        raise BeamArgError(
-            f'--beam-arg {shown!r}: Beam reads --{name(value)} (underscores) '
-            f'and would discard {option}: write --beam-arg=--{name(value)}' +
-            (f'={_value(shown)}' if '=' in value else '') + '.')
-      raise BeamArgError(
-          f'--beam-arg {shown!r}: {name(value)!r} is not a Beam pipeline '
-          'option.')
+    _check_one_option(value, known)
   parser.parse_known_args(values)
-  from tfx_tpu_trainer.kubeflow import beam_runners  # pylint: disable=g-import-not-at-top
-  beam_runners.check(values, on_cluster=on_cluster,
-                     pipeline_root=pipeline_root)
   return values
+
+
+def _check_one_option(value: str, known: Set[str]) -> None:
+  """`value` is one `--name=value` or `--flag` of Beam's `known` options."""
+  # What an error may show of the value: a secret's is masked.
+  shown = secrets.mask_text(secrets.masked_arg(value))
+  if not _BEAM_ARG.match(value):
+    raise BeamArgError(
+        f'--beam-arg {shown!r} is not one Beam argument of the form '
+        '--name=value or --flag (write --beam-arg=--runner=DataflowRunner).')
+  if _SECOND_OPTION.search(value):
+    raise BeamArgError(
+        f'--beam-arg {shown!r} holds more than one option; give one per '
+        '--beam-arg (e.g. ' + ' '.join(
+            f'--beam-arg={secrets.masked_arg(part)}'
+            for part in value.split() if part.startswith('-')) + ').')
+  option = value.split('=', 1)[0]
+  if option in known:
+    return
+  if f'--{name(value)}' in known:
+    # Beam's parser discards it ("Discarding unparseable args").
+    raise BeamArgError(
+        f'--beam-arg {shown!r}: Beam reads --{name(value)} (underscores) '
+        f'and would discard {option}: write --beam-arg=--{name(value)}' +
+        (f'={_value(shown)}' if '=' in value else '') + '.')
+  raise BeamArgError(
+      f'--beam-arg {shown!r}: {name(value)!r} is not a Beam pipeline option.')
 
 
 def beam_component_ids(components: Iterable[Any]) -> Set[str]:

@@ -9,7 +9,7 @@ import re
 import pytest
 import yaml
 
-from tfx_tpu_trainer.kubeflow import beam_args
+from tfx_tpu_trainer.beam import pipeline_args
 from tfx_tpu_trainer_cli import main as cli
 
 PIPELINE_ROOT = 'gs://test-bucket/tfx/taxi_tpu'
@@ -61,11 +61,35 @@ def test_beam_arg_holes_exit_2_and_write_nothing(tmp_path, capsys, argv,
 
 def test_directrunner_in_any_case_keeps_the_multi_processing_defaults():
   for name in ('directrunner', 'direct', 'DirectRunner'):
-    assert beam_args.pipeline_args([f'--runner={name}']) == [
+    assert pipeline_args.merged([f'--runner={name}']) == [
         '--direct_running_mode=multi_processing', '--direct_num_workers=0',
         f'--runner={name}'], name
-  assert beam_args.pipeline_args(['--runner=dataflow', '--project=p']) == [
+  assert pipeline_args.merged(['--runner=dataflow', '--project=p']) == [
       '--runner=dataflow', '--project=p']
+
+
+def test_beam_args_defaults_and_overrides():
+  assert pipeline_args.merged([]) == [
+      '--direct_running_mode=multi_processing', '--direct_num_workers=0']
+  assert pipeline_args.merged(
+      ['--direct_running_mode=in_memory']) == [
+          '--direct_num_workers=0', '--direct_running_mode=in_memory']
+  assert pipeline_args.merged(
+      ['--runner=DirectRunner', '--direct_num_workers=2']) == [
+          '--direct_running_mode=multi_processing', '--runner=DirectRunner',
+          '--direct_num_workers=2']
+  assert pipeline_args.merged(
+      ['--runner=FlinkRunner', '--flink_master=host:8081']) == [
+          '--runner=FlinkRunner', '--flink_master=host:8081']
+
+
+def test_a_later_argument_replaces_an_earlier_one_of_its_name():
+  # As a local run merges them: the pipeline's own, then --beam-arg, no
+  # cluster defaults.
+  assert pipeline_args.merged(
+      ['--direct_num_workers=2'],
+      existing=['--direct_num_workers=1', '--runner=DirectRunner'],
+      defaults=()) == ['--runner=DirectRunner', '--direct_num_workers=2']
 
 
 def test_help_shows_the_form_argparse_accepts(capsys):

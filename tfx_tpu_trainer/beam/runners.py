@@ -1,15 +1,15 @@
-"""What each Beam runner needs, checked on the options as Beam 2.59 parses them."""
+"""What each Beam runner needs, checked on the options Beam 2.59 parses."""
 
 import re
 import shutil
 import socket
 from typing import Any, List, Optional, Sequence
 
-from tfx_tpu_trainer.kubeflow import beam_args as beam_args_lib
+from tfx_tpu_trainer.beam import pipeline_args
 
 __all__ = ['PORTABLE_RUNNERS', 'ENVIRONMENT_TYPES', 'ANSWER_TIMEOUT_SECS',
            'JOB_SERVER_COMMAND', 'WORKER_POOL_COMMAND',
-           'JOB_SERVER_TIMEOUT_SECS', 'options', 'check',
+           'JOB_SERVER_TIMEOUT_SECS', 'options', 'validate', 'check',
            'check_services_answer', 'job_defaults', 'cluster_defaults']
 
 # Beam's portable runners (runners/portability): FlinkRunner and SparkRunner
@@ -54,15 +54,33 @@ def options(values: Sequence[str]) -> Any:
   return pipeline_options.PipelineOptions(list(values))
 
 
-def _error(message: str) -> beam_args_lib.BeamArgError:
-  return beam_args_lib.BeamArgError('--beam-arg: ' + message)
+def _error(message: str) -> pipeline_args.BeamArgError:
+  return pipeline_args.BeamArgError('--beam-arg: ' + message)
+
+
+def validate(values: Sequence[str], on_cluster: bool = True,
+             pipeline_root: Optional[str] = None) -> List[str]:
+  """Checks each `--beam-arg` value, then the set; returns them unchanged.
+
+  Args:
+    values: the `--beam-arg` values.
+    on_cluster: the data steps run in a cluster's pods (a compile), not on
+      this machine (`run`); see `check`.
+    pipeline_root: where the run's files go, if known.
+
+  Raises:
+    BeamArgError: naming the value and what to write instead.
+  """
+  values = pipeline_args.check_options(values)
+  check(values, on_cluster=on_cluster, pipeline_root=pipeline_root)
+  return values
 
 
 def check(values: Sequence[Any], on_cluster: bool = True,
           pipeline_root: Optional[str] = None) -> None:
   """Refuses a `--beam-arg` set its runner cannot run as given.
 
-  `values` are already single, known options (`beam_args.validate`);
+  `values` are already single, known options (`pipeline_args.check_options`);
   placeholders (not strings) are skipped.
 
   Args:
@@ -74,14 +92,14 @@ def check(values: Sequence[Any], on_cluster: bool = True,
     BeamArgError: naming the option and what to write instead.
   """
   values = [v for v in values if isinstance(v, str)]
-  given = beam_args_lib.runner(values)
+  given = pipeline_args.runner(values)
   if given is None:
     return
-  runner = beam_args_lib.runner_class_name(given)
-  if runner == beam_args_lib.DIRECT_RUNNER:
+  runner = pipeline_args.runner_class_name(given)
+  if runner == pipeline_args.DIRECT_RUNNER:
     return
   parsed = options(values)
-  if runner == beam_args_lib.DATAFLOW_RUNNER:
+  if runner == pipeline_args.DATAFLOW_RUNNER:
     _check_dataflow(parsed, given)
   elif runner in PORTABLE_RUNNERS:
     _check_portable(parsed, runner, on_cluster)
@@ -103,7 +121,7 @@ def _check_dataflow(parsed: Any, given: str) -> None:
   if cloud.temp_location is None and cloud.staging_location is None:
     missing.append('temp_location')
   if missing:
-    raise beam_args_lib.BeamArgError(
+    raise pipeline_args.BeamArgError(
         f'--beam-arg=--runner={given} (the DataflowRunner) needs ' +
         ', '.join(f'--beam-arg=--{n}=...' for n in missing) + ' (and '
         'usually --beam-arg=--sdk_container_image=<the --image>, so the '
@@ -291,16 +309,16 @@ def check_services_answer(values: Sequence[Any],
   starts, and gives up after `--job_server_timeout` (60 s) with a
   `FutureTimeoutError` that says nothing; an EXTERNAL worker pool that is
   not running fails later still. Asked here, before any component. `values`
-  are checked options (`beam_args.validate`); placeholders are skipped.
+  are checked options (`validate`); placeholders are skipped.
 
   Raises:
     BeamArgError: naming the address, the option and how to start one.
   """
   values = [v for v in values if isinstance(v, str)]
-  given = beam_args_lib.runner(values)
+  given = pipeline_args.runner(values)
   if given is None:
     return
-  runner = beam_args_lib.runner_class_name(given)
+  runner = pipeline_args.runner_class_name(given)
   if runner not in PORTABLE_RUNNERS:
     return
   from apache_beam.options import pipeline_options  # pylint: disable=g-import-not-at-top
@@ -365,11 +383,11 @@ def job_defaults(values: Sequence[Any]) -> List[str]:
   one; nothing for other runners. Placeholders are skipped.
   """
   values = [v for v in values if isinstance(v, str)]
-  given = beam_args_lib.runner(values)
-  if given is None or (beam_args_lib.runner_class_name(given) not in
+  given = pipeline_args.runner(values)
+  if given is None or (pipeline_args.runner_class_name(given) not in
                        PORTABLE_RUNNERS):
     return []
-  if any(beam_args_lib.name(v) == 'job_server_timeout' for v in values):
+  if any(pipeline_args.name(v) == 'job_server_timeout' for v in values):
     return []
   return [f'--job_server_timeout={JOB_SERVER_TIMEOUT_SECS}']
 
@@ -384,8 +402,8 @@ def cluster_defaults(values: Sequence[Any], image: str) -> List[str]:
   on every worker (`dependency_utils.make_beam_dependency_flags`).
   """
   values = [v for v in values if isinstance(v, str)]
-  given = beam_args_lib.runner(values)
-  if given is None or (beam_args_lib.runner_class_name(given) not in
+  given = pipeline_args.runner(values)
+  if given is None or (pipeline_args.runner_class_name(given) not in
                        PORTABLE_RUNNERS):
     return []
   from apache_beam.options import pipeline_options  # pylint: disable=g-import-not-at-top

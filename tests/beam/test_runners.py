@@ -7,8 +7,8 @@ import socket
 import pytest
 
 from tests.fixtures import beam_jobs
-from tfx_tpu_trainer.kubeflow import beam_args
-from tfx_tpu_trainer.kubeflow import beam_runners
+from tfx_tpu_trainer.beam import pipeline_args
+from tfx_tpu_trainer.beam import runners as beam_runners
 from tfx_tpu_trainer.kubeflow import compiler
 from tfx_tpu_trainer_cli import main as cli
 
@@ -194,7 +194,7 @@ def test_valid_sets_compile_unchanged(tmp_path, argv, added):
 def test_the_check_reads_options_as_beam_parses_them():
   # `--job-server-timeout` is Beam's own second spelling; a flag whose dest
   # differs from its name is a Beam option too.
-  assert beam_args.validate(['--job-server-timeout=5',
+  assert beam_runners.validate(['--job-server-timeout=5',
                              '--no_direct_runner_use_stacked_bundle']) == [
                                  '--job-server-timeout=5',
                                  '--no_direct_runner_use_stacked_bundle']
@@ -205,11 +205,11 @@ def test_the_check_reads_options_as_beam_parses_them():
 def test_a_local_run_may_loop_back_and_use_localhost():
   values = ['--runner=PortableRunner', '--job_endpoint=localhost:8099',
             '--environment_type=LOOPBACK']
-  assert beam_args.validate(values, on_cluster=False) == values
-  with pytest.raises(beam_args.BeamArgError, match='LOOPBACK|localhost'):
-    beam_args.validate(values)
+  assert beam_runners.validate(values, on_cluster=False) == values
+  with pytest.raises(pipeline_args.BeamArgError, match='LOOPBACK|localhost'):
+    beam_runners.validate(values)
   embed = ['--runner=PortableRunner', '--job_endpoint=embed']
-  assert beam_args.validate(embed, on_cluster=False) == embed
+  assert beam_runners.validate(embed, on_cluster=False) == embed
 
 
 def _portable(endpoint, *more):
@@ -219,7 +219,7 @@ def _portable(endpoint, *more):
 
 def test_a_job_server_that_is_not_there_is_named_with_how_to_start_one():
   port = beam_jobs.free_port()  # Nothing listens on it.
-  with pytest.raises(beam_args.BeamArgError) as e:
+  with pytest.raises(pipeline_args.BeamArgError) as e:
     beam_runners.check_services_answer(_portable(f'localhost:{port}'))
   assert str(e.value) == (
       f'--beam-arg: no Beam job server answers at localhost:{port} '
@@ -231,7 +231,7 @@ def test_a_job_server_that_is_not_there_is_named_with_how_to_start_one():
 
 
 def test_a_job_server_name_that_does_not_resolve_is_named():
-  with pytest.raises(beam_args.BeamArgError,
+  with pytest.raises(pipeline_args.BeamArgError,
                      match=r'no Beam job server answers at '
                      r'no-such-host\.invalid:8099 .*: the name does not '
                      'resolve'):
@@ -243,7 +243,7 @@ def test_a_port_that_is_no_grpc_server_is_named():
     listener.bind(('localhost', 0))
     listener.listen()
     port = listener.getsockname()[1]
-    with pytest.raises(beam_args.BeamArgError,
+    with pytest.raises(pipeline_args.BeamArgError,
                        match=f'no Beam job server answers at localhost:{port}'
                        r'.*: the port accepts connections, but no gRPC '
                        'server answered within 1 s'):
@@ -257,7 +257,7 @@ def test_a_running_job_server_and_worker_pool_answer(tmp_path):
     external = ['--runner=PortableRunner', f'--job_endpoint={endpoint}',
                 '--environment_type=EXTERNAL',
                 f'--environment_config=localhost:{pool_port}']
-    with pytest.raises(beam_args.BeamArgError,
+    with pytest.raises(pipeline_args.BeamArgError,
                        match='no Beam worker pool answers at '
                        f'localhost:{pool_port}.*Start one: python -m '
                        'apache_beam.runners.worker.worker_pool_main '

@@ -1,0 +1,1 @@
+"""Beam's pipeline arguments: parsed, merged, and what each runner needs."""
