@@ -285,19 +285,6 @@ def test_every_module_imported_from_another_folder_has_all():
       '__all__:\n' + '\n'.join(problems))
 
 
-def test_module_docstrings_are_one_or_two_lines():
-  long = []
-  for part in PARTS:
-    for path in _python_files(part):
-      with open(path) as f:
-        doc = ast.get_docstring(ast.parse(f.read(), path), clean=False)
-      if doc is None or len(doc.strip().splitlines()) > 2:
-        long.append(os.path.relpath(path, REPO_ROOT))
-  assert not long, (
-      'A module says in a docstring of one or two lines what it is for (the '
-      f'story goes in docs/architecture.md): {long}')
-
-
 def test_at_most_ten_flat_library_modules():
   flat = sorted(name for name in os.listdir(os.path.join(REPO_ROOT, LIBRARY))
                 if name.endswith('.py') and name != '__init__.py')
