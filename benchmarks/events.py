@@ -1,4 +1,11 @@
-"""Reads the step rates that estimators write to their TensorBoard events."""
+"""Reads the step rates that estimators write to their TensorBoard events.
+
+StepCounterHook writes `global_step/sec` every `log_step_count_steps`
+steps; TPUEstimator's ExamplesPerSecondHook every
+`ceil(log_step_count_steps / iterations_per_loop)` session runs, which off a
+TPU is one step each. So samples are merged into windows of at least
+`WINDOW_STEPS` steps before a run's median rate is taken.
+"""
 
 import dataclasses
 import os

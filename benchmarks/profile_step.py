@@ -36,7 +36,9 @@ def _median_us(runners: Dict[str, Callable[[int], None]], steps: int,
 
 def profile(spec, module: str, batch_size: int, steps: int,
             loop: int) -> Dict[str, float]:
-  """Microseconds per step of each variant (see the module docstring)."""
+  """Microseconds per step of each variant: the median of 5 timed runs of
+`steps` steps after a warm-up, the variants taking turns (so a busy spell of
+a shared machine hits them all)."""
   # pylint: disable=g-import-not-at-top
   import tensorflow as tf
   from tensorflow import estimator as tf_estimator

@@ -32,10 +32,9 @@ LINK = re.compile(r'\[[^\]]*\]\(([^)\s]+)\)')
 REPO_PATH = re.compile(
     r'`((?:tfx_tpu_trainer|tfx_tpu_trainer_cli|tests|components|pipelines|'
     r'examples|benchmarks|scripts)/[\w/.-]*\w)`')
-# The history names files and sections that no longer exist; architecture.md
-# is rewritten in its own round (its links are still checked).
+# The history names files and sections that no longer exist.
 NO_TEXT_POINTER_CHECK = ('CHANGELOG.md',)
-NO_REPO_PATH_CHECK = ('CHANGELOG.md', os.path.join('docs', 'architecture.md'))
+NO_REPO_PATH_CHECK = ('CHANGELOG.md',)
 
 
 def doc_files() -> List[str]:

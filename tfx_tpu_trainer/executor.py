@@ -213,7 +213,7 @@ def _publish(estimator, serving_input_receiver_fn, final_metrics, model,
              cpu_only_estimator=None) -> None:
   """Fills model_run, exports the model last, then marks the checkpoints.
 
-  The training report (report.py) is written into model_run before the
+  The training report (training_report.py) is written into model_run before the
   export; a failure to write it is logged, never raised.
 
   The checkpoints stay until a later pipeline run (checkpoints.py): the

@@ -177,7 +177,13 @@ def _examples_input_fn(examples: str, split: str, run):
 
 
 def _sample(paths, args, run, batch_size):
-  """The sample batch, from the best source at hand (module docstring)."""
+  """The sample batch, from the best source at hand.
+
+--examples (parsed with --transform-graph's schema, else --schema, else the
+first example's types); else zeros shaped by --transform-graph/--schema;
+else the module's input_fn without files; else zeros shaped by its Keras
+model.
+"""
   from tfx_tpu_trainer.data import schemas as schemas_lib  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer.model_fn import keras_adapter  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer.preflight import sample as preflight_sample  # pylint: disable=g-import-not-at-top

@@ -1,5 +1,15 @@
 """Generated: the serialized FileDescriptorSet of KFP v2's pipeline spec and
-the kfp-kubernetes platform spec (with their imports). Do not edit."""
+the kfp-kubernetes platform spec (with their imports). Do not edit.
+
+Sources: kubeflow/pipelines tag sdk-2.16.1 (commit
+67a73cf809f7c76fee33c749f302f2bceedd8fab), api/v2alpha1/pipeline_spec.proto
+and kubernetes_platform/proto/kubernetes_executor_config.proto. Regenerate
+(protoc 3.21.12, in a folder holding both files):
+  protoc -I. -I<site-packages> --include_imports \
+      --descriptor_set_out=/tmp/kfpv2.pb pipeline_spec.proto \
+      kubernetes_executor_config.proto
+then base64-encode /tmp/kfpv2.pb into DESCRIPTOR_SET_B64.
+"""
 
 DESCRIPTOR_SET_B64 = (
     'CvsBCh5nb29nbGUvcHJvdG9idWYvZHVyYXRpb24ucHJvdG8SD2dvb2dsZS5wcm90b2J1ZiI6CghE'

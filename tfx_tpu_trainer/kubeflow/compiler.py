@@ -1,4 +1,11 @@
-"""Compiles any TFX pipeline with `TPUTrainer` for Kubeflow Pipelines."""
+"""Compiles any TFX pipeline with `TPUTrainer` for Kubeflow Pipelines.
+
+Beam components get the cluster's Beam arguments, then the pipeline's, then
+`KubeflowOptions.beam_args` (a later one replaces an earlier one of the same
+name); components that run no Beam get none (`KubeflowV2DagRunner` gives
+them to every executor). A pipeline without a TPUTrainer is refused: no
+step would carry the TPU scheduling, the trainer image or the KFP metrics.
+"""
 
 import contextlib
 import copy
@@ -398,7 +405,7 @@ def compile_pipeline(pipeline: tfx.dsl.Pipeline, output_path: str,
   Every file appears whole or not at all: the runner writes into a temporary
   directory beside it, and the results are moved into place. The caller's
   `pipeline` is left as it was: the TPUTrainers' `custom_config`, the Beam
-  arguments, the TPUCheck step (see the module docstring) and what TFX's
+  arguments, the TPUCheck step (`options.tpu_check`) and what TFX's
   runners change while compiling go into a copy, so one pipeline object
   compiles for several targets.
 

@@ -1,4 +1,11 @@
-"""KFP v2's current protobufs, loaded beside the pinned kfp's older ones."""
+"""KFP v2's current protobufs, loaded beside the pinned kfp's older ones.
+
+kfp 1.8.22's kfp-pipeline-spec 0.1.16 has no `PlatformSpec` (where a KFP v2
+backend reads node selectors and tolerations) and no CPU/memory requests,
+and kfp-kubernetes needs kfp 2. So the published protos are loaded from a
+descriptor set into a private pool: both define `ml_pipelines.PipelineSpec`,
+which would clash in the default pool.
+"""
 
 import base64
 import functools

@@ -1,5 +1,13 @@
 """`python -m tfx_tpu_trainer.kubeflow.v2_step`: a KFP v2 step of a compiled
-spec, TFX's v2 entrypoint after input types the backend left blank."""
+spec, TFX's v2 entrypoint after input types the backend left blank.
+
+A KFP v2 backend hands a task its upstream artifacts with `instanceSchema:
+""` (its driver reads them from MLMD without a schema,
+backend/src/v2/metadata/client.go), and TFX 1.15's v2 entrypoint then fails
+on `yaml.safe_load('').get` in `_retrieve_class_path` (tensorflow/tfx#7768)
+before any executor runs. `typed_inputs` fills the types from the input
+definitions TFX's compiler wrote into the step's own arguments.
+"""
 
 import json
 import sys

@@ -1,4 +1,15 @@
-"""Adapts a `tf.estimator.Estimator` model_fn into a TPUEstimator model_fn."""
+"""Adapts a `tf.estimator.Estimator` model_fn into a TPUEstimator model_fn.
+
+An EstimatorSpec's `train_op` is opaque and its `eval_metric_ops` cannot run
+in a TPU computation, so while the model_fn builds its graph (patches.py
+scopes): `Optimizer.apply_gradients` sums gradients across shards first,
+as `CrossShardOptimizer` does (optimizers that apply gradients another way
+are not reached: an error says so); every `tf.compat.v1.metrics.*` call is
+recorded and answered with a stand-in, and replayed on the host by the
+returned `metric_fn` (its tensors travel through the outfeed, which
+concatenates shards on the first axis: they need a batch axis). v1
+summaries on a TPU and `training_chief_hooks` are errors.
+"""
 
 import contextlib
 import dataclasses
@@ -361,7 +372,7 @@ def to_tpu_model_fn(model_fn: Callable[..., Any],
                     drop_v1_summaries: bool = False) -> Callable[..., Any]:
   """Adapts an Estimator model_fn (returning EstimatorSpec) for TPUEstimator.
 
-  See the module docstring for what is adapted and what is an error.
+  What is adapted and what is an error: the module docstring above.
 
   Args:
     model_fn: `model_fn(features[, labels][, mode][, params][, config])`

@@ -1,4 +1,10 @@
-"""Which raw features the served model needs, and which are the raw label."""
+"""Which raw features the served model needs, and which are the raw label.
+
+TFX's convention renames the label in Transform (`tips` -> `tips_xf`), so
+leaving the transformed label out of the serving parse spec would still
+make every request carry the raw one: the transform graph says which raw
+features the served (non-label) features are computed from.
+"""
 
 import dataclasses
 import os

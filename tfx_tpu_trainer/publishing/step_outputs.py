@@ -1,4 +1,12 @@
-"""The trainer's outputs in the Kubeflow Pipelines (v1) UI."""
+"""The trainer's outputs in the Kubeflow Pipelines (v1) UI.
+
+TFX 1.15's container entrypoint (`_dump_ui_metadata`) appends the entries of
+a valid `/mlpipeline-ui-metadata.json` it finds, so the executor merges into
+that file; TFX declares no `mlpipeline-metrics`, so the trainer step does.
+When the executor did not run (a retry of an execution that succeeded, where
+TFX's dump raises `KeyError: 'model_run'`, or a cache hit), the step shows
+the earlier execution's outputs instead (`dump_step_ui_metadata`).
+"""
 
 import argparse
 import dataclasses
@@ -140,7 +148,7 @@ def write_kfp_ui_outputs(metrics: Mapping[str, Any],
     tensorboard_dir: the TensorBoard log directory (the `model_run` dir).
     paths: where to write; default: `kfp_v1_step_paths()`, and nothing is
       written when that is None.
-    report_path: the HTML training report (report.py), shown as a web-app.
+    report_path: the HTML training report (training_report.py), shown as a web-app.
   """
   paths = paths or kfp_v1_step_paths()
   if paths is None:

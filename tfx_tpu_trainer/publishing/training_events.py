@@ -1,4 +1,9 @@
-"""Scalar series read from a training's TensorBoard event files."""
+"""Scalar series read from a training's TensorBoard event files.
+
+A series keeps one value per step, the last written (a resumed run or a
+repeated final evaluation writes a step twice); unreadable files and
+non-finite values are described, never raised.
+"""
 
 import dataclasses
 import math

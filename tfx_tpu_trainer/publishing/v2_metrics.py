@@ -1,4 +1,13 @@
-"""The final metrics as a `system.Metrics` artifact (KFP v2, Vertex AI)."""
+"""The final metrics as a `system.Metrics` artifact (KFP v2, Vertex AI).
+
+The KFP v2 UI shows scalar metrics only for artifacts of MLMD type
+`system.Metrics`. TFX's v2 compiler writes a custom type as a schema titled
+with its TYPE_NAME (compiler_utils.get_artifact_schema); the KFP launcher
+names the MLMD type after that title and records the artifact's custom
+properties; but TFX's v2 entrypoint reads a type back by importing the
+title as `<module>.<class>`, hence the `system` module installed before it
+starts (kubeflow/v2_metrics.py).
+"""
 
 import sys
 import types as python_types

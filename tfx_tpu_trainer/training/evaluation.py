@@ -1,4 +1,9 @@
-"""The final evaluation a published model carries."""
+"""The final evaluation a published model carries.
+
+`train_and_evaluate` returns no metrics when training had nothing left to
+do (a retry after the final checkpoint) nor in a distributed run, so the
+final checkpoint is then evaluated here.
+"""
 
 import math
 from typing import Any, Dict, Mapping, Optional
