@@ -44,10 +44,10 @@ GKE_TPU_ENDPOINTS_ENV = 'KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS'
 PER_HOST_INPUT_MODES = ('PER_SHARD_V1', 'PER_HOST_V1', 'PER_HOST_V2',
                         'BROADCAST')
 EVAL_STRATEGIES = ('train_and_evaluate', 'alternate')
-# The default input chain's cache modes (input_fns.CACHE_MODES).
+# The default input chain's cache modes (cache_policy.CACHE_MODES).
 INPUT_CACHE_MODES = ('auto', 'parsed', 'disk', 'serialized', 'none')
 # How the default chain mixes training input it does not table
-# (input_fns.SHUFFLE_MODES).
+# (dataset_builders.SHUFFLE_MODES).
 INPUT_SHUFFLE_MODES = ('window', 'record')
 EXPORT_API_VERSIONS = (1, 2)
 # TPUEstimator reserves these (`batch_size`, `context`); `use_tpu` it sets
