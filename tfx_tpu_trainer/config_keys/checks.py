@@ -16,6 +16,7 @@ MAX_INT64 = 2**63 - 1
 
 
 def boolean(key: str, value: Any) -> bool:
+  """`value` if true or false."""
   if not isinstance(value, bool):
     raise declare.ConfigError(
         f'custom_config[{key!r}] must be true or false, got {value!r}.')
@@ -33,6 +34,7 @@ def positive_int(key: str, value: Any,
 
 
 def check_int64(key: str, value: int) -> None:
+  """Raises unless `value` fits TensorFlow's int64."""
   # TensorFlow holds sizes and steps in int64; a larger Python int passes
   # every other check and fails deep inside TensorFlow instead.
   if value > MAX_INT64:
@@ -42,6 +44,7 @@ def check_int64(key: str, value: int) -> None:
 
 
 def optional_positive_int(key: str, value: Any) -> Optional[int]:
+  """None, or a positive int64."""
   return None if value is None else positive_int(key, value)
 
 
@@ -58,6 +61,7 @@ def optional_positive_number(key: str, value: Any) -> Optional[float]:
 
 def optional_non_negative_int(key: str, value: Any,
                                meaning: str = '0: keep all') -> Optional[int]:
+  """None, or an int64 >= 0 (`meaning`: what 0 means, for the error)."""
   if value is None:
     return None
   if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -69,6 +73,7 @@ def optional_non_negative_int(key: str, value: Any,
 
 
 def optional_str(key: str, value: Any) -> Optional[str]:
+  """None, or a non-empty string."""
   if value is not None and (not isinstance(value, str) or not value):
     raise declare.ConfigError(
         f'custom_config[{key!r}] must be a non-empty string, got {value!r}.')
@@ -76,6 +81,7 @@ def optional_str(key: str, value: Any) -> Optional[str]:
 
 
 def choice(key: str, value: Any, accepted: tuple) -> Any:  # pylint: disable=g-bare-generic
+  """`value` if one of `accepted`."""
   if isinstance(value, bool) or value not in accepted:
     raise declare.ConfigError(
         f'custom_config[{key!r}]={value!r} is not accepted; use one of '
