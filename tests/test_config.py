@@ -173,6 +173,24 @@ def test_reference_table_of_keys_is_rendered_from_the_fields():
   assert '| `allow_nonfinite_metrics` | `false` |' in table
 
 
+def test_the_groups_hold_every_key_once_in_the_order_of_the_fields():
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  grouped = [field.name for _, group in config_lib.KEY_GROUPS
+             for field in dataclasses.fields(group)]
+  assert grouped == [field.name for field in
+                     dataclasses.fields(config_lib.TrainerConfig)]
+  table = config_lib.keys_table()
+  for title, _ in config_lib.KEY_GROUPS:
+    assert f'| **{title}** | |' in table, title
+
+
+def test_every_help_is_one_line_with_the_detail_in_the_docs():
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  for field in dataclasses.fields(config_lib.TrainerConfig):
+    words = field.metadata[config_lib.HELP].split()
+    assert len(words) <= 25, (field.name, len(words))
+
+
 # TPUEstimator's knobs (issue 47): each a key, checked here and by the
 # Kubeflow compile (tests/kubeflow/test_compiler_tpu.py).
 @pytest.mark.parametrize('custom_config,message', [

@@ -21,10 +21,10 @@ from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import prepare
 from tfx_tpu_trainer import user_module as user_module_lib
+from tfx_tpu_trainer.data import cache_policy
 from tfx_tpu_trainer.data import data_checks
 from tfx_tpu_trainer.data import disk_cache
 from tfx_tpu_trainer.data import embedding_feed
-from tfx_tpu_trainer.data import input_fns
 from tfx_tpu_trainer.data import schemas as schemas_lib
 from tfx_tpu_trainer.preflight import checks as preflight_checks
 from tfx_tpu_trainer.preflight import cpu_graphs
@@ -367,8 +367,8 @@ def _build_input_fns(fn_args: fn_args_utils.FnArgs,
   """
   cache = cache or config.input_cache
   if run.module.input_fn is None:
-    input_fns.check_cache_mode(cache,
-                               schemas_lib.feature_spec(run.schemas.examples))
+    cache_policy.check_cache_mode(
+        cache, schemas_lib.feature_spec(run.schemas.examples))
   train_input_fn = run.input_fn(
       fn_args.train_files, fn_args.data_accessor, training=True, repeat=True,
       cache=cache, shuffle=config.input_shuffle, cache_dir=cache_dir,

@@ -13,6 +13,8 @@ import pytest
 import tensorflow as tf
 
 from tests.data import numbered_split
+from tfx_tpu_trainer.data import cache_policy
+from tfx_tpu_trainer.data import dataset_builders
 from tfx_tpu_trainer.data import disk_cache
 from tfx_tpu_trainer.data import input_fns
 from tfx_tpu_trainer.training import checkpoints
@@ -78,7 +80,7 @@ def test_repeating_disk_input_crosses_epochs_with_static_batches(tmp_path):
   assert dataset.element_spec[1].shape.as_list() == [50]
   # The first window (16,400 rows, whole batches) spans five epochs of
   # this small split and a part of the sixth.
-  window = -(-input_fns.STREAM_WINDOW_ROWS // 50)
+  window = -(-dataset_builders.STREAM_WINDOW_ROWS // 50)
   batches = list(dataset.take(window))
   assert all(label.shape == (50,) for _, label in batches)
   rows = np.concatenate([features['row'].numpy() for features, _ in batches])
@@ -99,7 +101,7 @@ def test_evaluation_and_runs_without_a_directory_stream(tmp_path, training,
 
 
 def test_a_share_over_the_size_cap_streams(tmp_path, monkeypatch):
-  monkeypatch.setattr(input_fns, 'DISK_CACHE_MAX_BYTES', 1000)
+  monkeypatch.setattr(cache_policy, 'DISK_CACHE_MAX_BYTES', 1000)
   paths = _split(tmp_path)
   cache_dir = str(tmp_path / 'cache')
   rows = numbered_split.rows_of(_dataset(paths, cache_dir))
@@ -121,9 +123,9 @@ def test_hosts_write_their_own_caches(tmp_path):
 
 def test_disk_cache_names_the_features_it_cannot_hold():
   spec = {'row': tf.io.VarLenFeature(tf.int64)}
-  with pytest.raises(input_fns.InputCacheError,
+  with pytest.raises(cache_policy.InputCacheError,
                      match=r'input_cache="disk" needs fixed-length .*\[\'row\'\]'):
-    input_fns.check_cache_mode('disk', spec)
+    cache_policy.check_cache_mode('disk', spec)
 
 
 def test_cache_dir_is_bookkeeping_of_the_resumable_directory():
@@ -162,7 +164,7 @@ def test_a_pipeline_run_caches_the_split_beside_its_checkpoints(
 
 
 def _over_the_table_cap(monkeypatch):
-  monkeypatch.setattr(input_fns, 'PARSED_CACHE_MAX_BYTES', 1000)
+  monkeypatch.setattr(cache_policy, 'PARSED_CACHE_MAX_BYTES', 1000)
 
 
 def test_auto_caches_a_split_over_the_table_cap_on_a_local_disk(
@@ -172,8 +174,10 @@ def test_auto_caches_a_split_over_the_table_cap_on_a_local_disk(
   cache_dir = str(tmp_path / 'not' / 'yet' / 'made')
   spec = {'row': tf.io.FixedLenFeature([], tf.int64),
           'y': tf.io.FixedLenFeature([], tf.int64)}
-  assert input_fns.choose_cache('auto', paths, spec,
-                                cache_dir=cache_dir) == 'disk'
+  choice = cache_policy.choose_cache('auto', paths, spec,
+                                     cache_dir=cache_dir)
+  assert choice == cache_policy.CacheChoice(
+      'disk', os.path.join(cache_dir, 'host-0-of-1'))
   rows = numbered_split.rows_of(input_fns.default_dataset(
       paths, _schema(), 'y', batch_size=50, training=True, repeat=False,
       cache='auto', cache_dir=cache_dir))
@@ -193,19 +197,19 @@ def test_auto_streams_a_split_the_disk_cannot_hold(tmp_path, monkeypatch,
                                                    reason):
   _over_the_table_cap(monkeypatch)
   # More headroom than any disk has: a local disk without room.
-  monkeypatch.setattr(input_fns, 'DISK_CACHE_HEADROOM_BYTES', 2**60)
+  monkeypatch.setattr(cache_policy, 'DISK_CACHE_HEADROOM_BYTES', 2**60)
   paths = _split(tmp_path)
   if cache_dir == 'LOCAL':
     cache_dir = str(tmp_path / 'cache')
   spec = {'row': tf.io.FixedLenFeature([], tf.int64)}
-  chosen = input_fns.choose_cache('auto', paths, spec, cache_dir=cache_dir)
-  assert chosen == 'serialized'  # Small gzip files: cached serialized.
+  chosen = cache_policy.choose_cache('auto', paths, spec, cache_dir=cache_dir)
+  assert chosen.mode == 'serialized'  # Small gzip files: cached serialized.
   assert re.search(f'not caching the training split on disk: .*{reason}',
                    absl_info.text), absl_info.text
 
 
 def test_disk_streams_when_the_local_disk_has_no_room(tmp_path, monkeypatch):
-  monkeypatch.setattr(input_fns, 'DISK_CACHE_HEADROOM_BYTES', 2**60)
+  monkeypatch.setattr(cache_policy, 'DISK_CACHE_HEADROOM_BYTES', 2**60)
   paths = _split(tmp_path)
   cache_dir = str(tmp_path / 'cache')
   rows = numbered_split.rows_of(_dataset(paths, cache_dir))

@@ -10,7 +10,10 @@ import tensorflow_transform as tft
 from tfx.types import artifact_utils
 
 from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.data import cache_policy
+from tfx_tpu_trainer.data import dataset_builders
 from tfx_tpu_trainer.data import input_fns
+from tfx_tpu_trainer.data import schemas as schemas_lib
 
 
 def _train_files(taxi_artifacts):
@@ -78,7 +81,7 @@ def test_make_input_fn_rejects_module_input_of_wrong_type(taxi_artifacts):
                                                  input_fn))
   try:
     built({'batch_size': 4})
-  except input_fns.user_module_lib.UserModuleError as e:
+  except user_module.UserModuleError as e:
     assert str(e) == ('input_fn in my_module.py must return a tf.data.Dataset '
                       'of (features, label), got list.')
   else:
@@ -101,16 +104,16 @@ def _rows(columns):
 
 def test_auto_caches_the_taxi_split_as_a_parsed_table(taxi_artifacts):
   files = tf.io.gfile.glob(_train_files(taxi_artifacts)[0])
-  spec = input_fns.schemas_lib.feature_spec(_schema(taxi_artifacts))
-  assert input_fns.choose_cache('auto', files, spec) == 'parsed'
+  spec = schemas_lib.feature_spec(_schema(taxi_artifacts))
+  assert cache_policy.choose_cache('auto', files, spec).mode == 'parsed'
 
 
 def test_record_count_estimate_is_close(taxi_artifacts):
   files = tf.io.gfile.glob(_train_files(taxi_artifacts)[0])
   records = sum(1 for _ in tf.data.TFRecordDataset(files,
                                                    compression_type='GZIP'))
-  estimate = input_fns.estimated_record_count(
-      files, input_fns._compressed_size(files))
+  estimate = cache_policy.estimated_record_count(
+      files, cache_policy._compressed_size(files))
   assert abs(estimate - records) / records < 0.05, (estimate, records)
 
 
@@ -217,69 +220,71 @@ def _copies(taxi_artifacts, directory, count, empty_first=False):
 
 
 def _peak_bytes(spec, rows):
-  return 2 * rows * input_fns._parsed_bytes_per_example(spec) + 16 * rows
+  return 2 * rows * cache_policy._parsed_bytes_per_example(spec) + 16 * rows
 
 
 def test_an_empty_first_file_does_not_hide_the_split(taxi_artifacts,
                                                      tmp_path, monkeypatch):
   files, records = _copies(taxi_artifacts, tmp_path, 2, empty_first=True)
-  estimate = input_fns.estimated_record_count(
-      files, input_fns._compressed_size(files))
+  estimate = cache_policy.estimated_record_count(
+      files, cache_policy._compressed_size(files))
   assert abs(estimate - 2 * records) / (2 * records) < 0.05
-  spec = input_fns.schemas_lib.feature_spec(_schema(taxi_artifacts))
-  monkeypatch.setattr(input_fns, 'PARSED_CACHE_MAX_BYTES',
+  spec = schemas_lib.feature_spec(_schema(taxi_artifacts))
+  monkeypatch.setattr(cache_policy, 'PARSED_CACHE_MAX_BYTES',
                       _peak_bytes(spec, records))
-  assert input_fns.choose_cache('auto', files, spec) == 'serialized'
+  assert cache_policy.choose_cache('auto', files, spec).mode == 'serialized'
 
 
 def test_per_host_estimate_counts_the_files_of_that_host(
     taxi_artifacts, tmp_path, monkeypatch):
   files, records = _copies(taxi_artifacts, tmp_path, 3)
-  spec = input_fns.schemas_lib.feature_spec(_schema(taxi_artifacts))
+  spec = schemas_lib.feature_spec(_schema(taxi_artifacts))
   # Host 0 of 2 reads files 0 and 2, host 1 reads file 1.
-  monkeypatch.setattr(input_fns, 'PARSED_CACHE_MAX_BYTES',
+  monkeypatch.setattr(cache_policy, 'PARSED_CACHE_MAX_BYTES',
                       _peak_bytes(spec, 1.5 * records))
-  assert [input_fns.choose_cache('auto', files, spec, True, index, 2)
+  assert [cache_policy.choose_cache('auto', files, spec, True, index, 2).mode
           for index in (0, 1)] == ['serialized', 'parsed']
 
 
 def test_auto_tables_training_input_only(taxi_artifacts):
   files = tf.io.gfile.glob(_train_files(taxi_artifacts)[0])
-  spec = input_fns.schemas_lib.feature_spec(_schema(taxi_artifacts))
-  assert input_fns.choose_cache('auto', files, spec, training=False) == (
-      'serialized')
-  assert input_fns.choose_cache('parsed', files, spec, training=False) == (
-      'parsed')
+  spec = schemas_lib.feature_spec(_schema(taxi_artifacts))
+  assert cache_policy.choose_cache('auto', files, spec,
+                                   training=False).mode == 'serialized'
+  assert cache_policy.choose_cache('parsed', files, spec,
+                                   training=False).mode == 'parsed'
 
 
 def test_auto_falls_back_by_features_and_size(taxi_artifacts, monkeypatch):
   files = tf.io.gfile.glob(_train_files(taxi_artifacts)[0])
-  spec = input_fns.schemas_lib.feature_spec(_schema(taxi_artifacts))
+  spec = schemas_lib.feature_spec(_schema(taxi_artifacts))
   varlen = dict(spec, company_xf=tf.io.VarLenFeature(tf.int64))
-  assert input_fns.choose_cache('auto', files, varlen) == 'serialized'
-  monkeypatch.setattr(input_fns, 'PARSED_CACHE_MAX_BYTES', 1000)
-  assert input_fns.choose_cache('auto', files, spec) == 'serialized'
-  monkeypatch.setattr(input_fns, 'CACHE_MAX_COMPRESSED_BYTES', 1000)
-  assert input_fns.choose_cache('auto', files, spec) == 'none'
-  assert input_fns.choose_cache('serialized', files, spec) == 'serialized'
+  assert cache_policy.choose_cache('auto', files, varlen).mode == 'serialized'
+  monkeypatch.setattr(cache_policy, 'PARSED_CACHE_MAX_BYTES', 1000)
+  assert cache_policy.choose_cache('auto', files, spec).mode == 'serialized'
+  monkeypatch.setattr(cache_policy, 'CACHE_MAX_COMPRESSED_BYTES', 1000)
+  assert cache_policy.choose_cache('auto', files, spec).mode == 'none'
+  assert cache_policy.choose_cache('serialized', files,
+                                   spec).mode == 'serialized'
 
 
 def test_parsed_cache_names_the_features_it_cannot_hold(taxi_artifacts):
-  spec = input_fns.schemas_lib.feature_spec(_schema(taxi_artifacts))
+  spec = schemas_lib.feature_spec(_schema(taxi_artifacts))
   spec.update(company_xf=tf.io.VarLenFeature(tf.int64),
               pickup_xf=tf.io.FixedLenFeature([None], tf.float32))
-  with pytest.raises(input_fns.InputCacheError) as error:
-    input_fns.check_cache_mode('parsed', spec)
+  with pytest.raises(cache_policy.InputCacheError) as error:
+    cache_policy.check_cache_mode('parsed', spec)
   assert str(error.value) == (
       'input_cache="parsed" needs fixed-length features of a known shape; '
       "['company_xf', 'pickup_xf'] are not. Set input_cache to \"auto\" or "
       '"serialized" in custom_config.')
-  with pytest.raises(input_fns.InputCacheError, match="'fast' is not one of"):
-    input_fns.check_cache_mode('fast', spec)
+  with pytest.raises(cache_policy.InputCacheError,
+                     match="'fast' is not one of"):
+    cache_policy.check_cache_mode('fast', spec)
 
 
 def test_record_count_of_no_files_is_zero():
-  assert input_fns.estimated_record_count([], 0) == 0.0
+  assert cache_policy.estimated_record_count([], 0) == 0.0
 
 
 @pytest.mark.parametrize('cache,training', [('parsed', True),
@@ -307,7 +312,7 @@ def test_repeating_parsed_input_cuts_its_gathers_into_the_same_batches(
                                                 cache='parsed'))
   count = len(everything['label'])
   batch_size = 7
-  assert input_fns.ROWS_PER_GATHER // batch_size > 1
+  assert dataset_builders.ROWS_PER_GATHER // batch_size > 1
   batches = (2 * count) // batch_size + 3  # Over two epochs.
   dataset = input_fns.default_dataset(files, schema, 'big_tipper',
                                       batch_size, training=False, repeat=True,

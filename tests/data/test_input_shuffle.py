@@ -13,6 +13,8 @@ import tensorflow as tf
 
 from tests.data import numbered_split
 from tfx_tpu_trainer import config as config_lib
+from tfx_tpu_trainer.data import cache_policy
+from tfx_tpu_trainer.data import dataset_builders
 from tfx_tpu_trainer.data import input_fns
 
 ROWS = 40000
@@ -39,29 +41,30 @@ def _order(paths, shuffle, cache, repeat=False, batches=None):
 
 
 def test_shuffle_modes_are_the_config_modes():
-  assert input_fns.SHUFFLE_MODES == config_lib.INPUT_SHUFFLE_MODES
+  assert dataset_builders.SHUFFLE_MODES == config_lib.INPUT_SHUFFLE_MODES
 
 
 @pytest.mark.parametrize('cache', ['none', 'serialized'])
 def test_window_shuffle_moves_rows_further_than_the_record_buffer(
     numbered_split_paths, cache):
   moves = {}
-  for shuffle in input_fns.SHUFFLE_MODES:
+  for shuffle in dataset_builders.SHUFFLE_MODES:
     order = _order(numbered_split_paths, shuffle, cache)
     np.testing.assert_array_equal(np.sort(order), np.arange(ROWS))
     moves[shuffle] = np.arange(ROWS) - order  # > 0: the row came out later.
   window, record = moves['window'], moves['record']
   # A row comes out at most a buffer (plus a batch or two in flight) before
   # its place; "window" reaches back through the chunk buffer and a window.
-  chunk_span = input_fns.STREAM_CHUNK_ROWS * input_fns.STREAM_CHUNK_BUFFER
-  window_rows = -(-input_fns.STREAM_WINDOW_ROWS // BATCH) * BATCH
-  assert -record.min() <= input_fns.SHUFFLE_BUFFER_SIZE + 4 * BATCH
+  chunk_span = (dataset_builders.STREAM_CHUNK_ROWS *
+                dataset_builders.STREAM_CHUNK_BUFFER)
+  window_rows = -(-dataset_builders.STREAM_WINDOW_ROWS // BATCH) * BATCH
+  assert -record.min() <= dataset_builders.SHUFFLE_BUFFER_SIZE + 4 * BATCH
   assert -window.min() <= chunk_span + window_rows + 4 * BATCH
   # ... and moves rows further on average, in both directions.
   assert np.abs(window).mean() > np.abs(record).mean()
-  assert np.abs(window).mean() > input_fns.STREAM_WINDOW_ROWS / 4
-  assert -window.min() > input_fns.SHUFFLE_BUFFER_SIZE
-  assert window.max() > input_fns.SHUFFLE_BUFFER_SIZE
+  assert np.abs(window).mean() > dataset_builders.STREAM_WINDOW_ROWS / 4
+  assert -window.min() > dataset_builders.SHUFFLE_BUFFER_SIZE
+  assert window.max() > dataset_builders.SHUFFLE_BUFFER_SIZE
 
 
 @pytest.mark.parametrize('shuffle', ['window', 'record'])
@@ -113,6 +116,6 @@ def test_window_shuffle_parses_variable_length_features_per_batch(
 
 
 def test_unknown_shuffle_mode_is_refused(numbered_split_paths):
-  with pytest.raises(input_fns.InputCacheError, match='input_shuffle'):
+  with pytest.raises(cache_policy.InputCacheError, match='input_shuffle'):
     input_fns.default_dataset(numbered_split_paths, _schema(), 'y', batch_size=8,
                               training=True, repeat=True, shuffle='files')

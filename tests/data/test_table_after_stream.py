@@ -9,6 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from tests.data import numbered_split
+from tfx_tpu_trainer.data import dataset_builders
 from tfx_tpu_trainer.data import input_fns
 
 BATCH = 50
@@ -39,7 +40,7 @@ def test_later_epochs_permute_the_table_kept_from_the_first(tmp_path):
 def _counted_dataset(paths, monkeypatch, table_first):
   """The dataset, and the sizes of the record chunks it has read so far."""
   read = []
-  records = input_fns._records
+  records = dataset_builders._records
 
   def counted(*args, **kwargs):
 
@@ -51,7 +52,7 @@ def _counted_dataset(paths, monkeypatch, table_first):
         lambda chunk: tf.py_function(count, [chunk], tf.string))
 
   with monkeypatch.context() as patch:
-    patch.setattr(input_fns, '_records', counted)
+    patch.setattr(dataset_builders, '_records', counted)
     return _dataset(paths, table_first), read
 
 

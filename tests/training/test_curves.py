@@ -10,6 +10,7 @@ from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer.publishing import training_events
 from tfx_tpu_trainer.training import curves
 from tfx_tpu_trainer.training import estimator_builder
+from tfx_tpu_trainer.training import host_loop
 from tfx_tpu_trainer.training import schedule
 
 # Each evaluation takes at least this long: with it in the intervals, no
@@ -99,7 +100,7 @@ def test_the_automatic_loop_ends_at_every_point_of_the_curves(train_steps,
   config = config_lib.TrainerConfig.from_custom_config(
       dict(custom_config, use_tpu=False))
   cadence = curves.cadence_steps(train_steps)
-  length = config.host_loop_length(cadence)
+  length = host_loop.loop_length(config, cadence)
   # Points every `cadence` steps: at least MIN_POINTS, or one every 100.
   assert cadence % length == 0 and 100 % length == 0
   assert train_steps // cadence >= min(curves.MIN_POINTS, train_steps // 100)
@@ -114,7 +115,7 @@ def test_the_automatic_loop_ends_at_every_point_of_the_curves(train_steps,
 def test_an_explicit_loop_length_is_kept():
   config = config_lib.TrainerConfig.from_custom_config(
       {'host_iterations_per_loop': 50, 'use_tpu': False})
-  assert config.host_loop_length(curves.cadence_steps(100)) == 50
+  assert host_loop.loop_length(config, curves.cadence_steps(100)) == 50
 
 
 def test_training_clock_leaves_out_stopped_time():

@@ -116,13 +116,13 @@ def test_host_iterations_per_loop_must_be_auto_or_a_positive_integer(value):
 def test_auto_loop_length_divides_100_and_the_checkpoint_steps(
     custom_config, length):
   config = config_lib.TrainerConfig.from_custom_config(custom_config)
-  assert config.host_loop_iterations == length
-  assert config.host_loop_is_auto == (
+  assert host_loop.loop_length(config) == length
+  assert host_loop.is_automatic(config) == (
       custom_config.get('host_iterations_per_loop', 'auto') == 'auto' and
       not custom_config.get('use_tpu'))
   for key in config_lib.HOST_LOOP_END_KEYS:
     steps = getattr(config, key)
-    assert steps is None or steps % config.host_loop_iterations == 0
+    assert steps is None or steps % host_loop.loop_length(config) == 0
 
 
 def test_checkpoint_steps_must_be_a_multiple_of_the_loop():
@@ -132,13 +132,13 @@ def test_checkpoint_steps_must_be_a_multiple_of_the_loop():
         {'host_iterations_per_loop': 100, 'save_checkpoints_steps': 250})
   config = config_lib.TrainerConfig.from_custom_config(
       {'host_iterations_per_loop': 100, 'save_checkpoints_steps': 300})
-  assert config.host_loop_iterations == 100
+  assert host_loop.loop_length(config) == 100
   # On TPU the key is ignored: iterations_per_loop is TPU's own loop (which
   # the checkpoint steps must be a multiple of: tests/test_config.py).
   on_tpu = config_lib.TrainerConfig.from_custom_config(
       {'host_iterations_per_loop': 100, 'save_checkpoints_steps': 250,
        'iterations_per_loop': 50, 'use_tpu': True})
-  assert on_tpu.host_loop_iterations == 1
+  assert host_loop.loop_length(on_tpu) == 1
 
 
 def test_loops_end_at_multiples_and_at_the_last_step():

@@ -208,7 +208,7 @@ def build_estimator(
   A mode without a batch size would hand `input_fn` params without
   `batch_size` at all, so all three are always set. Off TPU with
   `host_iterations_per_loop` > 1, training runs that many steps per
-  session.run (host_loop.py; by default a length chosen in config.py, which
+  session.run (host_loop.py, which by default chooses the length and
   also ends a loop at every point of the training curves).
 
   Args:
@@ -225,12 +225,12 @@ def build_estimator(
   Returns:
     The estimator.
   """
-  iterations = config.host_loop_length(
-      None if train_steps is None else
+  iterations = host_loop.loop_length(
+      config, None if train_steps is None else
       curves.cadence_steps(train_steps, run_config.save_summary_steps))
   if iterations > 1:
     model_fn = host_loop.wrap_model_fn(model_fn, iterations,
-                                       auto=config.host_loop_is_auto)
+                                       auto=host_loop.is_automatic(config))
   estimator = tf.compat.v1.estimator.tpu.TPUEstimator(
       model_fn=model_fn,
       config=run_config,

@@ -1,17 +1,20 @@
 """Off TPU, `host_iterations_per_loop` training steps per session run."""
 
 import inspect
+import math
 from typing import Any, Callable, List, Optional, Tuple
 
 from absl import logging
 import tensorflow as tf
 from tensorflow import estimator as tf_estimator
 
+from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
 
 __all__ = ['CONFIG_KEY', 'ITERATIONS_COLLECTION', 'FINAL_STEP_COLLECTION',
            'GLOBAL_STEP_READ_KEY', 'ModelFn', 'HostLoopError', 'wrap_model_fn',
-           'HostLoopStopHook', 'enable']
+           'HostLoopStopHook', 'enable', 'AUTO_LOOP_MAX', 'is_automatic',
+           'loop_length']
 
 CONFIG_KEY = 'host_iterations_per_loop'
 # Graph collections the stop hook reads (one entry each per training graph).
@@ -24,6 +27,10 @@ _CHECKPOINT_INITIALIZER = 'checkpoint_initializer'
 # Where training_util._get_or_create_global_step_read keeps the step that
 # hooks read.
 GLOBAL_STEP_READ_KEY = 'global_step_read_op_cache'
+# The longest automatic host loop, and the step-rate logging period it must
+# divide (RunConfig's `log_step_count_steps`, which TPUTrainer leaves at its
+# default): loops end at every multiple of 100 steps.
+AUTO_LOOP_MAX = 100
 
 
 ModelFn = Callable[..., Any]
@@ -31,6 +38,38 @@ ModelFn = Callable[..., Any]
 
 class HostLoopError(errors.TPUTrainerError, ValueError):
   """The model or input cannot run in the multi-step host loop."""
+
+
+def is_automatic(config: config_lib.TrainerConfig) -> bool:
+  """True when the library chooses the host loop length (`auto`, off TPU)."""
+  return not config.use_tpu and config.host_iterations_per_loop == (
+      config_lib.AUTO)
+
+
+def loop_length(config: config_lib.TrainerConfig,
+                summary_steps: Optional[int] = None) -> int:
+  """Training steps per session run of the host loop; 1 (no loop) on TPU.
+
+  `auto`: the largest divisor of `AUTO_LOOP_MAX` (100) that divides every
+  step count of `config_lib.HOST_LOOP_END_KEYS` that is set and
+  `summary_steps`, so loops end at each of those steps, at every point of
+  the curves and at every 100th step (the step-rate log).
+
+  Args:
+    config: the validated trainer config.
+    summary_steps: the training's curve cadence (training/curves.py: a
+      tenth of a training shorter than 1,000 steps), or None.
+  """
+  if config.use_tpu:
+    return 1
+  if config.host_iterations_per_loop != config_lib.AUTO:
+    return config.host_iterations_per_loop
+  length = AUTO_LOOP_MAX
+  for steps in [getattr(config, key) for key in config_lib.HOST_LOOP_END_KEYS
+               ] + [summary_steps]:
+    if steps is not None:
+      length = math.gcd(length, steps)
+  return length
 
 
 def _get_next_op(features, labels) -> tf.Operation:

@@ -1,0 +1,1 @@
+"""The `custom_config` keys of TPUTrainer, declared in groups by concern."""
