@@ -18,8 +18,8 @@ from tfx_tpu_trainer import executor
 from tfx_tpu_trainer import user_module
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
+from tfx_tpu_trainer.slice import cluster
 from tfx_tpu_trainer.training import checkpoints
-from tfx_tpu_trainer.training import cluster
 from tfx_tpu_trainer.training import evaluation
 
 from tests.conftest import TEST_MODULES_DIR

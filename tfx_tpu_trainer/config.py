@@ -9,6 +9,7 @@ from typing import (Any, Callable, Dict, List, Mapping, Optional, Tuple,
                     Union)
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import estimator_arguments
+from tfx_tpu_trainer.slice import addresses
 
 __all__ = ['TPU_NAME_ENV', 'GKE_TPU_ENDPOINTS_ENV', 'PER_HOST_INPUT_MODES',
            'EVAL_STRATEGIES', 'INPUT_CACHE_MODES', 'INPUT_SHUFFLE_MODES',
@@ -26,18 +27,6 @@ KEYS_TAKEN_ELSEWHERE = estimator_arguments.KEYS_TAKEN_ELSEWHERE
 RUN_PARAMS = estimator_arguments.RUN_PARAMS
 
 TPU_NAME_ENV = 'TPU_NAME'
-# The port of a TPU worker server (training/tpu_slice.py).
-TPU_WORKER_PORT = 8470
-_HOST = re.compile(r'^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?$')
-# ASCII digits only: str.isdigit() takes '²' and other digits int() refuses.
-_PORT = re.compile(r'^[0-9]{1,5}$')
-# What a list of hosts is written with instead of commas.
-_SEPARATOR = re.compile(r'[;|\s]+')
-# The hosts of a multi-host slice, comma-separated (GKE sets it on TPU pods).
-TPU_WORKER_HOSTNAMES_ENV = 'TPU_WORKER_HOSTNAMES'
-# The worker group spec a compiled multi-host step's driver carries
-# (tpu/worker_group.py).
-WORKER_GROUP_ENV = 'TFX_TPU_TRAINER_WORKER_GROUP'
 # Set by GKE in pods that requested a (non-VM) Cloud TPU node.
 GKE_TPU_ENDPOINTS_ENV = 'KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS'
 
@@ -72,12 +61,6 @@ HOST_LOOP_END_KEYS = ('save_checkpoints_steps',)
 # (tpu_context.py: PER_HOST_V1 and PER_SHARD_V1 raise at the first
 # evaluation, after a whole training loop).
 MULTI_HOST_INPUT_MODES = ('PER_HOST_V2', 'BROADCAST')
-def _hostnames(environ: Mapping[str, str]) -> List[str]:
-  """The hosts `TPU_WORKER_HOSTNAMES` names (GKE sets it on TPU pods)."""
-  return [h.strip() for h in environ.get(TPU_WORKER_HOSTNAMES_ENV, '').split(',')
-          if h.strip()]
-
-
 def tpu_entry(name: str, zone: Optional[str] = None,
               project: Optional[str] = None) -> Dict[str, str]:
   """The `custom_config['tpu']` entry: the name, and zone/project if given."""
@@ -245,7 +228,7 @@ def _tpu_spec(value: Any) -> Optional[TPUSpec]:
 
 
 def _tpu_workers(key: str, value: Any) -> Tuple[str, ...]:
-  """A list of `host[:port]` worker addresses (training/tpu_slice.py)."""
+  """A list of `host[:port]` worker addresses (slice/addresses.py)."""
   if value is None:
     return ()
   if not isinstance(value, (list, tuple)) or not value:
@@ -253,48 +236,10 @@ def _tpu_workers(key: str, value: Any) -> Tuple[str, ...]:
         f'custom_config[{key!r}] must be a non-empty list of worker '
         f'addresses HOST or HOST:PORT (one per host of the slice), got '
         f'{value!r}.')
-  return worker_addresses(value, f'custom_config[{key!r}]')
-
-
-def worker_address(text: Any, where: str) -> str:
-  """`host` or `host:port` (or `grpc://host:port`) as `host:port`.
-
-  Raises:
-    ConfigError: naming `where` and the accepted form.
-  """
-  accepted = ('a worker address is HOST or HOST:PORT (e.g. '
-              f'trainer-workers-0.trainer-workers:{TPU_WORKER_PORT}); PORT '
-              f'defaults to {TPU_WORKER_PORT}.')
-  if not isinstance(text, str):
-    raise ConfigError(f'{where}: {text!r} is not a string; {accepted}')
-  address = text.strip()
-  if address.startswith('grpc://'):
-    address = address[len('grpc://'):]
-  host, sep, port = address.rpartition(':')
-  if not sep:
-    host, port = address, str(TPU_WORKER_PORT)
-  if not _HOST.match(host) or not _PORT.match(port) or not (
-      0 < int(port) < 65536):
-    separator = _SEPARATOR.search(address)
-    hint = (f' Separate the hosts with commas, not {separator.group()!r}.'
-            if separator else '')
-    raise ConfigError(
-        f'{where}: {text!r} is not a worker address; {accepted}{hint}')
-  return f'{host}:{int(port)}'
-
-
-def worker_addresses(values: Any, where: str) -> Tuple[str, ...]:
-  """Every address parsed (`worker_address`); a repeated one refused.
-
-  Raises:
-    ConfigError: naming `where` and the bad or repeated address.
-  """
-  addresses = tuple(worker_address(v, where) for v in values)
-  repeated = sorted({a for a in addresses if addresses.count(a) > 1})
-  if repeated:
-    raise ConfigError(f'{where} names {", ".join(repeated)} more than once: '
-                      'each host of the slice runs one worker.')
-  return addresses
+  try:
+    return addresses.worker_addresses(value, f'custom_config[{key!r}]')
+  except addresses.AddressError as e:
+    raise ConfigError(str(e)) from e
 
 
 def _params(value: Any) -> Dict[str, Any]:
@@ -441,8 +386,8 @@ class TrainerConfig:
       (), check=_tpu_workers, shown_default='`TPU_WORKER_HOSTNAMES` when it names several hosts, else none',
       help='a multi-host slice: the TPU worker of each host, `HOST` or '
       '`HOST:PORT` (port 8470 by default), in task order; each host runs '
-      '`python -m tfx_tpu_trainer.tpu.worker`, and this process drives them '
-      'all (training/tpu_slice.py). Data and checkpoints must then be on '
+      '`python -m tfx_tpu_trainer.slice.worker`, and this process drives them '
+      'all (slice/driver.py). Data and checkpoints must then be on '
       'storage every host reaches (gs://)')
   train_batch_size: int = _key(
       64, check=_positive_int,
@@ -687,7 +632,7 @@ class TrainerConfig:
     values['tpu'] = tpu
     if values.get('use_tpu') is None:
       values['use_tpu'] = (tpu is not None or bool(values.get('tpu_workers'))
-                           or len(_hostnames(environ)) > 1)
+                           or len(addresses.hostnames(environ)) > 1)
     values['save_checkpoints_steps'] = _save_checkpoints_steps(
         values.get('eval_every_steps'), values.get('save_checkpoints_steps'))
     config = cls(**values)
@@ -695,7 +640,7 @@ class TrainerConfig:
     config.check_host_loop()
     config.check_tpu_loop()
     config.check_input_mode(max(len(values.get('tpu_workers') or ()),
-                                len(_hostnames(environ)), 1))
+                                len(addresses.hostnames(environ)), 1))
     check_derived_params(config.params, config.config_params(),
                          "custom_config['params']")
     return config
