@@ -18,9 +18,6 @@ PARTS = ('tfx_tpu_trainer_cli', 'benchmarks', 'pipelines', 'components',
 # pipeline), never imported as packages.
 LOADED_BY_PATH = ('pipelines', 'components')
 LIBRARY_TABLE = 'library'
-# Library folders whose modules stand on different floors (tpu/facts.py below
-# model_fn/, tpu/check.py above prepare): each module is a part of its own.
-SHELVES = ('tpu',)
 MAX_FLAT_MODULES = 10
 REPOSITORY_TABLE = 'repository'
 
@@ -50,17 +47,11 @@ def _imported_modules(path: str) -> List[str]:
 
 
 def _library_part(module: str) -> str:
-  """`data/` for tfx_tpu_trainer.data.*, `config` for tfx_tpu_trainer.config.
-
-  A module of a shelf is `tpu/facts`; the shelf's `__init__` is `tpu/`.
-  """
+  """`data/` for tfx_tpu_trainer.data.*, `config` for tfx_tpu_trainer.config."""
   names = module.split('.')
   if len(names) == 1:
     return '__init__'
   if os.path.isdir(os.path.join(REPO_ROOT, LIBRARY, names[1])):
-    if names[1] in SHELVES and len(names) > 2 and _module_file(
-        names[:3]) and names[2] != '__init__':
-      return f'{names[1]}/{names[2]}'
     return names[1] + '/'
   return names[1]
 
@@ -80,8 +71,6 @@ def library_graph() -> Graph:
   for path in _python_files(LIBRARY):
     relative = os.path.relpath(path, REPO_ROOT)[:-len('.py')]
     source = _library_part(relative.replace(os.sep, '.'))
-    if source[:-1] in SHELVES:
-      continue  # A shelf's __init__.py: its one-line docstring.
     graph.setdefault(source, set())
     for module in _imported_modules(path):
       if module.split('.')[0] == LIBRARY:
@@ -305,7 +294,7 @@ def test_at_most_ten_flat_library_modules():
       f'{LIBRARY}/ has {len(flat)} flat modules {flat}, at most '
       f'{MAX_FLAT_MODULES}: put the new one in the folder of the step that '
       'owns it (data/, model_fn/, training/, preflight/, publishing/, tpu/, '
-      'kubeflow/).')
+      'slice/, kubeflow/).')
 
 
 def test_render_table_floors_and_cycles():

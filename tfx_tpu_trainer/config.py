@@ -61,6 +61,8 @@ HOST_LOOP_END_KEYS = ('save_checkpoints_steps',)
 # (tpu_context.py: PER_HOST_V1 and PER_SHARD_V1 raise at the first
 # evaluation, after a whole training loop).
 MULTI_HOST_INPUT_MODES = ('PER_HOST_V2', 'BROADCAST')
+
+
 def tpu_entry(name: str, zone: Optional[str] = None,
               project: Optional[str] = None) -> Dict[str, str]:
   """The `custom_config['tpu']` entry: the name, and zone/project if given."""

@@ -1,4 +1,5 @@
-"""What a TPU computation rejects, shared by the adapters and preflight."""
+"""What XLA and a TPU computation reject, and the ops of a TPU graph: shared by
+the adapters, the preflight and the export."""
 
 import tensorflow as tf
 
