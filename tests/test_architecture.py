@@ -25,10 +25,6 @@ PARTS = ('benchmarks', 'tfx_tpu_trainer_cli', 'pipelines', 'components',
 # pipeline), never imported as packages.
 LOADED_BY_PATH = ('pipelines', 'components')
 LIBRARY_TABLE = 'library'
-# Library folders whose modules stand on different floors (tpu/facts.py below
-# model_fn/, tpu/check.py above prepare): each module is a part of its own.
-# Empty it once every folder is one part (issue 52: the slice folder).
-SHELVES = ('tpu',)
 REPOSITORY_TABLE = 'repository'
 # Circles between modules of one folder that are known and being removed,
 # as (folder, modules of the circle sorted); none today.
@@ -62,17 +58,11 @@ def _imported_modules(path: str) -> List[str]:
 
 
 def _library_part(module: str) -> str:
-  """`data/` for tfx_tpu_trainer.data.*, `config` for tfx_tpu_trainer.config.
-
-  A module of a shelf is `tpu/facts`; the shelf's `__init__` is `tpu/`.
-  """
+  """`data/` for tfx_tpu_trainer.data.*, `config` for tfx_tpu_trainer.config."""
   names = module.split('.')
   if len(names) == 1:
     return '__init__'
   if os.path.isdir(os.path.join(REPO_ROOT, LIBRARY, names[1])):
-    if names[1] in SHELVES and len(names) > 2 and _module_file(
-        names[:3]) and names[2] != '__init__':
-      return f'{names[1]}/{names[2]}'
     return names[1] + '/'
   return names[1]
 
@@ -92,8 +82,6 @@ def library_graph() -> Graph:
   for path in _python_files(LIBRARY):
     relative = os.path.relpath(path, REPO_ROOT)[:-len('.py')]
     source = _library_part(relative.replace(os.sep, '.'))
-    if source[:-1] in SHELVES:
-      continue  # A shelf's __init__.py: its one-line docstring.
     graph.setdefault(source, set())
     for module in _imported_modules(path):
       if module.split('.')[0] == LIBRARY:

@@ -229,5 +229,5 @@ def test_anchors_are_githubs():
   assert anchor('Keras models: `build_keras_model(params)`') == (
       'keras-models-build_keras_modelparams')
   assert anchor('Running it: `run --pipeline`') == 'running-it-run---pipeline'
-  assert anchor('`python -m tfx_tpu_trainer.tpu.worker`') == (
-      'python--m-tfx_tpu_trainertpuworker')
+  assert anchor('`python -m tfx_tpu_trainer.slice.worker`') == (
+      'python--m-tfx_tpu_trainersliceworker')

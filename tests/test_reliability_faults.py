@@ -19,7 +19,6 @@ from tfx_tpu_trainer import user_module
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
 from tfx_tpu_trainer.training import checkpoints
-from tfx_tpu_trainer.training import cluster
 from tfx_tpu_trainer.training import evaluation
 
 from tests.conftest import TEST_MODULES_DIR
@@ -306,37 +305,3 @@ def test_uncompressed_tfrecord_is_named_as_such(tmp_path):
                    'TPUTrainer reads GZIP-compressed TFRecords',
                    str(error.value)), str(error.value)
 
-
-# Item 4: which TF_CONFIG layouts train (the cluster test runs them).
-def _tf_config(cluster_spec, task_type, index=0):
-  return {'TF_CONFIG': json.dumps({'cluster': cluster_spec,
-                                   'task': {'type': task_type,
-                                            'index': index}})}
-
-
-@pytest.mark.parametrize('cluster_spec,use_tpu,message', [
-    ({'chief': ['a:1'], 'worker': ['b:1'], 'ps': ['c:1']}, False,
-     'TF_CONFIG names ps tasks (cluster: chief x1, ps x1, worker x1)'),
-    ({'chief': ['a:1'], 'worker': ['b:1']}, True,
-     'names several training tasks (cluster: chief x1, worker x1) but '
-     'use_tpu is true'),
-    ({'worker': ['a:1', 'b:1']}, False,
-     'TF_CONFIG names worker tasks but no chief'),
-])
-def test_cluster_layouts_that_cannot_finish_are_refused(cluster_spec,
-                                                        use_tpu, message):
-  with pytest.raises(cluster.ClusterError) as error:
-    cluster.check_cluster(use_tpu, _tf_config(cluster_spec, 'worker'))
-  assert message in str(error.value)
-
-
-def test_workers_keep_variables_on_the_chief():
-  spec = {'chief': ['a:1'], 'worker': ['b:1', 'c:1']}
-  assert cluster.check_cluster(False, _tf_config(spec, 'worker', 1)) is None
-  overrides = cluster.run_config_overrides(_tf_config(spec, 'worker', 1))
-  assert list(overrides['session_config'].device_filters) == [
-      '/job:chief', '/job:worker/task:1']
-  assert cluster.run_config_overrides(
-      _tf_config({'chief': ['a:1']}, 'chief')) == {}
-  assert cluster.eval_throttle_secs(
-      _tf_config(spec, 'evaluator')) == cluster.EVALUATOR_THROTTLE_SECS

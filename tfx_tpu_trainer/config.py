@@ -2,7 +2,6 @@
 
 import dataclasses
 import os
-import re
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from tfx_tpu_trainer import estimator_arguments
@@ -13,7 +12,9 @@ from tfx_tpu_trainer.config_keys import export as export_keys
 from tfx_tpu_trainer.config_keys import inputs as input_keys
 from tfx_tpu_trainer.config_keys import model as model_keys
 from tfx_tpu_trainer.config_keys import schedule as schedule_keys
+from tfx_tpu_trainer.config_keys import slice as slice_keys
 from tfx_tpu_trainer.config_keys import tpu as tpu_keys
+from tfx_tpu_trainer.slice import addresses
 
 __all__ = ['TPU_NAME_ENV', 'GKE_TPU_ENDPOINTS_ENV', 'PER_HOST_INPUT_MODES',
            'EVAL_STRATEGIES', 'INPUT_CACHE_MODES', 'INPUT_SHUFFLE_MODES',
@@ -21,7 +22,7 @@ __all__ = ['TPU_NAME_ENV', 'GKE_TPU_ENDPOINTS_ENV', 'PER_HOST_INPUT_MODES',
            'RESERVED_PARAMS_KEYS', 'TPU_SPEC_KEYS', 'MAX_INT64',
            'BATCH_SIZE_KEYS', 'AUTO',
            'HOST_LOOP_END_KEYS', 'tpu_entry', 'ConfigError', 'TPUSpec',
-           'is_uri', 'CHECK', 'HELP', 'SHOWN_DEFAULT', 'SliceKeys',
+           'is_uri', 'CHECK', 'HELP', 'SHOWN_DEFAULT',
            'TrainerConfig', 'KEY_GROUPS',
            'keys_table', 'MULTI_HOST_INPUT_MODES', 'KEYS_TAKEN_ELSEWHERE',
            'RUN_PARAMS', 'check_derived_params']
@@ -32,18 +33,6 @@ KEYS_TAKEN_ELSEWHERE = estimator_arguments.KEYS_TAKEN_ELSEWHERE
 RUN_PARAMS = estimator_arguments.RUN_PARAMS
 
 TPU_NAME_ENV = 'TPU_NAME'
-# The port of a TPU worker server (training/tpu_slice.py).
-TPU_WORKER_PORT = 8470
-_HOST = re.compile(r'^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?$')
-# ASCII digits only: str.isdigit() takes '²' and other digits int() refuses.
-_PORT = re.compile(r'^[0-9]{1,5}$')
-# What a list of hosts is written with instead of commas.
-_SEPARATOR = re.compile(r'[;|\s]+')
-# The hosts of a multi-host slice, comma-separated (GKE sets it on TPU pods).
-TPU_WORKER_HOSTNAMES_ENV = 'TPU_WORKER_HOSTNAMES'
-# The worker group spec a compiled multi-host step's driver carries
-# (tpu/worker_group.py).
-WORKER_GROUP_ENV = 'TFX_TPU_TRAINER_WORKER_GROUP'
 # Set by GKE in pods that requested a (non-VM) Cloud TPU node.
 GKE_TPU_ENDPOINTS_ENV = 'KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS'
 
@@ -68,65 +57,7 @@ EVAL_STRATEGIES = schedule_keys.EVAL_STRATEGIES
 HOST_LOOP_END_KEYS = schedule_keys.HOST_LOOP_END_KEYS
 RESERVED_PARAMS_KEYS = model_keys.RESERVED_PARAMS_KEYS
 EXPORT_API_VERSIONS = export_keys.EXPORT_API_VERSIONS
-
-
-def _hostnames(environ: Mapping[str, str]) -> List[str]:
-  """The hosts `TPU_WORKER_HOSTNAMES` names (GKE sets it on TPU pods)."""
-  return [h.strip() for h in environ.get(TPU_WORKER_HOSTNAMES_ENV, '').split(',')
-          if h.strip()]
-
-
-def _tpu_workers(key: str, value: Any) -> Tuple[str, ...]:
-  """A list of `host[:port]` worker addresses (training/tpu_slice.py)."""
-  if value is None:
-    return ()
-  if not isinstance(value, (list, tuple)) or not value:
-    raise ConfigError(
-        f'custom_config[{key!r}] must be a non-empty list of worker '
-        f'addresses HOST or HOST:PORT (one per host of the slice), got '
-        f'{value!r}.')
-  return worker_addresses(value, f'custom_config[{key!r}]')
-
-
-def worker_address(text: Any, where: str) -> str:
-  """`host` or `host:port` (or `grpc://host:port`) as `host:port`.
-
-  Raises:
-    ConfigError: naming `where` and the accepted form.
-  """
-  accepted = ('a worker address is HOST or HOST:PORT (e.g. '
-              f'trainer-workers-0.trainer-workers:{TPU_WORKER_PORT}); PORT '
-              f'defaults to {TPU_WORKER_PORT}.')
-  if not isinstance(text, str):
-    raise ConfigError(f'{where}: {text!r} is not a string; {accepted}')
-  address = text.strip()
-  if address.startswith('grpc://'):
-    address = address[len('grpc://'):]
-  host, sep, port = address.rpartition(':')
-  if not sep:
-    host, port = address, str(TPU_WORKER_PORT)
-  if not _HOST.match(host) or not _PORT.match(port) or not (
-      0 < int(port) < 65536):
-    separator = _SEPARATOR.search(address)
-    hint = (f' Separate the hosts with commas, not {separator.group()!r}.'
-            if separator else '')
-    raise ConfigError(
-        f'{where}: {text!r} is not a worker address; {accepted}{hint}')
-  return f'{host}:{int(port)}'
-
-
-def worker_addresses(values: Any, where: str) -> Tuple[str, ...]:
-  """Every address parsed (`worker_address`); a repeated one refused.
-
-  Raises:
-    ConfigError: naming `where` and the bad or repeated address.
-  """
-  addresses = tuple(worker_address(v, where) for v in values)
-  repeated = sorted({a for a in addresses if addresses.count(a) > 1})
-  if repeated:
-    raise ConfigError(f'{where} names {", ".join(repeated)} more than once: '
-                      'each host of the slice runs one worker.')
-  return addresses
+SliceKeys = slice_keys.SliceKeys
 
 
 def check_derived_params(given: Mapping[str, Any], derived: Mapping[str, Any],
@@ -147,25 +78,10 @@ def check_derived_params(given: Mapping[str, Any], derived: Mapping[str, Any],
 
 
 @dataclasses.dataclass(frozen=True)
-class SliceKeys:
-  """A multi-host TPU slice: the worker of each host.
-
-  Attributes:
-    tpu_workers: each host's TPU worker, `host:port`, in task order.
-  """
-  tpu_workers: Tuple[str, ...] = declare.key(
-      (), check=_tpu_workers,
-      shown_default='`TPU_WORKER_HOSTNAMES` when it names several hosts, '
-      'else none',
-      help='a multi-host slice: each host\'s TPU worker, `HOST` or '
-      '`HOST:PORT`, in task order')
-
-
-@dataclasses.dataclass(frozen=True)
 class TrainerConfig(export_keys.ExportKeys, model_keys.ModelKeys,
                     checkpoint_keys.CheckpointKeys,
                     schedule_keys.ScheduleKeys, input_keys.InputKeys,
-                    SliceKeys, tpu_keys.TPUKeys):
+                    slice_keys.SliceKeys, tpu_keys.TPUKeys):
   """Validated `custom_config` of a TPUTrainer: one field per key.
 
   The keys are declared in groups by concern (`KEY_GROUPS`, config_keys/),
@@ -222,7 +138,7 @@ class TrainerConfig(export_keys.ExportKeys, model_keys.ModelKeys,
     values['tpu'] = tpu
     if values.get('use_tpu') is None:
       values['use_tpu'] = (tpu is not None or bool(values.get('tpu_workers'))
-                           or len(_hostnames(environ)) > 1)
+                           or len(addresses.hostnames(environ)) > 1)
     values['save_checkpoints_steps'] = checkpoint_keys.save_checkpoints_steps(
         values.get('eval_every_steps'), values.get('save_checkpoints_steps'))
     config = cls(**values)
@@ -230,7 +146,7 @@ class TrainerConfig(export_keys.ExportKeys, model_keys.ModelKeys,
     config.check_host_loop()
     config.check_tpu_loop()
     config.check_input_mode(max(len(values.get('tpu_workers') or ()),
-                                len(_hostnames(environ)), 1))
+                                len(addresses.hostnames(environ)), 1))
     check_derived_params(config.params, config.config_params(),
                          "custom_config['params']")
     return config

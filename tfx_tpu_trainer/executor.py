@@ -36,15 +36,15 @@ from tfx_tpu_trainer.publishing import secrets
 from tfx_tpu_trainer.publishing import step_outputs as kfp_outputs
 from tfx_tpu_trainer.publishing import training_report
 from tfx_tpu_trainer.publishing import v2_metrics
-from tfx_tpu_trainer.tpu import worker_group
+from tfx_tpu_trainer.slice import cluster
+from tfx_tpu_trainer.slice import driver
+from tfx_tpu_trainer.slice import worker_group
 from tfx_tpu_trainer.training import checkpoints
-from tfx_tpu_trainer.training import cluster
 from tfx_tpu_trainer.training import disk_full
 from tfx_tpu_trainer.training import estimator_builder
 from tfx_tpu_trainer.training import finite_variables
 from tfx_tpu_trainer.training import schedule
 from tfx_tpu_trainer.training import tpu_connect
-from tfx_tpu_trainer.training import tpu_slice
 
 __all__ = ['is_chief', 'Executor']
 
@@ -87,7 +87,7 @@ class Executor(trainer_executor.GenericExecutor):
     config = config_lib.TrainerConfig.from_custom_config(fn_args.custom_config)
     config.check_steps(fn_args.train_steps, fn_args.eval_steps)
     config.check_warm_start(fn_args.base_model is not None)
-    tpu_slice.check_driver(config, {
+    driver.check_driver(config, {
         'train data': fn_args.train_files, 'eval data': fn_args.eval_files,
         'custom_config[\'checkpoint_dir\']': [config.checkpoint_dir],
         'the model_run artifact': [fn_args.model_run_dir]})
@@ -179,8 +179,8 @@ def _train(fn_args: fn_args_utils.FnArgs, config: config_lib.TrainerConfig,
            run: prepare.PreparedRun, train_input_fn, eval_input_fn,
            model_dir: str):
   """Trains in `model_dir`; returns the estimator and the final metrics."""
-  with worker_group.launched(worker_group.plan()), tpu_slice.driving(
-      tpu_slice.worker_addresses(config), model_dir, checkpoints.latest_step):
+  with worker_group.launched(worker_group.plan()), driver.driving(
+      driver.worker_addresses(config), model_dir, checkpoints.latest_step):
     return _train_on(fn_args, config, run, train_input_fn, eval_input_fn,
                      model_dir)
 

@@ -4,7 +4,7 @@ import argparse
 import sys
 from typing import List
 
-from tfx_tpu_trainer.tpu import worker
+from tfx_tpu_trainer.slice import worker
 from tfx_tpu_trainer_cli import main as cli
 
 __all__ = ['render']

@@ -32,7 +32,7 @@ def add_parser(subparsers) -> None:
   parser.add_argument(
       '--workers', default=None, metavar='HOST[:PORT],...',
       help='a multi-host slice: check from here that every host\'s worker '
-      '(python -m tfx_tpu_trainer.tpu.worker) answers, lists its TPU and '
+      '(python -m tfx_tpu_trainer.slice.worker) answers, lists its TPU and '
       'the TPU system initialises across them; a name that does not resolve '
       'fails at once, the others are waited for up to --timeout (default: '
       'TPU_WORKER_HOSTNAMES when it names several hosts).')
@@ -42,17 +42,17 @@ def add_parser(subparsers) -> None:
 def _slice_workers(args):
   """The slice's worker addresses, or () for this machine's TPU."""
   import os  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer import config as config_lib  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.slice import addresses as addresses_lib  # pylint: disable=g-import-not-at-top
   where, text = '--workers', args.workers
   if text is None:
-    where = config_lib.TPU_WORKER_HOSTNAMES_ENV
+    where = addresses_lib.TPU_WORKER_HOSTNAMES_ENV
     text = os.environ.get(where, '')
     if not text.strip():
       return ()
   try:
-    addresses = config_lib.worker_addresses(
+    addresses = addresses_lib.worker_addresses(
         [h for h in text.split(',') if h.strip()] or [''], where)
-  except config_lib.ConfigError as e:
+  except addresses_lib.AddressError as e:
     raise common.UsageError(str(e)) from e
   # One host in TPU_WORKER_HOSTNAMES is this machine's TPU.
   return addresses if args.workers is not None or len(addresses) > 1 else ()
@@ -64,11 +64,11 @@ def _print(line: str) -> None:
 
 def _slice_check(addresses, timeout) -> int:
   """Checks every host of a slice from here."""
-  from tfx_tpu_trainer.tpu import slice_check  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.slice import worker_check  # pylint: disable=g-import-not-at-top
   try:
-    lines = slice_check.check_slice(addresses, timeout, report=_print,
+    lines = worker_check.check_slice(addresses, timeout, report=_print,
                                     wait_set_by='--timeout')
-  except slice_check.SliceCheckError as e:
+  except worker_check.SliceCheckError as e:
     print(f'tfx-tpu-trainer tpu-check: {e}', file=sys.stderr)
     return EXIT_FAILED
   for line in lines:
@@ -78,7 +78,7 @@ def _slice_check(addresses, timeout) -> int:
 
 def _driver_pod_check() -> int:
   """In a compiled multi-host step's pod: what the driver needs."""
-  from tfx_tpu_trainer.tpu import driver_pod_check  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.slice import driver_pod_check  # pylint: disable=g-import-not-at-top
   _print('the driver pod of a multi-host slice (TFX_TPU_TRAINER_WORKER_GROUP '
          'is set): checking what it needs from Kubernetes.')
   try:
@@ -93,12 +93,12 @@ def _driver_pod_check() -> int:
 def _tpu_check(args) -> int:
   """Runs the checks, printing each result as it comes."""
   import os  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer import config as config_lib  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.slice import worker_group  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer.tpu import check as tpu_check  # pylint: disable=g-import-not-at-top
   addresses = _slice_workers(args)
   if addresses:
     return _slice_check(addresses, args.timeout)
-  if os.environ.get(config_lib.WORKER_GROUP_ENV):
+  if os.environ.get(worker_group.SPEC_ENV):
     return _driver_pod_check()
 
   def report(result):

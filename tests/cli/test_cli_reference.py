@@ -4,7 +4,7 @@ command, with what it does, rendered from argparse (`make docs`)."""
 import argparse
 import os
 
-from tfx_tpu_trainer.tpu import worker
+from tfx_tpu_trainer.slice import worker
 from tfx_tpu_trainer_cli import cli_reference
 from tfx_tpu_trainer_cli import main as cli
 

@@ -16,7 +16,7 @@ from tfx_tpu_trainer.kubeflow import compiled_files
 from tfx_tpu_trainer.kubeflow import compiler
 from tfx_tpu_trainer.kubeflow import scheduling
 from tfx_tpu_trainer.kubeflow import tpu_slices
-from tfx_tpu_trainer.tpu import worker_group
+from tfx_tpu_trainer.slice import worker_group
 
 TRAINER_IMAGE = 'gcr.io/p/tfx-tpu-trainer-tpu-{runtime}:1'
 SPOT = scheduling.parse_toleration('cloud.google.com/gke-spot=true:NoSchedule')

@@ -11,7 +11,7 @@ import copy
 import jsonschema
 import pytest
 
-from tfx_tpu_trainer.tpu import worker_group
+from tfx_tpu_trainer.slice import worker_group
 
 from tests.fixtures import kube_api_server
 from tests.fixtures import slice_steps

@@ -8,9 +8,8 @@ from typing import Any, Dict, List, Sequence
 
 import yaml
 
-from tfx_tpu_trainer.tpu import facts
+from tfx_tpu_trainer.slice import worker_group
 from tfx_tpu_trainer.tpu import runtimes
-from tfx_tpu_trainer.tpu import worker_group
 
 __all__ = ['KUBERNETES_PLATFORM', 'read_argo_workflow', 'argo_step_name',
            'argo_step', 'trainer_executor_label', 'container', 'containers',
@@ -154,7 +153,7 @@ def _describe(name: str, image: str, limits: Dict[str, Any],
     spec = worker_group.WorkerGroupSpec.from_json(group[0])
     parts.append(
         f'no TPU on this driver; it creates {spec.hosts} worker pods (image '
-        f'{spec.image}, {facts.TPU_RESOURCE}: {spec.chips_per_host} '
+        f'{spec.image}, {worker_group.TPU_RESOURCE}: {spec.chips_per_host} '
         'each, node selector ' + ', '.join(f'{k}={v}'
                                            for k, v in spec.node_selector) +
         ', runtime env ' + ', '.join(f'{k}={v}' for k, v in spec.env) + ')')

@@ -46,9 +46,9 @@ from tfx_tpu_trainer.kubeflow import v2_metrics as v2_metrics_step
 from tfx_tpu_trainer.kubeflow import v2_step
 from tfx_tpu_trainer.kubeflow import vertex_tpu
 from tfx_tpu_trainer.publishing import v2_metrics
+from tfx_tpu_trainer.slice import driver
+from tfx_tpu_trainer.slice import worker_group
 from tfx_tpu_trainer.tpu import runtimes
-from tfx_tpu_trainer.tpu import worker_group
-from tfx_tpu_trainer.training import tpu_slice as tpu_slice_lib
 
 __all__ = ['KUBEFLOW', 'KUBEFLOW_V2', 'RUNNERS', 'DEFAULT_IMAGE',
            'NO_PACKAGING_ENV',
@@ -568,7 +568,7 @@ def _check_slice_paths(pipeline: tfx.dsl.Pipeline,
   paths += [(f'TPUTrainer {i!r} custom_config[\'checkpoint_dir\']',
              c.get('checkpoint_dir')) for i, c in custom_configs.items()]
   for what, path in paths:
-    if isinstance(path, str) and tpu_slice_lib.is_local_path(path):
+    if isinstance(path, str) and driver.is_local_path(path):
       raise CompileError(
           f'{what} {path!r} is a local path, but the worker pods of a '
           'multi-host slice read the examples and write the checkpoints on '
@@ -582,7 +582,7 @@ def _slice_driver(options: KubeflowOptions, tpu_steps: 'TPUSteps'
   """A multi-host slice: the trainer step drives it from a CPU pod.
 
   The worker pods get the TPU image, runtime environment, selectors and
-  tolerations (tpu/worker_group.py); the driver gets the pipeline image,
+  tolerations (slice/worker_group.py); the driver gets the pipeline image,
   no TPU and no placement, and the group's spec in its environment.
   """
   pod = options.trainer_pod
@@ -596,7 +596,7 @@ def _slice_driver(options: KubeflowOptions, tpu_steps: 'TPUSteps'
   driver_steps = dataclasses.replace(
       tpu_steps, image=None,
       env={worker_group.SPEC_ENV: spec.to_json(),
-           tpu_slice_lib.WAIT_SECS_ENV: str(COMPILED_WORKER_WAIT_SECS)})
+           driver.WAIT_SECS_ENV: str(COMPILED_WORKER_WAIT_SECS)})
   return dataclasses.replace(options, trainer_pod=driver_pod), driver_steps
 
 

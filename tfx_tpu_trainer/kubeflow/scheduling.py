@@ -11,7 +11,7 @@ from tfx.orchestration.kubeflow import kubeflow_dag_runner
 
 from tfx_tpu_trainer.kubeflow import pod_requests
 from tfx_tpu_trainer.publishing import step_outputs
-from tfx_tpu_trainer.tpu import facts
+from tfx_tpu_trainer.slice import worker_group
 
 __all__ = ['OpFunc', 'ACCELERATOR_LABEL',
            'TOPOLOGY_LABEL', 'TPU_VM_TPU_NAME', 'GKETPUAccelerator',
@@ -69,7 +69,7 @@ class TPUVMScheduling:
 
   @property
   def resource_limits(self) -> Dict[str, str]:
-    return {facts.TPU_RESOURCE: str(self.chips)}
+    return {worker_group.TPU_RESOURCE: str(self.chips)}
 
   @property
   def node_selector(self) -> Dict[str, str]:
@@ -78,7 +78,7 @@ class TPUVMScheduling:
   @property
   def tolerations(self) -> List[k8s_client.V1Toleration]:
     return [k8s_client.V1Toleration(
-        key=facts.TPU_RESOURCE, operator='Exists', effect='NoSchedule')]
+        key=worker_group.TPU_RESOURCE, operator='Exists', effect='NoSchedule')]
 
   def apply(self, op: dsl.ContainerOp) -> dsl.ContainerOp:
     """Puts the limit, node selectors and toleration on `op`."""
@@ -91,7 +91,7 @@ class TPUVMScheduling:
     return op
 
   def describe(self) -> str:
-    return (f'{facts.TPU_RESOURCE}: {self.chips} on {self.accelerator} '
+    return (f'{worker_group.TPU_RESOURCE}: {self.chips} on {self.accelerator} '
             f'{self.topology} (TPU VM)')
 
 
@@ -155,7 +155,7 @@ def tpu_node(version: str = DEFAULT_TPU_NODE_VERSION,
                            tf_version=tf_version)
 
 
-TPU_TOLERATION = Toleration(key=facts.TPU_RESOURCE, effect='NoSchedule')
+TPU_TOLERATION = Toleration(key=worker_group.TPU_RESOURCE, effect='NoSchedule')
 
 
 @dataclasses.dataclass(frozen=True)

@@ -50,13 +50,13 @@ class TPUCheckExecutor(base_executor.BaseExecutor):
 
 def step_advice(environ: Mapping[str, str]) -> str:
   """What to do when this step's pod has no TPU: it was compiled for one."""
-  from tfx_tpu_trainer.tpu import facts  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer.tpu import runtimes  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer.kubeflow import scheduling  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.slice import worker_group  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.tpu import runtimes  # pylint: disable=g-import-not-at-top
   accelerator = environ.get(runtimes.ACCELERATOR_ENV) or '<accelerator>'
   runtime = environ.get(runtimes.RUNTIME_ENV) or '<runtime>'
   label = scheduling.ACCELERATOR_LABEL
-  resource = facts.TPU_RESOURCE
+  resource = worker_group.TPU_RESOURCE
   return (
       f'this pipeline step was compiled to run on a TPU ({accelerator}, '
       f'{runtime} runtime: node selector {label}={accelerator}, '

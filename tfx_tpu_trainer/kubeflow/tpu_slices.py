@@ -6,11 +6,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from kfp import dsl
 
-from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer.kubeflow import pod_requests
 from tfx_tpu_trainer.kubeflow import scheduling
-from tfx_tpu_trainer.tpu import facts
-from tfx_tpu_trainer.tpu import worker_group
+from tfx_tpu_trainer.slice import addresses
+from tfx_tpu_trainer.slice import worker_group
 
 __all__ = ['CHIPS_PER_HOST', 'RBAC_MANIFEST', 'MULTI_HOST_TOPOLOGIES',
            'TPUSliceScheduling', 'is_multi_host', 'tpu_slice', 'tpu_request']
@@ -53,7 +52,7 @@ class TPUSliceScheduling:
     return op
 
   def describe(self) -> str:
-    return (f'{self.hosts} worker pods x {facts.TPU_RESOURCE}: '
+    return (f'{self.hosts} worker pods x {worker_group.TPU_RESOURCE}: '
             f'{CHIPS_PER_HOST} on {self.accelerator} {self.topology} '
             '(multi-host slice; the trainer step drives them from a CPU pod)')
 
@@ -76,7 +75,7 @@ class TPUSliceScheduling:
         node_selector=tuple(sorted(selector.items())),
         tolerations=tuple(tuple(t.to_dict().items()) for t in all_tolerations),
         env=tuple(sorted(env.items())),
-        port=config_lib.TPU_WORKER_PORT,
+        port=addresses.TPU_WORKER_PORT,
         driver_start_timeout=(driver_wait_secs +
                               worker_group.WorkerGroupSpec.driver_timeout))
 

@@ -26,7 +26,7 @@ from tensorflow_estimator.python.estimator.head import base_head
 
 from tfx_tpu_trainer import user_module as user_module_lib
 from tfx_tpu_trainer.model_fn import patches
-from tfx_tpu_trainer.tpu import facts as tpu_facts
+from tfx_tpu_trainer.model_fn import tpu_ops
 
 __all__ = ['AdapterError', 'argument_names', 'function_name', 'call_model_fn',
            'to_tpu_model_fn']
@@ -168,7 +168,7 @@ def _summed_across_shards(grads_and_vars, num_shards: int):
   grads_and_vars = list(grads_and_vars)
   already_summed = all(
       grad is None or getattr(grad, 'op', None) is not None and
-      grad.op.type == tpu_facts.CROSS_REPLICA_SUM_OP
+      grad.op.type == tpu_ops.CROSS_REPLICA_SUM_OP
       for grad, _ in grads_and_vars)
   if already_summed:
     return grads_and_vars
@@ -295,7 +295,7 @@ def _num_shards() -> Optional[int]:
 def _check_tpu_graph(new_ops: List[tf.Operation], mode: str,
                      num_shards: Optional[int], source: str) -> None:
   """The TPU-only checks of the ops the model_fn created."""
-  summaries = [op for op in new_ops if op.type in tpu_facts.V1_SUMMARY_OPS]
+  summaries = [op for op in new_ops if op.type in tpu_ops.V1_SUMMARY_OPS]
   if summaries:
     named = ', '.join(f'{op.name!r} ({op.type})' for op in summaries)
     raise AdapterError(
@@ -306,14 +306,14 @@ def _check_tpu_graph(new_ops: List[tf.Operation], mode: str,
         "do not edit (a canned Estimator's), drop them with a warning: "
         'to_tpu_model_fn(model_fn, drop_v1_summaries=True).')
   for op in new_ops:
-    if op.type in tpu_facts.TPU_REJECTED_OPS:
+    if op.type in tpu_ops.TPU_REJECTED_OPS:
       raise AdapterError(
           f'{source} creates the op {op.name!r} ({op.type}) in mode {mode!r}; '
           'TPU computations reject v1 summaries and tf.compat.v1.Print. '
           'Remove it from the model_fn, or compute it in a TPUEstimatorSpec '
           'host_call with tf.summary (v2).')
   if (mode == tf_estimator.ModeKeys.TRAIN and num_shards and num_shards > 1 and
-      not any(op.type == tpu_facts.CROSS_REPLICA_SUM_OP for op in new_ops)):
+      not any(op.type == tpu_ops.CROSS_REPLICA_SUM_OP for op in new_ops)):
     raise AdapterError(
         f'{source} trains without averaging gradients across the '
         f'{num_shards} TPU shards: its optimizer does not apply gradients '

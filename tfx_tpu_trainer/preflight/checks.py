@@ -14,6 +14,7 @@ from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import prepare
 from tfx_tpu_trainer.model_fn import embedding_spec
+from tfx_tpu_trainer.model_fn import tpu_ops
 from tfx_tpu_trainer.preflight import embedding_checks
 from tfx_tpu_trainer.preflight import graph as preflight_graph
 from tfx_tpu_trainer.preflight import precision
@@ -22,7 +23,6 @@ from tfx_tpu_trainer.preflight import sample as preflight_sample
 from tfx_tpu_trainer.preflight import spec_checks
 from tfx_tpu_trainer.preflight import xla_flags
 from tfx_tpu_trainer.publishing import export
-from tfx_tpu_trainer.tpu import facts as tpu_facts
 from tfx_tpu_trainer.training import estimator_builder
 
 __all__ = ['DEFAULT_NUM_SHARDS', 'ERROR', 'WARNING', 'INFO', 'ModeKeys',
@@ -38,7 +38,7 @@ ERROR, WARNING, INFO = (preflight_report.ERROR, preflight_report.WARNING,
 _STEPS = {'train': 'the train step', 'eval': 'the eval step',
           'export': "the export's PREDICT step"}
 ModeKeys = tf_estimator.ModeKeys
-_INFEED_DTYPES_REJECTED = tpu_facts.INFEED_REJECTED_DTYPES
+_INFEED_DTYPES_REJECTED = tpu_ops.INFEED_REJECTED_DTYPES
 
 
 def resolve_num_shards(config: config_lib.TrainerConfig,
@@ -571,7 +571,7 @@ def _summary_findings(graph: tf.Graph, before, where: str,
           fix='Use tf.summary (v2) with a writer in a host_call.',
           where=where)
       for op in graph.get_operations()
-      if op not in before and op.type in tpu_facts.V1_SUMMARY_OPS
+      if op not in before and op.type in tpu_ops.V1_SUMMARY_OPS
   ]
 
 

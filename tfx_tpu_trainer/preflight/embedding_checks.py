@@ -22,8 +22,8 @@ from tfx_tpu_trainer.model_fn import estimator_spec_adapter
 from tfx_tpu_trainer.preflight import graph as preflight_graph
 from tfx_tpu_trainer.preflight import report as preflight_report
 from tfx_tpu_trainer.preflight import sample as preflight_sample
+from tfx_tpu_trainer.slice import driver
 from tfx_tpu_trainer.training import estimator_builder
-from tfx_tpu_trainer.training import tpu_slice
 
 __all__ = ['PHASE', 'available_memory_bytes', 'hosts_of', 'memory_findings',
            'feature_findings', 'enqueue_findings', 'sample_on_tpu',
@@ -56,11 +56,11 @@ def hosts_of(config: config_lib.TrainerConfig) -> int:
   """The hosts the tables are split over: the slice's workers, else one.
 
   The workers of `tpu_workers` or `TPU_WORKER_HOSTNAMES`
-  (`tpu_slice.worker_addresses`); off the TPU, this process.
+  (`driver.worker_addresses`); off the TPU, this process.
   """
   if not config.use_tpu:
     return 1
-  return len(tpu_slice.worker_addresses(config)) or 1
+  return len(driver.worker_addresses(config)) or 1
 
 
 def _size(size: float) -> str:

@@ -12,9 +12,9 @@ from tensorflow.python.tpu import tpu_function  # pylint: disable=g-direct-tenso
 
 from tfx_tpu_trainer.model_fn import estimator_spec_adapter
 from tfx_tpu_trainer.model_fn import sparse_columns
+from tfx_tpu_trainer.model_fn import tpu_ops
 from tfx_tpu_trainer.preflight import report as preflight_report
 from tfx_tpu_trainer.preflight import xla_errors
-from tfx_tpu_trainer.tpu import facts as tpu_facts
 
 __all__ = ['ERROR', 'StepGraph', 'numpy_value_dtype', 'WithheldFeatures',
            'build_step', 'forward_ops', 'statically_rejected_ops',
@@ -231,7 +231,7 @@ def _dtype_findings(ops: Sequence[tf.Operation],
   counts: Dict[str, int] = {}
   for op in ordered:
     dtypes = {output.dtype.base_dtype for output in op.outputs}
-    for dtype, dtype_name in tpu_facts.TPU_UNSUPPORTED_DTYPES.items():
+    for dtype, dtype_name in tpu_ops.TPU_UNSUPPORTED_DTYPES.items():
       if dtype in dtypes and op not in folded:
         code = 'float64' if dtype == tf.float64 else 'unsupported-dtype'
         counts[code] = counts.get(code, 0) + 1
@@ -315,12 +315,12 @@ def _rejected_op_findings(ops: Sequence[tf.Operation],
                           phase: str) -> List[preflight_report.Finding]:
   findings = []
   for op in ops:
-    if op.type in tpu_facts.V1_SUMMARY_OPS:
+    if op.type in tpu_ops.V1_SUMMARY_OPS:
       findings.append(preflight_report.Finding(
           'v1-summary', ERROR,
           f'is a v1 summary inside the {phase} step; TPU computations reject '
           'v1 summaries.', phase,
-          fix='Remove it. ' + tpu_facts.HOST_CALL_SUMMARY_FIX, op=op.name,
+          fix='Remove it. ' + tpu_ops.HOST_CALL_SUMMARY_FIX, op=op.name,
           where=_op_label(op)))
     elif op.type == 'Print':
       findings.append(preflight_report.Finding(
@@ -340,9 +340,9 @@ def _rejected_op_findings(ops: Sequence[tf.Operation],
 
 def statically_rejected_ops(step: StepGraph) -> List[str]:
   """Names of the ops check_ops reports for their type or dtype."""
-  rejected_dtypes = set(tpu_facts.INFEED_REJECTED_DTYPES)
+  rejected_dtypes = set(tpu_ops.INFEED_REJECTED_DTYPES)
   return [op.name for op in step.ops
-          if op.type in tpu_facts.TPU_REJECTED_OPS or
+          if op.type in tpu_ops.TPU_REJECTED_OPS or
           op.type == 'Placeholder'] + [
               op.name for op in reachable_ops(step) if any(
                   t.dtype.base_dtype in rejected_dtypes for t in op.outputs)
@@ -376,7 +376,7 @@ def check_cross_shard(step: StepGraph, num_shards: int,
                       phase: str) -> List[preflight_report.Finding]:
   """A multi-shard train step must sum gradients across shards."""
   if num_shards <= 1 or any(
-      op.type == tpu_facts.CROSS_REPLICA_SUM_OP for op in step.ops):
+      op.type == tpu_ops.CROSS_REPLICA_SUM_OP for op in step.ops):
     return []
   return [preflight_report.Finding(
       'missing-cross-shard-optimizer', ERROR,
@@ -406,9 +406,9 @@ def _make_runnable(graph_def) -> None:
   v1 summary becomes an empty string constant outside the XLA cluster.
   """
   for node in graph_def.node:
-    if node.op in (tpu_facts.CROSS_REPLICA_SUM_OP, 'Print'):
+    if node.op in (tpu_ops.CROSS_REPLICA_SUM_OP, 'Print'):
       _as_identity(node)
-    elif node.op in tpu_facts.V1_SUMMARY_OPS:
+    elif node.op in tpu_ops.V1_SUMMARY_OPS:
       node.op = 'Const'
       del node.input[:]
       node.attr.clear()
@@ -441,7 +441,7 @@ def xla_error_findings(
     if node in seen or node in reported_ops:
       continue
     seen.add(node)
-    if op_type in tpu_facts.V2_SUMMARY_OPS:
+    if op_type in tpu_ops.V2_SUMMARY_OPS:
       findings.append(_v2_summary_finding(op_type, node, phase))
       continue
     findings.append(preflight_report.Finding(
@@ -475,7 +475,7 @@ def _v2_summary_finding(op_type: str, node: str,
       'summary ops, so this step cannot be checked (on a TPU, TensorFlow '
       'may run them on the host by automatic outside compilation, a host '
       'round trip in every step).', phase,
-      fix=tpu_facts.HOST_CALL_SUMMARY_FIX, op=node,
+      fix=tpu_ops.HOST_CALL_SUMMARY_FIX, op=node,
       where=f'op {node!r} ({op_type})')
 
 

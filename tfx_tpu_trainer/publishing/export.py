@@ -10,8 +10,8 @@ from tensorflow.python.tools import saved_model_utils  # pylint: disable=g-direc
 from tfx.dsl.io import fileio
 
 from tfx_tpu_trainer import errors
+from tfx_tpu_trainer.model_fn import tpu_ops
 from tfx_tpu_trainer.publishing import serving
-from tfx_tpu_trainer.tpu import facts as tpu_facts
 from tfx_tpu_trainer.training import disk_full
 
 __all__ = ['SERVE_TAGS', 'SERVE_TPU_TAGS', 'STAGING_PREFIX', 'ExportError',
@@ -124,7 +124,7 @@ def has_tpu_inference(graph_def: tf.compat.v1.GraphDef) -> bool:
   types = {node.op for node in graph_def.node}
   for function in graph_def.library.function:
     types.update(node.op for node in function.node_def)
-  return bool(types & tpu_facts.TPU_INFERENCE_OPS)
+  return bool(types & tpu_ops.TPU_INFERENCE_OPS)
 
 
 def check_tpu_graph(saved_model_dir: str, source: str = 'the model_fn'

@@ -1,1 +1,1 @@
-"""The TPU: its facts, runtimes, checks and worker servers."""
+"""`tpu-check`'s library: does this machine's TPU run the trainer, and with which runtime."""

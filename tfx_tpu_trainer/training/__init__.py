@@ -1,1 +1,1 @@
-"""Building the TPUEstimator and running training and evaluation: the host loop, the train/eval schedule, live progress, checkpoints and clusters."""
+"""Building the TPUEstimator and running training and evaluation: the host loop, the train/eval schedule, live progress and checkpoints."""

@@ -11,10 +11,10 @@ from tensorflow_estimator.python.estimator import run_config as estimator_run_co
 
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
-from tfx_tpu_trainer.training import cluster
+from tfx_tpu_trainer.slice import cluster
+from tfx_tpu_trainer.slice import driver
 from tfx_tpu_trainer.training import curves
 from tfx_tpu_trainer.training import host_loop
-from tfx_tpu_trainer.training import tpu_slice
 
 __all__ = ['ResolverFactory', 'build_run_config', 'warm_start_settings',
            'build_estimator']
@@ -61,8 +61,8 @@ def build_run_config(
   master = None
   session_config = None
   # A multi-host slice: master, cluster def (and off TPU the device_fn).
-  slice_args = tpu_slice.run_config_args(
-      config.use_tpu, tpu_slice.worker_addresses(config))
+  slice_args = driver.run_config_args(
+      config.use_tpu, driver.worker_addresses(config))
   if slice_args:
     master = slice_args.pop('master')
     session_config = slice_args.pop('session_config')

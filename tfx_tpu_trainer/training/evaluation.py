@@ -13,8 +13,8 @@ import tensorflow as tf
 
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
+from tfx_tpu_trainer.slice import cluster
 from tfx_tpu_trainer.training import checkpoints
-from tfx_tpu_trainer.training import cluster
 
 __all__ = ['EVAL_NAME', 'NonFiniteMetricsError', 'final_metrics',
            'check_finite']

@@ -8,7 +8,7 @@ from tensorflow import estimator as tf_estimator
 
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer.data import input_fns
-from tfx_tpu_trainer.training import cluster
+from tfx_tpu_trainer.slice import cluster
 from tfx_tpu_trainer.training import curves
 from tfx_tpu_trainer.training import evaluation
 from tfx_tpu_trainer.training import progress

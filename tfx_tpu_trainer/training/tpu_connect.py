@@ -43,7 +43,7 @@ def wait_for_tpu(config: config_lib.TrainerConfig) -> Optional[str]:
 
   Only a TPU reached over gRPC is asked (`grpc://` names, and Cloud TPU
   names once resolved); a TPU VM's own chips (`local`) and a multi-host
-  slice (tpu_slice.py) are checked where they are used.
+  slice (slice/driver.py) are checked where they are used.
 
   Args:
     config: the run's validated config.

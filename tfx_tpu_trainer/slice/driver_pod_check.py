@@ -4,9 +4,8 @@ verbs (SelfSubjectAccessReviews), the worker group's spec."""
 from typing import Any, Callable, List, Mapping, Optional, Tuple
 
 from tfx_tpu_trainer import errors
-from tfx_tpu_trainer.tpu import facts
-from tfx_tpu_trainer.tpu import kube_api
-from tfx_tpu_trainer.tpu import worker_group
+from tfx_tpu_trainer.slice import kube_api
+from tfx_tpu_trainer.slice import worker_group
 
 __all__ = ['DriverPodCheckError', 'rbac_verbs', 'denied_verbs',
            'check_driver_pod']
@@ -81,7 +80,7 @@ def _spec_line(spec: worker_group.WorkerGroupSpec) -> str:
         f'{worker_group.SPEC_ENV} names no worker image; recompile the '
         'pipeline with --trainer-image (the TPU image).')
   selector = ', '.join(f'{k}={v}' for k, v in spec.node_selector)
-  return (f'worker group: {spec.hosts} pods x {facts.TPU_RESOURCE}: '
+  return (f'worker group: {spec.hosts} pods x {worker_group.TPU_RESOURCE}: '
           f'{spec.chips_per_host}, image {spec.image}, port {spec.port}, '
           f'on nodes {selector or "(no selector)"}')
 

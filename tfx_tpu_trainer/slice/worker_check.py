@@ -6,12 +6,12 @@ import time
 from typing import Callable, Dict, List, Optional, Sequence
 
 from tfx_tpu_trainer import errors
-from tfx_tpu_trainer.training import tpu_slice
+from tfx_tpu_trainer.slice import driver
 
 __all__ = ['JOB', 'SliceCheckError', 'HostReport', 'list_hosts',
            'initialize_tpu_system', 'check_slice']
 
-JOB = tpu_slice.JOB_NAME
+JOB = driver.JOB_NAME
 
 
 class SliceCheckError(errors.TPUTrainerError, RuntimeError):
@@ -39,11 +39,11 @@ class HostReport:
 
 
 def list_hosts(addresses: Sequence[str],
-               timeout_secs: float = tpu_slice.SIGNAL_TIMEOUT_SECS * 6
+               timeout_secs: float = driver.SIGNAL_TIMEOUT_SECS * 6
               ) -> List[HostReport]:
   """Every worker's devices, seen from one session of the slice."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  args = tpu_slice.run_config_args(True, addresses)
+  args = driver.run_config_args(True, addresses)
   config = args['session_config']
   config.operation_timeout_in_ms = int(timeout_secs * 1000)
   with tf.compat.v1.Session(args['master'], graph=tf.Graph(),
@@ -59,7 +59,7 @@ def initialize_tpu_system(addresses: Sequence[str],
                           timeout_secs: float) -> str:
   """Initialises the TPU system across the slice; returns its topology line."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  args = tpu_slice.run_config_args(True, addresses)
+  args = driver.run_config_args(True, addresses)
   graph = tf.Graph()
   with graph.as_default():
     init = tf.compat.v1.tpu.initialize_system()
@@ -74,14 +74,14 @@ def initialize_tpu_system(addresses: Sequence[str],
           f'{list(topology.mesh_shape)}')
 
 
-def _silent_hosts(links: Sequence[tpu_slice.WorkerLink]) -> str:
+def _silent_hosts(links: Sequence[driver.WorkerLink]) -> str:
   """`; worker i (...): why` for each worker that does not answer now."""
-  silent = [(link, link.send(tpu_slice.ALIVE)) for link in links]
+  silent = [(link, link.send(driver.ALIVE)) for link in links]
   return ''.join(f'; {link.describe()} does not answer: {reason}'
                  for link, reason in silent if reason)
 
 
-def _across_the_slice(what: str, links: Sequence[tpu_slice.WorkerLink],
+def _across_the_slice(what: str, links: Sequence[driver.WorkerLink],
                       run: Callable[[], object]):
   """`run()`; an error names the step and the workers that stopped answering."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -90,7 +90,7 @@ def _across_the_slice(what: str, links: Sequence[tpu_slice.WorkerLink],
   except tf.errors.OpError as e:
     raise SliceCheckError(
         f'tpu-check of the slice: {what} failed '
-        f'({tpu_slice.describe_error(e)}){_silent_hosts(links)}.') from e
+        f'({driver.describe_error(e)}){_silent_hosts(links)}.') from e
 
 
 def check_slice(addresses: Sequence[str], wait_secs: float,
@@ -106,9 +106,9 @@ def check_slice(addresses: Sequence[str], wait_secs: float,
     SliceCheckError: naming the host that did not answer or has no TPU.
   """
   start = time.monotonic()
-  links = [tpu_slice.WorkerLink(t, a) for t, a in enumerate(addresses)]
+  links = [driver.WorkerLink(t, a) for t, a in enumerate(addresses)]
   try:
-    tpu_slice.wait_for_workers(links, wait_secs, wait_set_by=wait_set_by,
+    driver.wait_for_workers(links, wait_secs, wait_set_by=wait_set_by,
                                report=report or (lambda line: None),
                                names_must_resolve=True)
     hosts = _across_the_slice('listing the devices of the slice', links,
@@ -118,7 +118,7 @@ def check_slice(addresses: Sequence[str], wait_secs: float,
       lines.append(_across_the_slice(
           'initialising the TPU system', links,
           lambda: initialize_tpu_system(addresses, wait_secs)))
-  except tpu_slice.SliceError as e:
+  except driver.SliceError as e:
     raise SliceCheckError(f'tpu-check of the slice: {e}') from e
   finally:
     for link in links:

@@ -11,8 +11,8 @@ import pytest
 import tensorflow as tf
 
 from tfx_tpu_trainer import config as config_lib
+from tfx_tpu_trainer.slice import driver
 from tfx_tpu_trainer.training import estimator_builder
-from tfx_tpu_trainer.training import tpu_slice
 
 from tests.conftest import REPO_ROOT
 from tests.fixtures import slice_workers
@@ -26,7 +26,7 @@ def test_tpu_workers_are_parsed_with_the_default_port():
   assert config.tpu_workers == ('trainer-workers-0.trainer-workers:8470',
                                 'trainer-workers-1.trainer-workers:8471')
   assert config.use_tpu  # A slice is a TPU unless use_tpu says otherwise.
-  assert tpu_slice.worker_addresses(config, environ={}) == config.tpu_workers
+  assert driver.worker_addresses(config, environ={}) == config.tpu_workers
 
 
 @pytest.mark.parametrize('value,message', [
@@ -47,12 +47,12 @@ def test_bad_tpu_workers_are_named(value, message):
 def test_gke_hostnames_make_a_slice_only_with_several_hosts():
   config = from_custom_config({}, environ={'TPU_WORKER_HOSTNAMES': 'h0,h1'})
   assert config.use_tpu
-  assert tpu_slice.worker_addresses(
+  assert driver.worker_addresses(
       config, {'TPU_WORKER_HOSTNAMES': 'h0,h1'}) == ('h0:8470', 'h1:8470')
   single = from_custom_config({}, environ={'TPU_WORKER_HOSTNAMES': 'h0'})
-  assert tpu_slice.worker_addresses(single, {'TPU_WORKER_HOSTNAMES': 'h0'}) == ()
-  with pytest.raises(tpu_slice.SliceError, match='TPU_WORKER_HOSTNAMES'):
-    tpu_slice.worker_addresses(single, {'TPU_WORKER_HOSTNAMES': 'h0,h 1'})
+  assert driver.worker_addresses(single, {'TPU_WORKER_HOSTNAMES': 'h0'}) == ()
+  with pytest.raises(driver.SliceError, match='TPU_WORKER_HOSTNAMES'):
+    driver.worker_addresses(single, {'TPU_WORKER_HOSTNAMES': 'h0,h 1'})
 
 
 @pytest.mark.parametrize('hostnames,separator', [
@@ -60,8 +60,8 @@ def test_gke_hostnames_make_a_slice_only_with_several_hosts():
 def test_hosts_not_separated_by_commas_are_not_one_host(hostnames, separator):
   environ = {'TPU_WORKER_HOSTNAMES': hostnames}
   config = from_custom_config({}, environ=environ)
-  with pytest.raises(tpu_slice.SliceError) as raised:
-    tpu_slice.worker_addresses(config, environ)
+  with pytest.raises(driver.SliceError) as raised:
+    driver.worker_addresses(config, environ)
   assert f"TPU_WORKER_HOSTNAMES: '{hostnames}' is not a worker address" in (
       str(raised.value))
   assert f'Separate the hosts with commas, not {separator!r}.' in str(
@@ -75,13 +75,13 @@ def test_a_non_ascii_port_is_a_config_error(port):
   assert f"'h0:{port}' is not a worker address" in str(raised.value)
 
 
-@pytest.mark.parametrize('name', [tpu_slice.WAIT_SECS_ENV,
-                                  tpu_slice.LOST_SECS_ENV])
+@pytest.mark.parametrize('name', [driver.WAIT_SECS_ENV,
+                                  driver.LOST_SECS_ENV])
 @pytest.mark.parametrize('value', ['nan', 'inf', '-1', 'soon'])
 def test_waits_are_positive_finite_seconds(name, value):
-  read = (tpu_slice.wait_secs if name == tpu_slice.WAIT_SECS_ENV
-          else tpu_slice.lost_secs)
-  with pytest.raises(tpu_slice.SliceError) as raised:
+  read = (driver.wait_secs if name == driver.WAIT_SECS_ENV
+          else driver.lost_secs)
+  with pytest.raises(driver.SliceError) as raised:
     read({name: value})
   assert f"{name}='{value}' is not a positive, finite number" in str(
       raised.value)
@@ -89,7 +89,7 @@ def test_waits_are_positive_finite_seconds(name, value):
 
 def test_tensorflow_resolves_the_grpc_list_to_worker_0_and_every_worker():
   addresses = ('h0.svc:8470', 'h1.svc:8470', 'h2.svc:8470', 'h3.svc:8470')
-  resolver = tpu_slice.resolver_for(addresses)
+  resolver = driver.resolver_for(addresses)
   # tensorflow/python/tpu/client/client.py parses the list, no Cloud API.
   assert resolver.master() == 'grpc://h0.svc:8470'
   assert resolver.cluster_spec().as_dict() == {'worker': list(addresses)}
@@ -131,10 +131,10 @@ def test_local_paths_of_a_remote_slice_are_refused_naming_them(what, path):
   paths = {'train data': ['gs://b/train/*'],
            "custom_config['checkpoint_dir']": ['gs://b/checkpoints'],
            'the model_run artifact': ['gs://b/model_run/1']}
-  tpu_slice.check_driver(config, paths, environ={})  # All on gs://: fine.
+  driver.check_driver(config, paths, environ={})  # All on gs://: fine.
   paths[what] = [path]
-  with pytest.raises(tpu_slice.SliceError) as raised:
-    tpu_slice.check_driver(config, paths, environ={})
+  with pytest.raises(driver.SliceError) as raised:
+    driver.check_driver(config, paths, environ={})
   message = str(raised.value)
   assert f'{what} {path!r} is a local path' in message
   assert 'gs://' in message and '2-host slice' in message
@@ -143,7 +143,7 @@ def test_local_paths_of_a_remote_slice_are_refused_naming_them(what, path):
 def test_local_paths_are_kept_when_every_worker_runs_here():
   config = from_custom_config(
       {'tpu_workers': ['localhost:1234', '127.0.0.1:1235']}, environ={})
-  tpu_slice.check_driver(config, {'train data': ['/data/train/*']},
+  driver.check_driver(config, {'train data': ['/data/train/*']},
                          environ={})
 
 
@@ -152,19 +152,19 @@ def test_a_tf_config_cluster_beside_a_slice_is_refused():
   environ = {'TF_CONFIG': json.dumps(
       {'cluster': {'chief': ['c:1'], 'worker': ['w:1']},
        'task': {'type': 'chief', 'index': 0}})}
-  with pytest.raises(tpu_slice.SliceError, match='driver of a slice is one'):
-    tpu_slice.check_driver(config, {}, environ=environ)
+  with pytest.raises(driver.SliceError, match='driver of a slice is one'):
+    driver.check_driver(config, {}, environ=environ)
 
 
 def test_the_wait_names_the_worker_that_did_not_answer(tmp_path,
                                                        monkeypatch):
   workers = slice_workers.LocalSlice(str(tmp_path), count=1)
   absent = f'localhost:{slice_workers.free_ports(1)[0]}'
-  monkeypatch.setenv(tpu_slice.WAIT_SECS_ENV, '3')
+  monkeypatch.setenv(driver.WAIT_SECS_ENV, '3')
   try:
     workers.wait_until_serving()
-    with pytest.raises(tpu_slice.SliceError) as raised:
-      with tpu_slice.driving(workers.addresses + [absent], str(tmp_path)):
+    with pytest.raises(driver.SliceError) as raised:
+      with driver.driving(workers.addresses + [absent], str(tmp_path)):
         pass
     # The worker that answered was told the driver is done, and ended.
     assert workers.wait() == [0]
@@ -174,8 +174,8 @@ def test_the_wait_names_the_worker_that_did_not_answer(tmp_path,
   assert '1 of the 2 TPU workers of the slice did not answer' in message
   assert f'worker 1 ({absent})' in message
   assert f'worker 0 ({workers.addresses[0]})' not in message
-  assert 'python -m tfx_tpu_trainer.tpu.worker' in message
-  assert f'{tpu_slice.WAIT_SECS_ENV} sets the wait.' in message
+  assert 'python -m tfx_tpu_trainer.slice.worker' in message
+  assert f'{driver.WAIT_SECS_ENV} sets the wait.' in message
 
 
 def test_one_worker_named_twice_is_refused(tmp_path):
@@ -185,8 +185,8 @@ def test_one_worker_named_twice_is_refused(tmp_path):
   port = workers.ports[0]
   try:
     workers.wait_until_serving()
-    with pytest.raises(tpu_slice.SliceError) as raised:
-      with tpu_slice.driving([f'localhost:{port}', f'127.0.0.1:{port}'],
+    with pytest.raises(driver.SliceError) as raised:
+      with driver.driving([f'localhost:{port}', f'127.0.0.1:{port}'],
                              str(tmp_path)):
         pass
     assert workers.wait() == [0]  # Told the driver is done.
@@ -201,10 +201,10 @@ def test_the_wait_says_whom_it_waits_for_and_until_when(tmp_path):
   lines = []
   try:
     workers.wait_until_serving()
-    links = [tpu_slice.WorkerLink(0, workers.addresses[0])]
-    tpu_slice.wait_for_workers(links, 600, wait_set_by='--timeout',
+    links = [driver.WorkerLink(0, workers.addresses[0])]
+    driver.wait_for_workers(links, 600, wait_set_by='--timeout',
                                report=lines.append)
-    links[0].send(tpu_slice.DONE)
+    links[0].send(driver.DONE)
     links[0].close()
     assert workers.wait() == [0]
   finally:
@@ -219,7 +219,7 @@ def test_the_wait_says_whom_it_waits_for_and_until_when(tmp_path):
 
 def _worker(args, env=None):
   return subprocess.run(
-      [sys.executable, '-m', 'tfx_tpu_trainer.tpu.worker'] + args,
+      [sys.executable, '-m', 'tfx_tpu_trainer.slice.worker'] + args,
       cwd=REPO_ROOT, capture_output=True, text=True,
       env=dict(os.environ, **(env or {})))
 
@@ -261,8 +261,8 @@ def test_the_driver_timeout_counts_from_the_drivers_last_word(tmp_path):
   try:
     workers.wait_until_serving()
     time.sleep(4)  # A driver that reaches its trainer late.
-    link = tpu_slice.WorkerLink(0, workers.addresses[0])
-    assert link.send(tpu_slice.ALIVE) is None  # The worker still serves.
+    link = driver.WorkerLink(0, workers.addresses[0])
+    assert link.send(driver.ALIVE) is None  # The worker still serves.
     link.close()
     # Then 2 s without a word: the driver is gone.
     assert workers.wait() == [3]
@@ -295,4 +295,4 @@ def test_the_driver_timeout_counts_from_the_drivers_last_word(tmp_path):
      'UnavailableError: failed to connect to all addresses'),
 ])
 def test_worker_errors_say_what_happened(error, described):
-  assert tpu_slice.describe_error(error) == described
+  assert driver.describe_error(error) == described

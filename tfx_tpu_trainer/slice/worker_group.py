@@ -11,13 +11,12 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from absl import logging
 
-from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
-from tfx_tpu_trainer.tpu import facts
-from tfx_tpu_trainer.tpu import kube_api
-from tfx_tpu_trainer.training import slice_exit
+from tfx_tpu_trainer.slice import addresses
+from tfx_tpu_trainer.slice import driver_exit
+from tfx_tpu_trainer.slice import kube_api
 
-__all__ = ['SPEC_ENV', 'POD_NAME_ENV', 'HOSTNAME_ENV', 'NAMESPACE_ENV',
+__all__ = ['TPU_RESOURCE', 'SPEC_ENV', 'POD_NAME_ENV', 'HOSTNAME_ENV', 'NAMESPACE_ENV',
            'NAMESPACE_FILE', 'NAME_PREFIX', 'GROUP_LABEL', 'DRIVER_LABEL',
            'JOB_TTL_SECS', 'DELETE_WAIT_SECS', 'WorkerGroupError',
            'WorkerGroupSpec', 'attempt_name', 'hostnames', 'StorageAccess',
@@ -25,7 +24,10 @@ __all__ = ['SPEC_ENV', 'POD_NAME_ENV', 'HOSTNAME_ENV', 'NAMESPACE_ENV',
            'RBAC_RULES', 'RBAC_NAME', 'RBAC_MANIFEST', 'rbac_manifests', 'Plan',
            'plan', 'announce', 'KubernetesGroups', 'launched']
 
-SPEC_ENV = config_lib.WORKER_GROUP_ENV
+# GKE's extended resource of TPU chips, requested per pod (one host each).
+TPU_RESOURCE = 'google.com/tpu'
+# The worker group spec a compiled multi-host step's driver carries.
+SPEC_ENV = 'TFX_TPU_TRAINER_WORKER_GROUP'
 # The driver pod's name, uncut: the downward API's metadata.name, which KFP
 # sets on every step (v1: TFX's `add-pod-env` label; v2: the backend).
 POD_NAME_ENV = 'KFP_POD_NAME'
@@ -68,7 +70,7 @@ class WorkerGroupSpec:
   node_selector: Tuple[Tuple[str, str], ...] = ()
   tolerations: Tuple[Tuple[Tuple[str, str], ...], ...] = ()
   env: Tuple[Tuple[str, str], ...] = ()
-  port: int = config_lib.TPU_WORKER_PORT
+  port: int = addresses.TPU_WORKER_PORT
   driver_timeout: int = 600
   driver_start_timeout: int = 2400
 
@@ -89,7 +91,7 @@ class WorkerGroupSpec:
           tolerations=tuple(tuple(tuple(p) for p in t)
                             for t in value.get('tolerations', ())),
           env=tuple(tuple(p) for p in value.get('env', ())),
-          port=int(value.get('port', config_lib.TPU_WORKER_PORT)),
+          port=int(value.get('port', addresses.TPU_WORKER_PORT)),
           driver_timeout=int(value.get('driver_timeout', 600)),
           driver_start_timeout=int(value.get('driver_start_timeout', 2400)))
     except (ValueError, KeyError, TypeError) as e:
@@ -201,12 +203,12 @@ def job_manifest(spec: WorkerGroupSpec, name: str, namespace: str,
   container = {
       'name': 'tpu-worker',
       'image': spec.image,
-      'command': ['python', '-m', 'tfx_tpu_trainer.tpu.worker',
+      'command': ['python', '-m', 'tfx_tpu_trainer.slice.worker',
                   '--port', str(spec.port),
                   '--driver-timeout', str(spec.driver_timeout),
                   '--driver-start-timeout', str(spec.driver_start_timeout)],
       'ports': [{'containerPort': spec.port, 'name': 'tpu-worker'}],
-      'resources': {'limits': {facts.TPU_RESOURCE: str(spec.chips_per_host)}},
+      'resources': {'limits': {TPU_RESOURCE: str(spec.chips_per_host)}},
       'env': [{'name': k, 'value': v} for k, v in spec.env] + list(access.env),
   }
   if access.mounts:
@@ -403,7 +405,7 @@ def announce(group: Optional[Plan], environ=None) -> None:
   """Sets TPU_WORKER_HOSTNAMES to the group's names (what the driver reads)."""
   environ = os.environ if environ is None else environ
   if group is not None:
-    environ[config_lib.TPU_WORKER_HOSTNAMES_ENV] = ','.join(group.hostnames)
+    environ[addresses.TPU_WORKER_HOSTNAMES_ENV] = ','.join(group.hostnames)
 
 
 def _api_error(what: str, error: BaseException) -> WorkerGroupError:
@@ -526,7 +528,7 @@ def launched(group: Optional[Plan],
   """The group exists inside, and is deleted after, however it ends.
 
   Also when the process is ended because training is stuck in TensorFlow
-  (slice_exit.end_process).
+  (driver_exit.end_process).
 
   Raises:
     WorkerGroupError: the group could not be created (what the API said,
@@ -553,7 +555,7 @@ def launched(group: Optional[Plan],
     groups.delete(group)
 
   try:
-    with slice_exit.cleanup_on_hard_exit(delete):
+    with driver_exit.cleanup_on_hard_exit(delete):
       yield
   finally:
     delete()

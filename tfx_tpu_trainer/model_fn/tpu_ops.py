@@ -1,14 +1,12 @@
-"""What a TPU computation rejects, shared by the adapters and preflight."""
+"""What XLA and a TPU computation reject, and the ops of a TPU graph: shared by
+the adapters, the preflight and the export."""
 
 import tensorflow as tf
 
-__all__ = ['TPU_RESOURCE', 'V1_SUMMARY_OPS', 'V2_SUMMARY_OPS',
+__all__ = ['V1_SUMMARY_OPS', 'V2_SUMMARY_OPS',
            'TPU_REJECTED_OPS', 'CROSS_REPLICA_SUM_OP',
            'TPU_UNSUPPORTED_DTYPES', 'INFEED_REJECTED_DTYPES',
            'TPU_INFERENCE_OPS', 'HOST_CALL_SUMMARY_FIX']
-
-# GKE's extended resource of TPU chips, requested per pod (one host each).
-TPU_RESOURCE = 'google.com/tpu'
 
 # v1 summary ops (`tf.compat.v1.summary.*`): rejected inside a TPU computation.
 V1_SUMMARY_OPS = frozenset([

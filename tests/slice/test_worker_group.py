@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from tfx_tpu_trainer import config as config_lib
-from tfx_tpu_trainer.tpu import worker_group
-from tfx_tpu_trainer.training import tpu_slice
+from tfx_tpu_trainer.slice import driver
+from tfx_tpu_trainer.slice import worker_group
 
 from tests.conftest import REPO_ROOT
 from tests.fixtures import kube_api_server
@@ -74,7 +74,7 @@ def test_the_driver_resolves_the_dns_names_of_the_group(group):
   # What the trainer then drives: exactly those, in task order.
   config = config_lib.TrainerConfig.from_custom_config({}, environ=environ)
   assert config.use_tpu
-  assert list(tpu_slice.worker_addresses(config, environ)) == expected
+  assert list(driver.worker_addresses(config, environ)) == expected
   # The manifests give pod i that name: <job>-<i> in the Service's subdomain.
   job = worker_group.job_manifest(SPEC, name, 'team-a', DRIVER_POD)
   service = worker_group.service_manifest(SPEC, name, 'team-a', DRIVER_POD)
@@ -102,7 +102,7 @@ def test_the_group_exists_only_while_training_and_is_owned_by_the_driver(
           'uid': uid, 'blockOwnerDeletion': False, 'controller': False}]
     container = job['spec']['template']['spec']['containers'][0]
     assert container['command'][:3] == ['python', '-m',
-                                        'tfx_tpu_trainer.tpu.worker']
+                                        'tfx_tpu_trainer.slice.worker']
     assert container['resources']['limits'] == {'google.com/tpu': '4'}
   assert api.kind('jobs') == api.kind('services') == []
 

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tfx_tpu_trainer.tpu import worker_group
+from tfx_tpu_trainer.slice import worker_group
 
 from tests.conftest import REPO_ROOT
 from tests.fixtures import kube_api_server

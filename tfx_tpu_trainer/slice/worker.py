@@ -1,4 +1,4 @@
-"""`python -m tfx_tpu_trainer.tpu.worker`: one host's TPU worker server for a
+"""`python -m tfx_tpu_trainer.slice.worker`: one host's TPU worker server for a
 slice's driver; it ends when the driver is done or gone."""
 
 import argparse
@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 from absl import logging
 
 from tfx_tpu_trainer import errors
-from tfx_tpu_trainer.training import tpu_slice
+from tfx_tpu_trainer.slice import driver
 
 __all__ = ['parser']
 
@@ -56,22 +56,22 @@ def _port(text: str) -> int:
 def parser() -> argparse.ArgumentParser:
   """The worker's arguments."""
   result = argparse.ArgumentParser(
-      prog='python -m tfx_tpu_trainer.tpu.worker',
+      prog='python -m tfx_tpu_trainer.slice.worker',
       description='Runs this host\'s TPU worker server for a driver of a '
       'multi-host slice; ends when the driver says it is done or is gone.')
   result.add_argument(
-      '--port', type=_port, default=tpu_slice.DEFAULT_PORT,
-      help=f'the gRPC port the driver calls (default {tpu_slice.DEFAULT_PORT})')
+      '--port', type=_port, default=driver.DEFAULT_PORT,
+      help=f'the gRPC port the driver calls (default {driver.DEFAULT_PORT})')
   result.add_argument(
       '--task-index', type=int, default=None,
       help='this host\'s index in the slice, for the log (default: '
       f'{" or ".join(TASK_INDEX_ENVS)})')
   result.add_argument(
       '--driver-timeout', type=_positive,
-      default=tpu_slice.DEFAULT_DRIVER_TIMEOUT_SECS, metavar='SECONDS',
+      default=driver.DEFAULT_DRIVER_TIMEOUT_SECS, metavar='SECONDS',
       help='once the driver has been heard from, end when it has sent '
-      f'nothing for this long (default {tpu_slice.DEFAULT_DRIVER_TIMEOUT_SECS}'
-      f'; the driver sends a heartbeat every {tpu_slice.HEARTBEAT_SECS} s '
+      f'nothing for this long (default {driver.DEFAULT_DRIVER_TIMEOUT_SECS}'
+      f'; the driver sends a heartbeat every {driver.HEARTBEAT_SECS} s '
       'while it trains)')
   result.add_argument(
       '--driver-start-timeout', type=_positive, default=None,
@@ -118,7 +118,7 @@ def serve(port: int, driver_timeout: float, task: Optional[int],
   cluster def names the job and task a server booted with ("The
   ClusterSpec names the job and task index to be the same names that were
   provided when the server booted"). The driver's signals arrive on a queue
-  of this server (`tpu_slice.signal_queue`).
+  of this server (`driver.signal_queue`).
   """
   # Worker 0 is the driver's master: without this, a session it creates
   # while another worker is gone waits for that worker forever (its device
@@ -142,7 +142,7 @@ def serve(port: int, driver_timeout: float, task: Optional[int],
                if driver_start_timeout else 'however long it takes')
   graph = tf.Graph()
   with graph.as_default():
-    receive = tpu_slice.signal_queue(tf).dequeue()
+    receive = driver.signal_queue(tf).dequeue()
   session = tf.compat.v1.Session(server.target, graph=graph)
   started = time.monotonic()
   last_heard = None
@@ -163,7 +163,7 @@ def serve(port: int, driver_timeout: float, task: Optional[int],
                    'done signal, or by %.0f s without a word '
                    '(--driver-timeout).', name, driver_timeout)
     last_heard = time.monotonic()
-    if message == tpu_slice.DONE:
+    if message == driver.DONE:
       logging.info('TPU %s: the driver is done; ending.', name)
       return 0
 
@@ -188,7 +188,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   try:
     task = task_index(args.task_index)
   except WorkerArgumentError as e:
-    print(f'python -m tfx_tpu_trainer.tpu.worker: {e}', file=sys.stderr)
+    print(f'python -m tfx_tpu_trainer.slice.worker: {e}', file=sys.stderr)
     sys.exit(EXIT_BAD_ARGUMENTS)
   status = serve(args.port, args.driver_timeout, task,
                  args.driver_start_timeout)

@@ -1,9 +1,9 @@
 """The CPU rehearsal of a multi-host slice: N worker entrypoints, one driver.
 
-The workers are `python -m tfx_tpu_trainer.tpu.worker` processes on
+The workers are `python -m tfx_tpu_trainer.slice.worker` processes on
 localhost; the driver is the trainer's `Executor.Do()` in this process with
 `use_tpu=False` and `tpu_workers` naming them, so the graph runs on the
-workers (variables spread over all of them, training/tpu_slice.py).
+workers (variables spread over all of them, slice/driver.py).
 """
 
 import datetime
@@ -25,9 +25,9 @@ from tfx.utils import path_utils
 
 from tfx_tpu_trainer import executor
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
+from tfx_tpu_trainer.slice import driver
+from tfx_tpu_trainer.slice import driver_exit
 from tfx_tpu_trainer.training import checkpoints
-from tfx_tpu_trainer.training import slice_exit
-from tfx_tpu_trainer.training import tpu_slice
 
 from tests import test_reliability as reliability
 from tests.conftest import REPO_ROOT
@@ -95,7 +95,7 @@ def test_killed_worker_is_named_and_a_retry_resumes_from_its_checkpoint(
   # TensorFlow retries a step whose worker is gone (as for a preemption);
   # the driver gives up on the worker after this many seconds without a
   # heartbeat (60 by default).
-  monkeypatch.setenv(tpu_slice.LOST_SECS_ENV, '20')
+  monkeypatch.setenv(driver.LOST_SECS_ENV, '20')
   base = str(tmp_path / 'checkpoints')
   model_dir = os.path.join(base, 'taxi', 'run-1', 'TPUTrainer')
   train_steps = 1000000  # Never reached: worker 1 is killed first.
@@ -109,7 +109,7 @@ def test_killed_worker_is_named_and_a_retry_resumes_from_its_checkpoint(
   killer = threading.Thread(target=kill_after_first_checkpoint, daemon=True)
   try:
     killer.start()
-    with pytest.raises(tpu_slice.WorkerLostError) as raised:
+    with pytest.raises(driver.WorkerLostError) as raised:
       _attempt(taxi_artifacts, str(tmp_path / 'out1'), workers.addresses,
                base, train_steps)
     killer.join()
@@ -163,21 +163,21 @@ def test_a_frozen_worker_fails_the_driver_naming_it(taxi_artifacts, tmp_path):
       train_steps=1000000, eval_steps=2)
   log_path = str(tmp_path / 'driver.log')
   with open(log_path, 'w') as log:
-    driver = subprocess.Popen(
+    driver_process = subprocess.Popen(
         [sys.executable, '-m', 'tests.fixtures.executor_subprocess',
          reliability._write_spec(tmp_path / 'spec.json', run, 'run-1')],  # pylint: disable=protected-access
         cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
-        env=dict(os.environ, **{tpu_slice.LOST_SECS_ENV: '20'}))
+        env=dict(os.environ, **{driver.LOST_SECS_ENV: '20'}))
   try:
     while checkpoints.latest_step(model_dir) < 50:
-      assert driver.poll() is None, _log_text(log_path)[-3000:]
+      assert driver_process.poll() is None, _log_text(log_path)[-3000:]
       time.sleep(0.5)
     os.kill(workers.processes[1].pid, signal.SIGSTOP)
-    status = driver.wait(timeout=HANG_GUARD_SECS)
+    status = driver_process.wait(timeout=HANG_GUARD_SECS)
     assert workers.processes[0].wait() == 0  # Told the driver is done.
   finally:
-    if driver.poll() is None:
-      driver.kill()
+    if driver_process.poll() is None:
+      driver_process.kill()
     os.kill(workers.processes[1].pid, signal.SIGCONT)
     workers.stop()
   log = _log_text(log_path)
@@ -211,9 +211,9 @@ def test_the_driver_exits_when_a_session_close_would_wait_for_ever(tmp_path):
   assert result.returncode == 1, result.stderr[-3000:]
   assert 'RuntimeError: training failed with the session open' in (
       result.stderr)
-  assert (f'this process ends within {slice_exit.EXIT_GRACE_SECS} s even if '
+  assert (f'this process ends within {driver_exit.EXIT_GRACE_SECS} s even if '
           'TensorFlow\'s session close waits') in result.stderr
   # Where it waited, from faulthandler: the session's close at exit.
-  assert f'Timeout ({datetime.timedelta(seconds=slice_exit.EXIT_GRACE_SECS)})!' in (
-      result.stderr)
+  grace = datetime.timedelta(seconds=driver_exit.EXIT_GRACE_SECS)
+  assert f'Timeout ({grace})!' in result.stderr
   assert 'in close' in result.stderr

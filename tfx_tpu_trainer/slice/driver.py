@@ -10,14 +10,14 @@ import socket
 import threading
 import time
 from typing import (Any, Callable, Dict, Iterator, List, Mapping, Optional,
-                    Sequence, Set, Tuple)
+                    Protocol, Sequence, Set, Tuple)
 
 from absl import logging
 
-from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
-from tfx_tpu_trainer.training import cluster as cluster_lib
-from tfx_tpu_trainer.training import slice_exit
+from tfx_tpu_trainer.slice import addresses as addresses_lib
+from tfx_tpu_trainer.slice import cluster as cluster_lib
+from tfx_tpu_trainer.slice import driver_exit
 
 __all__ = ['DEFAULT_PORT', 'JOB_NAME', 'HOSTNAMES_ENV', 'WAIT_SECS_ENV',
            'DEFAULT_WAIT_SECS', 'LOST_SECS_ENV', 'DEFAULT_LOST_SECS',
@@ -31,9 +31,9 @@ __all__ = ['DEFAULT_PORT', 'JOB_NAME', 'HOSTNAMES_ENV', 'WAIT_SECS_ENV',
            'signal_queue', 'WorkerLink', 'wait_for_workers', 'Heartbeats',
            'lost_workers', 'wait_secs', 'lost_secs', 'driving']
 
-DEFAULT_PORT = config_lib.TPU_WORKER_PORT
+DEFAULT_PORT = addresses_lib.TPU_WORKER_PORT
 JOB_NAME = 'worker'
-HOSTNAMES_ENV = config_lib.TPU_WORKER_HOSTNAMES_ENV
+HOSTNAMES_ENV = addresses_lib.TPU_WORKER_HOSTNAMES_ENV
 # How long the driver waits for every worker to answer before training.
 WAIT_SECS_ENV = 'TFX_TPU_TRAINER_WORKER_WAIT_SECS'
 DEFAULT_WAIT_SECS = 600
@@ -46,7 +46,7 @@ DEFAULT_DRIVER_TIMEOUT_SECS = 600
 # One probe or signal: how long a worker may take to take it.
 SIGNAL_TIMEOUT_SECS = 10
 # Once a lost worker is raised into the training thread: how long that
-# thread may take to get it before the process is ended (slice_exit.py).
+# thread may take to get it before the process is ended (driver_exit.py).
 STUCK_GRACE_SECS = 30
 # How often the wait for the workers says whom it still waits for.
 PROGRESS_SECS = 30
@@ -54,6 +54,9 @@ SIGNAL_QUEUE_NAME = 'tfx_tpu_trainer_driver_signals'
 SIGNAL_QUEUE_CAPACITY = 1000
 ALIVE, DONE = b'alive', b'done'
 LOCAL_HOSTS = ('localhost', '127.0.0.1', '::1', '[::1]')
+# A path with a scheme (gs://, s3://, ...): config.is_uri's test, written
+# here because config.py imports this folder (addresses.py).
+_URI = re.compile(r'^[A-Za-z][A-Za-z0-9+.-]*://')
 _TASK_IN_ERROR = re.compile(r'/job:' + JOB_NAME + r'/replica:\d+/task:(\d+)')
 
 
@@ -63,6 +66,14 @@ class SliceError(errors.TPUTrainerError, ValueError):
 
 class WorkerLostError(SliceError):
   """A worker of the slice stopped answering."""
+
+
+class SliceConfig(Protocol):
+  """What the driver reads of a `config.TrainerConfig`."""
+
+  @property
+  def tpu_workers(self) -> Sequence[str]:
+    """`custom_config['tpu_workers']`, parsed; () when not given."""
 
 
 # Lines of a TensorFlow error that say where, not what: the graph-mode
@@ -109,12 +120,12 @@ def parse_addresses(values: Sequence[Any], where: str) -> Tuple[str, ...]:
     SliceError: naming `where` and the bad or repeated address.
   """
   try:
-    return config_lib.worker_addresses(values, where)
-  except config_lib.ConfigError as e:
+    return addresses_lib.worker_addresses(values, where)
+  except addresses_lib.AddressError as e:
     raise SliceError(str(e)) from e
 
 
-def worker_addresses(config: config_lib.TrainerConfig,
+def worker_addresses(config: SliceConfig,
                      environ: Optional[Mapping[str, str]] = None
                     ) -> Tuple[str, ...]:
   """The slice's workers as `host:port`, in task order; () for one host.
@@ -146,7 +157,7 @@ def all_on_this_machine(addresses: Sequence[str]) -> bool:
 
 def is_local_path(path: str) -> bool:
   """A path only this machine sees: no scheme, or `file://`."""
-  return not config_lib.is_uri(path) or path.startswith('file://')
+  return not _URI.match(path) or path.startswith('file://')
 
 
 def check_shared_paths(addresses: Sequence[str],
@@ -175,7 +186,7 @@ def check_shared_paths(addresses: Sequence[str],
             'storage every host reaches (gs://...).')
 
 
-def check_driver(config: config_lib.TrainerConfig,
+def check_driver(config: SliceConfig,
                  paths: Mapping[str, Sequence[str]],
                  environ: Optional[Mapping[str, str]] = None) -> None:
   """Before training: a slice's driver is the only task, its paths shared.
@@ -453,7 +464,7 @@ def wait_for_workers(links: Sequence[WorkerLink], wait_secs: float,
       raise SliceError(
           f'{len(missing)} of the {len(links)} TPU workers of the slice did '
           f'not answer within {wait_secs:.0f} s: {names}. Each host must run '
-          '`python -m tfx_tpu_trainer.tpu.worker` on the port given, and its '
+          '`python -m tfx_tpu_trainer.slice.worker` on the port given, and its '
           'name must resolve from here (on GKE: the worker pods are '
           'scheduled and the headless Service exists; `kubectl get pods` '
           f'shows why a pod is pending). {wait_set_by} sets the wait.')
@@ -485,7 +496,7 @@ class Heartbeats:
   thread blocked inside TensorFlow gets it only when TensorFlow returns,
   which for a stopped (not dead) worker is never: if it has not got it
   `STUCK_GRACE_SECS` later, `on_stuck(lost)` is called (it ends the
-  process: slice_exit.py).
+  process: driver_exit.py).
   """
 
   def __init__(self, links: Sequence[WorkerLink], lost_secs: float,
@@ -619,8 +630,8 @@ def driving(addresses: Sequence[str], model_dir: str,
   `lost_secs`) becomes a `WorkerLostError` naming the worker and the
   checkpoint a retry resumes from; when the training thread is blocked in
   TensorFlow and cannot get it, the process ends with that message
-  (slice_exit.py). From here on, the process ends at most
-  `slice_exit.EXIT_GRACE_SECS` after it starts exiting.
+  (driver_exit.py). From here on, the process ends at most
+  `driver_exit.EXIT_GRACE_SECS` after it starts exiting.
 
   Args:
     addresses: the slice's workers (none: nothing to do).
@@ -633,7 +644,7 @@ def driving(addresses: Sequence[str], model_dir: str,
   if not addresses:
     yield
     return
-  slice_exit.bound_exit()
+  driver_exit.bound_exit()
   links = [WorkerLink(task, address) for task, address in enumerate(addresses)]
   logging.info('Driving a %d-host TPU slice: %s.', len(links),
                grpc_list(addresses))
@@ -647,7 +658,7 @@ def driving(addresses: Sequence[str], model_dir: str,
   def end_stuck(lost: Mapping[int, str]) -> None:
     error = lost_error(lost)
     _send_done(links, skip=lost)
-    slice_exit.end_process(f'{type(error).__name__}: {error}')
+    driver_exit.end_process(f'{type(error).__name__}: {error}')
 
   heartbeats = None
   try:
@@ -658,7 +669,7 @@ def driving(addresses: Sequence[str], model_dir: str,
       yield
     except BaseException as e:  # pylint: disable=broad-except
       _stop(heartbeats)
-      slice_exit.bound_exit(failed=True)
+      driver_exit.bound_exit(failed=True)
       if heartbeats.lost:
         # Raised into this thread, maybe inside TensorFlow's code, where
         # pybind11 reports it as a "MISMATCH" of exception types: the

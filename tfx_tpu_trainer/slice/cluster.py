@@ -83,7 +83,7 @@ def check_cluster(use_tpu: bool,
         'task (chief); for a multi-host TPU slice, that task drives every '
         'host: name their workers in custom_config[\'tpu_workers\'] (or '
         'TPU_WORKER_HOSTNAMES), each host running python -m '
-        'tfx_tpu_trainer.tpu.worker. Or set use_tpu=False for multi-worker '
+        'tfx_tpu_trainer.slice.worker. Or set use_tpu=False for multi-worker '
         'CPU/GPU training.')
   if jobs.get(WORKER) and not jobs.get(CHIEF) and not jobs.get(MASTER):
     raise ClusterError(

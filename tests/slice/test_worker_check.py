@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from tfx_tpu_trainer.tpu import slice_check
+from tfx_tpu_trainer.slice import worker_check
 
 from tests.conftest import REPO_ROOT
 from tests.fixtures import slice_workers
@@ -31,7 +31,7 @@ def local_slice(tmp_path):
 
 
 def test_every_host_answers_and_lists_its_devices(local_slice):
-  lines = slice_check.check_slice(local_slice.addresses, wait_secs=60,
+  lines = worker_check.check_slice(local_slice.addresses, wait_secs=60,
                                   require_tpu=False)
   assert lines[0] == f'worker 0 ({local_slice.addresses[0]}): 1 CPU'
   assert lines[1] == f'worker 1 ({local_slice.addresses[1]}): 1 CPU'
@@ -39,8 +39,8 @@ def test_every_host_answers_and_lists_its_devices(local_slice):
 
 
 def test_hosts_without_a_tpu_are_named(local_slice):
-  with pytest.raises(slice_check.SliceCheckError) as raised:
-    slice_check.check_slice(local_slice.addresses, wait_secs=60)
+  with pytest.raises(worker_check.SliceCheckError) as raised:
+    worker_check.check_slice(local_slice.addresses, wait_secs=60)
   for task, address in enumerate(local_slice.addresses):
     assert f'worker {task} ({address}): 1 CPU' in str(raised.value)
 
