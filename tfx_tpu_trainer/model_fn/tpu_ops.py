@@ -1,5 +1,10 @@
 """What XLA and a TPU computation reject, and the ops of a TPU graph: shared by
-the adapters, the preflight and the export."""
+the adapters, the preflight and the export.
+
+The rejected ops are those TF 2.15's `tpu_replication.py` lists as
+unsupported (XLA cannot read their intermediate tensors); the dtypes are
+the infeed's rules.
+"""
 
 import tensorflow as tf
 

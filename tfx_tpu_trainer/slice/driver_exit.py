@@ -1,5 +1,14 @@
-"""How a slice's driver ends where TensorFlow would wait for ever (a stuck
-step, a session close at exit); docs/architecture.md has the story."""
+"""How a slice's driver ends where TensorFlow would wait for ever.
+
+TF 2.15's gRPC runtime has two waits without a deadline: a step whose worker
+stopped answering, and `GrpcSession::Close` at interpreter exit for a session
+without `operation_timeout_in_ms` (the estimator's has none); neither can be
+interrupted from Python. So `end_process` ends the process with status 1
+after `driver.STUCK_GRACE_SECS`, once the clean-ups have run, and
+`bound_exit` arms `faulthandler.dump_traceback_later(exit=True)`: a process
+still exiting `EXIT_GRACE_SECS` later ends with status 1, its stacks
+printed. Both were seen (tests/slice/test_driver_rehearsal.py).
+"""
 
 import atexit
 import contextlib

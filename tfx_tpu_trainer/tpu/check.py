@@ -575,7 +575,12 @@ def run_checks(environ: Optional[Mapping[str, str]] = None,
       return results
   tpu_name = next((environ[k] for k in TPU_NAME_ENVS if environ.get(k)),
                   'local')
-  in_process = 'tensorflow' in sys.modules  # See the module docstring.
+  # Steps 4 and 5 run in a child that reports JSON lines, so a runtime that
+  # segfaults (tensorflow/tensorflow#90807) or hangs is named as the step it
+  # broke; where TensorFlow is already imported (the pipeline step) they run
+  # here: a TPU build of TF takes the TPU when it loads libtpu, and a child
+  # could not get it.
+  in_process = 'tensorflow' in sys.modules
   for result in (run_steps_in_process(tpu_name) if in_process else
                  run_child_steps(tpu_name, timeout_secs)):
     results.append(result)
