@@ -45,7 +45,7 @@ a shared machine hits them all)."""
   from tfx.components.trainer import fn_args_utils
   from tfx_tpu_trainer.training import host_loop
   from tfx_tpu_trainer.data import input_fns
-  from tfx_tpu_trainer import user_module
+  from tfx_tpu_trainer.user_code import user_module
   from tfx_tpu_trainer.data import schemas as schemas_lib
   from tfx_tpu_trainer.model_fn import keras_adapter
   from tfx_tpu_trainer.model_fn import keras_compile

@@ -10,7 +10,7 @@ from tfx.types import standard_artifacts
 from tfx.utils import path_utils
 
 from tfx_tpu_trainer import errors
-from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.user_code import user_module
 from tfx_tpu_trainer.data import input_fns
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.publishing import metrics as metrics_lib

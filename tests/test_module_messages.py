@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import prepare
-from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.user_code import user_module
 from tfx_tpu_trainer.data import input_fns
 from tfx_tpu_trainer.model_fn import dispatch
 from tfx_tpu_trainer.preflight import checks as preflight

@@ -9,8 +9,8 @@ from tensorflow import estimator as tf_estimator
 from tfx.components.trainer import fn_args_utils
 
 from tfx_tpu_trainer import config as config_lib
-from tfx_tpu_trainer import stock_contract
-from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.user_code import stock_contract
+from tfx_tpu_trainer.user_code import user_module
 from tfx_tpu_trainer.model_fn import dispatch
 from tfx_tpu_trainer.model_fn import stock_trainer
 from tfx_tpu_trainer.preflight import checks as preflight

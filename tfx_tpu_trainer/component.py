@@ -14,7 +14,7 @@ from tfx.types import standard_component_specs
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import executor
-from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.user_code import user_module
 from tfx_tpu_trainer.publishing import v2_metrics
 from tfx_tpu_trainer.user_code import function_paths
 from tfx_tpu_trainer.user_code import module_folder

@@ -20,7 +20,7 @@ from tfx.utils import proto_utils
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import prepare
-from tfx_tpu_trainer import user_module as user_module_lib
+from tfx_tpu_trainer.user_code import user_module as user_module_lib
 from tfx_tpu_trainer.data import cache_policy
 from tfx_tpu_trainer.data import data_checks
 from tfx_tpu_trainer.data import disk_cache

@@ -7,7 +7,7 @@ from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx.components.trainer import fn_args_utils
 
 from tfx_tpu_trainer import config as config_lib
-from tfx_tpu_trainer import user_module as user_module_lib
+from tfx_tpu_trainer.user_code import user_module as user_module_lib
 from tfx_tpu_trainer.data import input_fns
 from tfx_tpu_trainer.data import schemas as schemas_lib
 from tfx_tpu_trainer.model_fn import dispatch

@@ -35,7 +35,7 @@ def check_in_child(module_file: str,
       code ended the child process (exit, os._exit, a crash) before the
       check finished.
   """
-  from tfx_tpu_trainer import user_module as user_module_lib  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.user_code import user_module as user_module_lib  # pylint: disable=g-import-not-at-top
   with tempfile.TemporaryDirectory(prefix='tpu-trainer-check-') as scratch:
     request = {
         'module_file': os.path.abspath(module_file),
@@ -137,7 +137,7 @@ def serve() -> None:
   from tfx.components.util import udf_utils
   from tfx.types import standard_component_specs
   from tfx.utils import io_utils
-  from tfx_tpu_trainer import user_module
+  from tfx_tpu_trainer.user_code import user_module
   # pylint: enable=g-import-not-at-top,unused-import
   for line in sys.stdin:
     request = json.loads(line)
@@ -151,7 +151,7 @@ def serve() -> None:
 
 def _check_in_child(request: Dict[str, Any]) -> None:
   """The forked child: loads the module, writes the verdict, exits."""
-  from tfx_tpu_trainer import user_module as user_module_lib  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.user_code import user_module as user_module_lib  # pylint: disable=g-import-not-at-top
   try:
     with open(os.devnull, 'r+') as devnull:
       os.dup2(devnull.fileno(), 0)

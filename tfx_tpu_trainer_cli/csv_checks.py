@@ -6,7 +6,7 @@ import os
 from typing import List, Optional, Sequence, Tuple
 
 from tfx_tpu_trainer import errors
-from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.user_code import user_module
 from tfx_tpu_trainer_cli import paths
 
 __all__ = ['FEATURES_MODULE_FILE', 'CsvDataError', 'required_columns',

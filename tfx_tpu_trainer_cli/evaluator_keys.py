@@ -7,7 +7,7 @@ import tempfile
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from tfx_tpu_trainer import errors
-from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.user_code import user_module
 
 TRANSFORM_FEATURES_SIGNATURE = 'transform_features'
 SERVING_SIGNATURE = 'serving_default'

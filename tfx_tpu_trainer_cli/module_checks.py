@@ -27,8 +27,8 @@ def check_preprocessing_module(module_file: str) -> Sequence[Any]:
       Transform can call as preprocessing_fn(inputs[, custom_config]).
   """
   # TFX and TensorFlow load here, after the other arguments are checked.
-  from tfx_tpu_trainer import stock_contract  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer import user_module  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.user_code import stock_contract  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.user_code import user_module  # pylint: disable=g-import-not-at-top
   try:
     module = user_module.import_module_file(module_file)
   except user_module.UserModuleError as e:
@@ -76,7 +76,7 @@ def check_trainer_module(module_file: str, label_key: Optional[str],
   Raises:
     UsageError: naming the flag to change.
   """
-  from tfx_tpu_trainer import user_module  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.user_code import user_module  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer_cli import check_server  # pylint: disable=g-import-not-at-top
   try:
     # First in a child process: an exit in the module's code must not end

@@ -5,7 +5,7 @@ import importlib.util
 import os
 import types
 
-from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.user_code import user_module
 
 __all__ = ['BUNDLE_ROOT', 'PIPELINES_DIR', 'COMPONENTS_DIR',
            'TAXI_PIPELINE_FILE', 'PREPROCESSING_MODULE_FILE',

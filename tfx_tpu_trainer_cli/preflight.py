@@ -240,7 +240,7 @@ def _load_module(module_file: str):
   executor imports `run_fn='models.keras_model.model.run_fn'`: by name,
   the package's folder first on sys.path.
   """
-  from tfx_tpu_trainer import user_module  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.user_code import user_module  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer.user_code import function_paths  # pylint: disable=g-import-not-at-top
   found = function_paths.package_module_name(module_file)
   if found is None:

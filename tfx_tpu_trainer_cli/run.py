@@ -405,7 +405,7 @@ def _check_trainer_module(module_file: str,
   """
   # In a child process (check_server.py): an exit in the module's code must
   # not end this one.
-  from tfx_tpu_trainer import user_module  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.user_code import user_module  # pylint: disable=g-import-not-at-top
   try:
     check_server.check_in_child(module_file, function_location)
   except user_module.UserModuleError as e:
@@ -493,7 +493,7 @@ def _checked_pipeline_file(args, output_root: str):
   def run_it(local_runner, printer):
     # As `python FILE` would: the pipeline's folder stays importable while
     # it runs (Transform's preprocessing_fn='models.preprocessing...').
-    from tfx_tpu_trainer import user_module  # pylint: disable=g-import-not-at-top
+    from tfx_tpu_trainer.user_code import user_module  # pylint: disable=g-import-not-at-top
     with user_module.first_on_path(os.path.dirname(os.path.abspath(
         args.pipeline.rpartition(':')[0]))):
       return local_runner.run_pipeline(pipeline, printer=printer)

@@ -6,7 +6,7 @@ import inspect
 import os
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
-from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.user_code import user_module
 from tfx_tpu_trainer_cli import common
 
 __all__ = ['FLAG', 'parse_spec', 'check_spec', 'load_function',

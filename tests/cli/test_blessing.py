@@ -97,7 +97,7 @@ def test_the_penguin_example_s_threshold_is_named_as_its_values(tmp_path):
   the name its Evaluator metrics line shows, not the class."""
   import tensorflow_model_analysis as tfma  # pylint: disable=g-import-not-at-top
   from google.protobuf import json_format  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer import user_module  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.user_code import user_module  # pylint: disable=g-import-not-at-top
   penguin_pipeline = user_module.load_file(
       os.path.join(conftest.REPO_ROOT, 'examples', 'penguin_tpu',
                    'penguin_pipeline.py'), '_penguin_pipeline')

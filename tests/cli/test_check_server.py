@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.user_code import user_module
 from tfx_tpu_trainer_cli import check_server
 
 from tests.conftest import REPO_ROOT

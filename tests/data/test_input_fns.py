@@ -9,7 +9,7 @@ from tensorflow_metadata.proto.v0 import schema_pb2
 import tensorflow_transform as tft
 from tfx.types import artifact_utils
 
-from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.user_code import user_module
 from tfx_tpu_trainer.data import cache_policy
 from tfx_tpu_trainer.data import dataset_builders
 from tfx_tpu_trainer.data import input_fns

@@ -7,7 +7,7 @@ import pytest
 
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import prepare
-from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.user_code import user_module
 from tfx_tpu_trainer.model_fn import embedding_spec
 
 from tests.conftest import TEST_MODULES_DIR

@@ -13,7 +13,7 @@ from tfx.utils import proto_utils
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import executor
 from tfx_tpu_trainer import prepare
-from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.user_code import user_module
 from tfx_tpu_trainer.bulk_inferrer import executor as inferrer_executor
 from tfx_tpu_trainer.data import schemas as schemas_lib
 from tfx_tpu_trainer.preflight import report as preflight_report

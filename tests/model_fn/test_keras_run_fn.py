@@ -14,8 +14,8 @@ from tensorflow import estimator as tf_estimator
 from tfx.components.trainer import fn_args_utils
 import tfx as tfx_package
 
-from tfx_tpu_trainer import stock_contract
-from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.user_code import stock_contract
+from tfx_tpu_trainer.user_code import user_module
 from tfx_tpu_trainer.model_fn import keras_run_fn
 
 from tests.conftest import TEST_MODULES_DIR

@@ -9,7 +9,7 @@ from tensorflow import estimator as tf_estimator
 from tfx.utils import path_utils
 
 from tfx_tpu_trainer import executor
-from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.user_code import user_module
 from tfx_tpu_trainer.model_fn import stock_trainer
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.publishing import metrics as metrics_lib

@@ -6,7 +6,7 @@ import pytest
 
 from tfx_tpu_trainer import estimator_adapter
 from tfx_tpu_trainer import executor
-from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.user_code import user_module
 from tfx_tpu_trainer.preflight import cpu_graphs as checks
 from tfx_tpu_trainer.preflight import report as preflight_report
 

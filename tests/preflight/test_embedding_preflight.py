@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import prepare
-from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.user_code import user_module
 from tfx_tpu_trainer.preflight import checks as preflight
 from tfx_tpu_trainer.preflight import sample as preflight_sample
 from tfx_tpu_trainer_cli import main as cli

@@ -16,7 +16,7 @@ import pytest
 
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import prepare
-from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.user_code import user_module
 from tfx_tpu_trainer.preflight import checks as preflight
 from tfx_tpu_trainer_cli import main as cli
 

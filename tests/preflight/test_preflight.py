@@ -12,7 +12,7 @@ from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import executor
 from tfx_tpu_trainer import prepare
-from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.user_code import user_module
 from tfx_tpu_trainer.model_fn import dispatch
 from tfx_tpu_trainer.model_fn import keras_adapter
 from tfx_tpu_trainer.preflight import checks as preflight

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from tfx_tpu_trainer import config as config_lib
-from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.user_code import user_module
 from tfx_tpu_trainer.model_fn import dispatch
 from tfx_tpu_trainer.preflight import checks as preflight
 from tfx_tpu_trainer.preflight import graph as preflight_graph

@@ -16,7 +16,7 @@ from tfx.utils import path_utils
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import executor
 from tfx_tpu_trainer import prepare
-from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.user_code import user_module
 from tfx_tpu_trainer.data import schemas as schemas_lib
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.publishing import serving

@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 
 from tfx_tpu_trainer import config as config_lib
-from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.user_code import user_module
 from tfx_tpu_trainer.model_fn import keras_adapter
 from tfx_tpu_trainer.training import estimator_builder
 from tfx_tpu_trainer.training import host_loop

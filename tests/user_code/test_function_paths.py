@@ -12,7 +12,7 @@ from tfx import v1 as tfx
 from tests import conftest
 from tests.fixtures import tfx_template
 from tfx_tpu_trainer import TPUTrainer
-from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.user_code import user_module
 from tfx_tpu_trainer.user_code import function_paths
 
 ESTIMATOR_RUN_FN = tfx_template.ESTIMATOR_RUN_FN

@@ -19,7 +19,7 @@ import pytest
 from tfx import v1 as tfx
 
 from tfx_tpu_trainer import TPUTrainer
-from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.user_code import user_module
 from tfx_tpu_trainer.user_code import module_folder
 from tfx_tpu_trainer_cli import main as cli
 

@@ -8,7 +8,7 @@ from tensorflow import estimator as tf_estimator
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx.components.trainer import fn_args_utils
 
-from tfx_tpu_trainer import user_module as user_module_lib
+from tfx_tpu_trainer.user_code import user_module as user_module_lib
 from tfx_tpu_trainer.data import cache_policy
 from tfx_tpu_trainer.data import data_checks
 from tfx_tpu_trainer.data import dataset_builders

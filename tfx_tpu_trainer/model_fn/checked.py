@@ -6,7 +6,7 @@ import tensorflow as tf
 from tensorflow import estimator as tf_estimator
 
 from tfx_tpu_trainer import config as config_lib
-from tfx_tpu_trainer import user_module as user_module_lib
+from tfx_tpu_trainer.user_code import user_module as user_module_lib
 
 ModelFn = Callable[..., tf.compat.v1.estimator.tpu.TPUEstimatorSpec]
 _SHAPE_ERROR_WORDS = ('shape', 'rank', 'dimension', 'incompatible')

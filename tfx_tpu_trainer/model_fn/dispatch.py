@@ -1,6 +1,6 @@
 """The model_fn TPUEstimator runs for any kind of user module."""
 
-from tfx_tpu_trainer import user_module as user_module_lib
+from tfx_tpu_trainer.user_code import user_module as user_module_lib
 from tfx_tpu_trainer.model_fn import checked
 from tfx_tpu_trainer.model_fn import keras_adapter
 

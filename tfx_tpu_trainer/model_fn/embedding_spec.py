@@ -11,7 +11,7 @@ from tensorflow.python.tpu import feature_column_v2 as tpu_fc_v2  # pylint: disa
 from tensorflow.python.tpu import tpu_embedding  # pylint: disable=g-direct-tensorflow-import
 from tensorflow_estimator.python.estimator.tpu import _tpu_estimator_embedding as estimator_embedding  # pylint: disable=g-direct-tensorflow-import
 
-from tfx_tpu_trainer import user_module as user_module_lib
+from tfx_tpu_trainer.user_code import user_module as user_module_lib
 
 __all__ = ['EmbeddingSpecError', 'OPTIMIZER_SLOTS', 'TPU_INPUT_MODES',
            'Table', 'EmbeddingSpec', 'load_embedding_spec', 'table_name',

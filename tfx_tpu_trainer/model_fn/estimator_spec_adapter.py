@@ -24,7 +24,7 @@ from tensorflow.python.tpu import tpu_function  # pylint: disable=g-direct-tenso
 from tensorflow_estimator.python.estimator import model_fn as estimator_model_fn_lib
 from tensorflow_estimator.python.estimator.head import base_head
 
-from tfx_tpu_trainer import user_module as user_module_lib
+from tfx_tpu_trainer.user_code import user_module as user_module_lib
 from tfx_tpu_trainer.model_fn import patches
 from tfx_tpu_trainer.model_fn import tpu_ops
 

@@ -8,7 +8,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional
 import tensorflow as tf
 from tensorflow import estimator as tf_estimator
 
-from tfx_tpu_trainer import user_module as user_module_lib
+from tfx_tpu_trainer.user_code import user_module as user_module_lib
 from tfx_tpu_trainer.model_fn import checked
 from tfx_tpu_trainer.model_fn import keras_compile
 from tfx_tpu_trainer.model_fn import sparse_columns

@@ -6,7 +6,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from tfx_tpu_trainer import user_module as user_module_lib
+from tfx_tpu_trainer.user_code import user_module as user_module_lib
 
 __all__ = ['MetricOps', 'KerasModelError', 'ElementwiseAdamOptimizer',
            'SUPPORTED_OPTIMIZERS', 'OptimizerSpec', 'read_optimizer',

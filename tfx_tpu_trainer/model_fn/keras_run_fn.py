@@ -13,8 +13,8 @@ import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx.components.trainer import fn_args_utils
 
-from tfx_tpu_trainer import stock_contract
-from tfx_tpu_trainer import user_module as user_module_lib
+from tfx_tpu_trainer.user_code import stock_contract
+from tfx_tpu_trainer.user_code import user_module as user_module_lib
 from tfx_tpu_trainer.model_fn import keras_adapter
 from tfx_tpu_trainer.model_fn import patches
 from tfx_tpu_trainer.model_fn import stock_trainer

@@ -15,7 +15,7 @@ from tensorflow.python.feature_column import feature_column_v2_types as fc_types
 from tensorflow_estimator.python.estimator import keras_lib
 from tfx.components.trainer import fn_args_utils
 
-from tfx_tpu_trainer import user_module as user_module_lib
+from tfx_tpu_trainer.user_code import user_module as user_module_lib
 from tfx_tpu_trainer.model_fn import checked
 from tfx_tpu_trainer.model_fn import estimator_spec_adapter
 from tfx_tpu_trainer.model_fn import keras_adapter

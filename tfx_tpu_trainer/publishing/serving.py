@@ -11,7 +11,7 @@ import tensorflow_transform as tft
 from tfx.dsl.io import fileio
 
 from tfx_tpu_trainer import errors
-from tfx_tpu_trainer import user_module as user_module_lib
+from tfx_tpu_trainer.user_code import user_module as user_module_lib
 from tfx_tpu_trainer.data import schemas as schemas_lib
 from tfx_tpu_trainer.publishing import serving_inputs
 

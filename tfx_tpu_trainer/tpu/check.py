@@ -248,7 +248,7 @@ def round_trip(work_dir: str, use_tpu: bool = True,
   import itertools
   from tfx_tpu_trainer import config as config_lib
   from tfx_tpu_trainer import prepare
-  from tfx_tpu_trainer import user_module as user_module_lib
+  from tfx_tpu_trainer.user_code import user_module as user_module_lib
   from tfx_tpu_trainer.publishing import export
   from tfx_tpu_trainer.training import estimator_builder
   from tfx_tpu_trainer.training import schedule

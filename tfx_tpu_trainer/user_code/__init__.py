@@ -1,1 +1,1 @@
-"""User code: named by import path (`run_fn=`/`trainer_fn=`), packaged as wheels."""
+"""A user's code: the module loaded and read, named by import path, packaged as wheels."""

@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple
 from absl import logging
 
 from tfx_tpu_trainer import errors
-from tfx_tpu_trainer import stock_contract
+from tfx_tpu_trainer.user_code import stock_contract
 
 __all__ = ['MODEL_FN', 'INPUT_FN', 'SERVING_INPUT_RECEIVER_FN',
            'BUILD_KERAS_MODEL', 'EMBEDDING_CONFIG_SPEC',

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from tfx_tpu_trainer import user_module
+from tfx_tpu_trainer.user_code import user_module
 
 from tests.conftest import TEST_MODULES_DIR
 
