@@ -19,7 +19,7 @@ from tfx_tpu_trainer.publishing import v2_metrics
 from tfx_tpu_trainer.user_code import function_paths
 from tfx_tpu_trainer.user_code import module_folder
 
-__all__ = ['TPUTrainerSpec', 'TPUTrainer', 'NoTPUTrainerError', 'tpu_trainers']
+__all__ = ['TPUTrainer', 'NoTPUTrainerError', 'tpu_trainers']
 
 
 class TPUTrainerSpec(standard_component_specs.TrainerSpec):

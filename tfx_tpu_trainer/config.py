@@ -16,16 +16,11 @@ from tfx_tpu_trainer.config_keys import slice as slice_keys
 from tfx_tpu_trainer.config_keys import tpu as tpu_keys
 from tfx_tpu_trainer.slice import addresses
 
-__all__ = ['TPU_NAME_ENV', 'GKE_TPU_ENDPOINTS_ENV', 'PER_HOST_INPUT_MODES',
-           'EVAL_STRATEGIES', 'INPUT_CACHE_MODES', 'INPUT_SHUFFLE_MODES',
-           'EXPORT_API_VERSIONS',
-           'RESERVED_PARAMS_KEYS', 'TPU_SPEC_KEYS', 'MAX_INT64',
-           'BATCH_SIZE_KEYS', 'AUTO',
+__all__ = ['TPU_NAME_ENV', 'GKE_TPU_ENDPOINTS_ENV', 'INPUT_CACHE_MODES',
+           'INPUT_SHUFFLE_MODES', 'RESERVED_PARAMS_KEYS', 'AUTO',
            'HOST_LOOP_END_KEYS', 'tpu_entry', 'ConfigError', 'TPUSpec',
-           'is_uri', 'CHECK', 'HELP', 'SHOWN_DEFAULT',
-           'TrainerConfig', 'KEY_GROUPS',
-           'keys_table', 'MULTI_HOST_INPUT_MODES', 'KEYS_TAKEN_ELSEWHERE',
-           'RUN_PARAMS', 'check_derived_params']
+           'is_uri', 'CHECK', 'TrainerConfig', 'RUN_PARAMS',
+           'check_derived_params']
 
 # TPUEstimator's arguments that are no key, and the params TPUTrainer sets
 # from the run (estimator_arguments.py).
@@ -46,18 +41,12 @@ MAX_INT64 = checks.MAX_INT64
 is_uri = checks.is_uri
 TPUSpec = tpu_keys.TPUSpec
 tpu_entry = tpu_keys.tpu_entry
-TPU_SPEC_KEYS = tpu_keys.TPU_SPEC_KEYS
-PER_HOST_INPUT_MODES = tpu_keys.PER_HOST_INPUT_MODES
-MULTI_HOST_INPUT_MODES = tpu_keys.MULTI_HOST_INPUT_MODES
 BATCH_SIZE_KEYS = input_keys.BATCH_SIZE_KEYS
 INPUT_CACHE_MODES = input_keys.INPUT_CACHE_MODES
 INPUT_SHUFFLE_MODES = input_keys.INPUT_SHUFFLE_MODES
 AUTO = schedule_keys.AUTO
-EVAL_STRATEGIES = schedule_keys.EVAL_STRATEGIES
 HOST_LOOP_END_KEYS = schedule_keys.HOST_LOOP_END_KEYS
 RESERVED_PARAMS_KEYS = model_keys.RESERVED_PARAMS_KEYS
-EXPORT_API_VERSIONS = export_keys.EXPORT_API_VERSIONS
-SliceKeys = slice_keys.SliceKeys
 
 
 def check_derived_params(given: Mapping[str, Any], derived: Mapping[str, Any],
@@ -275,7 +264,7 @@ class TrainerConfig(export_keys.ExportKeys, model_keys.ModelKeys,
 # The groups of keys in the order of the reference table, with their titles.
 KEY_GROUPS = (
     ('TPU', tpu_keys.TPUKeys),
-    ('TPU slice', SliceKeys),
+    ('TPU slice', slice_keys.SliceKeys),
     ('Input', input_keys.InputKeys),
     ('Schedule', schedule_keys.ScheduleKeys),
     ('Checkpoints', checkpoint_keys.CheckpointKeys),

@@ -46,7 +46,7 @@ from tfx_tpu_trainer.training import finite_variables
 from tfx_tpu_trainer.training import schedule
 from tfx_tpu_trainer.training import tpu_connect
 
-__all__ = ['is_chief', 'Executor']
+__all__ = ['Executor']
 
 
 def is_chief() -> bool:

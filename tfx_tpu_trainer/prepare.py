@@ -18,8 +18,8 @@ from tfx_tpu_trainer.model_fn import stock_trainer
 from tfx_tpu_trainer.publishing import serving
 from tfx_tpu_trainer.publishing import serving_inputs
 
-__all__ = ['LABEL_KEY_FLAG_NOTE', 'hyperparameter_values', 'build_params',
-           'label_key_for', 'PreparedRun', 'prepare_run', 'model_fn_source']
+__all__ = ['build_params', 'label_key_for', 'PreparedRun', 'prepare_run',
+           'model_fn_source']
 
 # Where command-line users set custom_config['label_key'].
 LABEL_KEY_FLAG_NOTE = 'tfx-tpu-trainer run: --label-key'

@@ -2,8 +2,6 @@
 
 from typing import Any, List, Mapping, Optional, Tuple
 
-__all__ = ['value_thresholds', 'explain']
-
 
 def _bounds(threshold) -> Tuple[Optional[float], Optional[float]]:
   value = threshold.value_threshold

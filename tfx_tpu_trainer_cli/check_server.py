@@ -11,8 +11,6 @@ import threading
 import traceback
 from typing import Any, Dict, Optional
 
-__all__ = ['check_in_child', 'start_server', 'stop_server', 'serve']
-
 _SERVE = 'from tfx_tpu_trainer_cli import check_server; check_server.serve()'
 _LAST_LINES = 3
 

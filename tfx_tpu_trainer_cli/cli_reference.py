@@ -7,8 +7,6 @@ from typing import List
 from tfx_tpu_trainer.slice import worker
 from tfx_tpu_trainer_cli import main as cli
 
-__all__ = ['render']
-
 DOC_PATH = 'docs/reference/cli.md'
 _HEADER = f"""\
 # Command-line reference

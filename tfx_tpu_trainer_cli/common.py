@@ -10,10 +10,6 @@ import sys
 import textwrap
 from typing import List, Sequence
 
-__all__ = ['EXIT_USAGE', 'EXIT_INTERRUPTED', 'UsageError', 'Interrupted',
-           'positive_int', 'non_negative_int', 'CliParser', 'did_you_mean',
-           'output_to_log', 'absl_info_logged']
-
 EXIT_USAGE = 2
 # What a shell reports for a command ended by Ctrl-C (128 + SIGINT).
 EXIT_INTERRUPTED = 130

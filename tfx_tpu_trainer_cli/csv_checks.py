@@ -9,10 +9,6 @@ from tfx_tpu_trainer import errors
 from tfx_tpu_trainer.user_code import user_module
 from tfx_tpu_trainer_cli import paths
 
-__all__ = ['FEATURES_MODULE_FILE', 'CsvDataError', 'required_columns',
-           'data_files', 'DEFAULT_SPLIT_SHARES', 'check_data_root',
-           'check_rows_for_batches', 'count_data_rows']
-
 FEATURES_MODULE_FILE = os.path.join(paths.COMPONENTS_DIR, 'taxi_features.py')
 
 

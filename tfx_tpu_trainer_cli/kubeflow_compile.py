@@ -9,14 +9,6 @@ from tfx_tpu_trainer.kubeflow import compiler
 from tfx_tpu_trainer.kubeflow import scheduling
 from tfx_tpu_trainer_cli import paths
 
-__all__ = ['IMAGE_REPO_ROOT', 'IMAGE_COMPONENTS_DIR',
-           'IMAGE_TRAINER_MODULE_FILE',
-           'PREPROCESSING_FN', 'STEP_ENV', 'CompileOptions',
-           'default_pipeline_name', 'pipeline_name', 'tpu_name',
-           'trainer_custom_config', 'pipeline_options',
-           'vertex_accelerator_type', 'step_env', 'kubeflow_options',
-           'compile_pipeline']
-
 # The bundled pipeline: package data, loaded by path.
 taxi_pipeline = paths.taxi_pipeline()
 

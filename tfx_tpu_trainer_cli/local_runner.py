@@ -26,10 +26,6 @@ from tfx_tpu_trainer_cli import blessing as blessing_lib
 from tfx_tpu_trainer_cli import paths
 from tfx_tpu_trainer_cli import run_temp_dir
 
-__all__ = ['BEAM_PIPELINE_ARGS', 'OutputLayout', 'RunSummary', 'TrainerSummary',
-           'ComponentProgress', 'run', 'run_pipeline',
-           'mark_running_executions_failed', 'local_options']
-
 # The bundled pipeline: package data, loaded by path.
 taxi_pipeline = paths.taxi_pipeline()
 

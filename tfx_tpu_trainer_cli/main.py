@@ -23,7 +23,7 @@ from tfx_tpu_trainer_cli import run as run_command
 from tfx_tpu_trainer_cli import tpu_check as tpu_check_command
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
-__all__ = ['build_parser', 'main']
+__all__ = ['main']
 
 _SUBCOMMANDS = (run_command, compile_command, preflight_command,
                 tpu_check_command)

@@ -7,10 +7,7 @@ import types
 
 from tfx_tpu_trainer.user_code import user_module
 
-__all__ = ['BUNDLE_ROOT', 'PIPELINES_DIR', 'COMPONENTS_DIR',
-           'TAXI_PIPELINE_FILE', 'PREPROCESSING_MODULE_FILE',
-           'MODEL_MODULE_FILES', 'DEFAULT_MODEL', 'TRAINER_MODULE_FILE',
-           'model_module_file', 'taxi_pipeline', 'embedded_data_root']
+__all__ = ['TRAINER_MODULE_FILE', 'taxi_pipeline', 'embedded_data_root']
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # A wheel carries pipelines/ and components/ as data in bundled/ (setup.py);

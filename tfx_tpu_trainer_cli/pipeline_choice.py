@@ -5,8 +5,6 @@ from typing import Any, Dict, Mapping, Tuple
 
 from tfx_tpu_trainer_cli import common
 
-__all__ = ['STEP_OPTIONS', 'TaxiOptions', 'evaluator_options']
-
 # The taxi pipeline's steps and batch sizes, in `run` and `compile`:
 # flag -> (attribute, default).
 STEP_OPTIONS = {

@@ -9,9 +9,6 @@ import sys
 import tempfile
 import warnings
 
-__all__ = ['TENSORFLOW_NOISE', 'API_CORE_WARNING', 'SELF_RENAME_WARNING',
-           'install']
-
 # What TensorFlow's C++ start-up writes at level E (TF_CPP_MIN_LOG_LEVEL=2
 # lets E through) on a machine without a GPU: the XLA GPU plugins registered
 # twice. Harmless, and printed by every process that imports TensorFlow.

@@ -19,8 +19,6 @@ from tfx_tpu_trainer_cli import output_root as output_root_lib
 from tfx_tpu_trainer_cli import paths
 from tfx_tpu_trainer_cli import pipeline_choice
 
-__all__ = ['DEFAULT_EVALUATIONS', 'add_parser']
-
 # Without --eval-every-steps, training evaluates this many times (and the
 # training report's evaluation curves have this many points).
 DEFAULT_EVALUATIONS = 5

@@ -11,8 +11,6 @@ from absl import logging as absl_logging
 
 from tfx_tpu_trainer.training import attempt_lock
 
-__all__ = ['TMP_DIR_NAME', 'private_temp_dir', 'remove_abandoned_temp_dirs']
-
 # The run's temporary files (TFX's module wheels and pip targets) go in a
 # folder of this name under the pipeline root, removed when the run ends.
 TMP_DIR_NAME = '_tmp'

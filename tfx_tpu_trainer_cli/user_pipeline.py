@@ -9,9 +9,6 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 from tfx_tpu_trainer.user_code import user_module
 from tfx_tpu_trainer_cli import common
 
-__all__ = ['FLAG', 'parse_spec', 'check_spec', 'load_function',
-           'load_pipeline']
-
 FLAG = '--pipeline'
 _MODULE_NAME = '_tfx_tpu_trainer_user_pipeline'
 # Module-level calls that can bind names the source does not show.

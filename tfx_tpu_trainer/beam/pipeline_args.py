@@ -7,9 +7,8 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Set
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer.publishing import secrets
 
-__all__ = ['CLUSTER_DEFAULTS', 'DIRECT_RUNNER', 'DATAFLOW_RUNNER', 'HELP',
-           'BeamArgError', 'name', 'runner_class_name', 'runner', 'is_direct',
-           'merged', 'check_options', 'beam_component_ids',
+__all__ = ['CLUSTER_DEFAULTS', 'HELP', 'BeamArgError', 'name', 'runner',
+           'is_direct', 'merged', 'beam_component_ids',
            'strip_from_other_executors']
 
 # Beam's DirectRunner over the pod's cores; dropped when another runner is

@@ -7,10 +7,8 @@ from typing import Any, List, Optional, Sequence
 
 from tfx_tpu_trainer.beam import pipeline_args
 
-__all__ = ['PORTABLE_RUNNERS', 'ENVIRONMENT_TYPES', 'ANSWER_TIMEOUT_SECS',
-           'JOB_SERVER_COMMAND', 'WORKER_POOL_COMMAND',
-           'JOB_SERVER_TIMEOUT_SECS', 'options', 'validate', 'check',
-           'check_services_answer', 'job_defaults', 'cluster_defaults']
+__all__ = ['validate', 'check', 'check_services_answer', 'job_defaults',
+           'cluster_defaults']
 
 # Beam's portable runners (runners/portability): FlinkRunner and SparkRunner
 # are PortableRunners that can start their own Java job server.

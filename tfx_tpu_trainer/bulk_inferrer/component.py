@@ -12,7 +12,7 @@ from tfx.types import standard_component_specs
 from tfx_tpu_trainer.bulk_inferrer import executor
 from tfx_tpu_trainer.bulk_inferrer import inference_config
 
-__all__ = ['TPUBulkInferrerSpec', 'TPUBulkInferrer', 'tpu_bulk_inferrers']
+__all__ = ['TPUBulkInferrer', 'tpu_bulk_inferrers']
 
 
 class TPUBulkInferrerSpec(standard_component_specs.BulkInferrerSpec):

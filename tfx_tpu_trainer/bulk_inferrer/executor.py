@@ -23,7 +23,7 @@ from tfx_tpu_trainer.bulk_inferrer import model_handler
 from tfx_tpu_trainer.bulk_inferrer import run_failures
 from tfx_tpu_trainer.publishing import secrets
 
-__all__ = ['CUSTOM_CONFIG_KEY', 'Executor', 'RunInferenceOnTPU']
+__all__ = ['CUSTOM_CONFIG_KEY', 'Executor']
 
 CUSTOM_CONFIG_KEY = standard_component_specs.CUSTOM_CONFIG_KEY
 

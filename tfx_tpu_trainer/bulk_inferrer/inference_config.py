@@ -7,8 +7,7 @@ from typing import Any, Mapping, Optional, Union
 
 from tfx_tpu_trainer import config as config_lib
 
-__all__ = ['USE_TPU_KEY', 'TPU_KEY', 'BATCH_SIZE_KEY', 'DEFAULT_BATCH_SIZE',
-           'MAX_BATCH_SIZE', 'KEYS', 'InferenceConfig', 'keys_table']
+__all__ = ['USE_TPU_KEY', 'TPU_KEY', 'DEFAULT_BATCH_SIZE', 'InferenceConfig']
 
 USE_TPU_KEY, TPU_KEY, BATCH_SIZE_KEY = 'use_tpu', 'tpu', 'batch_size'
 KEYS = (USE_TPU_KEY, TPU_KEY, BATCH_SIZE_KEY)

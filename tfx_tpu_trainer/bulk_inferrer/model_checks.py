@@ -17,9 +17,7 @@ from tfx_tpu_trainer import errors
 from tfx_tpu_trainer.bulk_inferrer import inference_config
 from tfx_tpu_trainer.publishing import export
 
-__all__ = ['BulkInferenceError', 'default_tags', 'check_model',
-           'selected_splits', 'first_records', 'cpu_spec', 'check_examples',
-           'tensorflow_reason']
+__all__ = ['default_tags', 'check_model', 'selected_splits', 'check_examples']
 
 
 class BulkInferenceError(errors.TPUTrainerError, ValueError):

@@ -10,8 +10,7 @@ from tfx_bsl.public.proto import model_spec_pb2
 from tfx_tpu_trainer.bulk_inferrer import inference_config
 from tfx_tpu_trainer.bulk_inferrer import saved_model_session
 
-__all__ = ['padded_size', 'pad_batch', 'unpad_outputs',
-           'create_model_handler']
+__all__ = ['create_model_handler']
 
 
 def padded_size(count: int, batch_size: int) -> int:

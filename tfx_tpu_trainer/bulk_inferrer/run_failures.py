@@ -18,8 +18,6 @@ from tfx_tpu_trainer.bulk_inferrer import inference_config
 from tfx_tpu_trainer.bulk_inferrer import model_checks
 from tfx_tpu_trainer.bulk_inferrer import model_handler
 
-__all__ = ['explained_failures', 'find_bad_record']
-
 # Records scored per call while the failing one is looked for.
 _SCAN_BATCH = 256
 _PAYLOAD_NAMES = {

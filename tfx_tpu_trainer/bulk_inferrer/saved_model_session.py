@@ -7,8 +7,6 @@ import tensorflow as tf
 
 from tfx_tpu_trainer import config as config_lib
 
-__all__ = ['LoadedModel', 'load_saved_model']
-
 
 class LoadedModel:
   """A session holding the loaded meta graph; `run` is `Session.run`.

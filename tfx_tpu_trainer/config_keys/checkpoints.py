@@ -8,7 +8,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple, Union
 from tfx_tpu_trainer.config_keys import checks
 from tfx_tpu_trainer.config_keys import declare
 
-__all__ = ['WARM_START_KEYS', 'save_checkpoints_steps', 'CheckpointKeys']
+__all__ = ['save_checkpoints_steps', 'CheckpointKeys']
 
 WARM_START_KEYS = ('vars_to_warm_start', 'var_name_to_prev_var_name')
 

@@ -7,9 +7,7 @@ from typing import Any, Optional
 
 from tfx_tpu_trainer.config_keys import declare
 
-__all__ = ['MAX_INT64', 'boolean', 'positive_int', 'check_int64',
-           'optional_positive_int', 'optional_positive_number',
-           'optional_non_negative_int', 'optional_str', 'choice', 'is_uri']
+__all__ = ['MAX_INT64', 'is_uri']
 
 # The largest value of a TensorFlow int64 (step counters, batch sizes).
 MAX_INT64 = 2**63 - 1

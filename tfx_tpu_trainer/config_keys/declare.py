@@ -6,7 +6,7 @@ from typing import Any, Callable, Optional
 
 from tfx_tpu_trainer import errors
 
-__all__ = ['ConfigError', 'CHECK', 'HELP', 'SHOWN_DEFAULT', 'key']
+__all__ = ['ConfigError', 'CHECK', 'HELP', 'SHOWN_DEFAULT']
 
 CHECK = 'check'  # f(key, raw value) -> the typed value, or raises ConfigError.
 HELP = 'help'  # What the key does, one line (docs/reference/ shows it).

@@ -7,7 +7,7 @@ from tfx_tpu_trainer.config_keys import checks
 from tfx_tpu_trainer.config_keys import declare
 
 __all__ = ['TPU_SPEC_KEYS', 'PER_HOST_INPUT_MODES', 'MULTI_HOST_INPUT_MODES',
-           'TPUSpec', 'tpu_entry', 'tpu_spec', 'TPUKeys']
+           'TPUSpec', 'tpu_entry', 'TPUKeys']
 
 TPU_SPEC_KEYS = ('name', 'zone', 'project')
 PER_HOST_INPUT_MODES = ('PER_SHARD_V1', 'PER_HOST_V1', 'PER_HOST_V2',

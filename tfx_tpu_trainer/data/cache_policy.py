@@ -14,11 +14,7 @@ import tensorflow as tf
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
 
-__all__ = ['CACHE_MODES', 'CACHE_MAX_COMPRESSED_BYTES',
-           'PARSED_CACHE_MAX_BYTES', 'DISK_CACHE_MAX_BYTES',
-           'DISK_CACHE_HEADROOM_BYTES', 'SIZE_SAMPLE_BYTES',
-           'InputCacheError', 'CacheChoice', 'not_tabular', 'file_share',
-           'estimated_record_count', 'check_cache_mode', 'choose_cache']
+__all__ = ['check_cache_mode']
 
 CACHE_MODES = config_lib.INPUT_CACHE_MODES
 # "auto" caches serialized records when a split's gzip files add up to at

@@ -11,7 +11,7 @@ from tfx.types import artifact_utils
 from tfx_tpu_trainer import errors
 
 __all__ = ['DataError', 'check_splits', 'split_files', 'check_first_batch',
-           'explain_data_errors', 'find_bad_record']
+           'explain_data_errors']
 
 
 class DataError(errors.TPUTrainerError, ValueError):

@@ -11,11 +11,6 @@ from tfx_tpu_trainer.data import cache_policy
 from tfx_tpu_trainer.data import disk_cache
 from tfx_tpu_trainer.data import shared_cache
 
-__all__ = ['SHUFFLE_MODES', 'SHUFFLE_BUFFER_SIZE', 'STREAM_CHUNK_ROWS',
-           'STREAM_CHUNK_BUFFER', 'STREAM_WINDOW_ROWS', 'STREAM_PARSE_ROWS',
-           'DISK_CHUNK_ROWS', 'DISK_CHUNK_BUFFER', 'PARSE_CHUNK_SIZE',
-           'ROWS_PER_GATHER', 'READ_BUFFER_BYTES', 'batches']
-
 SHUFFLE_MODES = config_lib.INPUT_SHUFFLE_MODES
 # input_shuffle="record": the records shuffled one by one in this buffer.
 SHUFFLE_BUFFER_SIZE = 10000

@@ -17,9 +17,7 @@ from tensorflow.python.util import deprecation
 
 from tfx_tpu_trainer import errors
 
-__all__ = ['BLOCK_ROWS', 'COMPLETE_FILE', 'FORMAT', 'Layouts',
-           'DamagedCacheError', 'inputs_key', 'open_cache', 'written_blocks',
-           'read_blocks', 'explain_damage']
+__all__ = ['inputs_key', 'open_cache', 'explain_damage']
 
 # Per dtype name, `(feature name, shape)` of each column in its block.
 Layouts = Mapping[str, List[Tuple[str, tf.TensorShape]]]

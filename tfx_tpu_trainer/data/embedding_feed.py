@@ -5,7 +5,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple
 import tensorflow as tf
 from tensorflow.python.feature_column import feature_column_v2 as fc_v2  # pylint: disable=g-direct-tensorflow-import
 
-__all__ = ['feed_features', 'fed_dataset', 'fed_input_fn']
+__all__ = ['feed_features', 'fed_input_fn']
 
 
 def feed_features(features: Mapping[str, Any],

@@ -9,8 +9,8 @@ from tensorflow_metadata.proto.v0 import schema_pb2
 from tfx.utils import io_utils
 from tfx_tpu_trainer import errors
 
-__all__ = ['SchemaError', 'ExampleSchemas', 'transform_raw_features',
-           'feature_spec', 'load_schemas', 'check_label_key']
+__all__ = ['ExampleSchemas', 'transform_raw_features', 'feature_spec',
+           'load_schemas', 'check_label_key']
 
 
 class SchemaError(errors.TPUTrainerError, ValueError):

@@ -6,8 +6,6 @@ from tensorflow.python.data.ops import dataset_ops
 from tensorflow.python.ops import gen_dataset_ops
 # pylint: enable=g-direct-tensorflow-import
 
-__all__ = ['kept_in_memory']
-
 
 class _SharedMemoryCacheDataset(dataset_ops.UnaryUnchangedStructureDataset):
   """`Dataset.cache()` in memory, the cache an explicit resource."""

@@ -11,11 +11,6 @@ import yaml
 from tfx_tpu_trainer.slice import worker_group
 from tfx_tpu_trainer.tpu import runtimes
 
-__all__ = ['KUBERNETES_PLATFORM', 'read_argo_workflow', 'argo_step_name',
-           'argo_step', 'trainer_executor_label', 'container', 'containers',
-           'describe_v1_trainer', 'describe_kfp_v2_trainer',
-           'describe_vertex_trainer']
-
 KUBERNETES_PLATFORM = 'kubernetes'
 
 

@@ -50,16 +50,11 @@ from tfx_tpu_trainer.slice import driver
 from tfx_tpu_trainer.slice import worker_group
 from tfx_tpu_trainer.tpu import runtimes
 
-__all__ = ['KUBEFLOW', 'KUBEFLOW_V2', 'RUNNERS', 'DEFAULT_IMAGE',
-           'NO_PACKAGING_ENV',
-           'OUTPUT_EXTENSIONS', 'DEFAULT_OUTPUT_SUFFIX', 'VERTEX_JOB_SUFFIX',
-           'V2_PIPELINE_NAME', 'KUBERNETES_PLATFORM', 'USE_TPU_KEY', 'TPU_KEY',
-           'CUSTOM_CONFIG_KEY', 'CompileError', 'KubeflowOptions',
-           'CompileResult', 'user_modules_not_packaged',
-           'default_output_file', 'vertex_job_path',
-           'output_paths', 'vertex_accelerator_type', 'tpu_runtime',
-           'trainer_image', 'check_cluster_options', 'check_options',
-           'tpu_custom_config', 'compile_pipeline', 'TPUSteps']
+__all__ = ['DEFAULT_IMAGE', 'OUTPUT_EXTENSIONS', 'V2_PIPELINE_NAME',
+           'CompileError', 'KubeflowOptions', 'CompileResult',
+           'user_modules_not_packaged', 'default_output_file', 'output_paths',
+           'vertex_accelerator_type', 'check_cluster_options', 'check_options',
+           'compile_pipeline']
 
 KUBEFLOW = 'kubeflow'
 KUBEFLOW_V2 = 'kubeflow_v2'

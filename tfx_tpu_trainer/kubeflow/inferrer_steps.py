@@ -13,10 +13,6 @@ from tfx_tpu_trainer.bulk_inferrer import executor as inferrer_executor
 from tfx_tpu_trainer.bulk_inferrer import inference_config
 from tfx_tpu_trainer.kubeflow import scheduling
 
-__all__ = ['MAX_BEAM_WORKERS', 'InferrerCompileError',
-           'compiled_custom_config', 'inferrer_custom_configs',
-           'beam_workers', 'beam_defaults', 'check_inferrer_beam_args']
-
 # The most DirectRunner worker processes an inferrer step starts: each
 # imports TensorFlow and parses examples; on a TPU host they all call the one
 # process that holds the model (docs/guide/batch_inference.md), and a TPU host has

@@ -19,9 +19,6 @@ from google.protobuf import message_factory
 
 from tfx_tpu_trainer.kubeflow import _kfp_v2_descriptors
 
-__all__ = ['PIPELINE_SPEC', 'PLATFORM_SPEC', 'KUBERNETES_EXECUTOR_CONFIG',
-           'message_class', 'parse', 'to_dict']
-
 PIPELINE_SPEC = 'ml_pipelines.PipelineSpec'
 PLATFORM_SPEC = 'ml_pipelines.PlatformSpec'
 KUBERNETES_EXECUTOR_CONFIG = 'kfp_kubernetes.KubernetesExecutorConfig'

@@ -9,14 +9,10 @@ from typing import Dict, Optional, Sequence, Tuple
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer.tpu import runtimes
 
-__all__ = ['TPUSchedulingError', 'GKETPUAccelerator', 'GKE_TPU_ACCELERATORS',
-           'DEFAULT_ACCELERATOR', 'CHIPS_PER_HOST', 'MULTI_HOST_TOPOLOGIES',
-           'TPU_NODE_CORES', 'TPU_NODE_VERSIONS', 'DEFAULT_TPU_NODE_VERSION',
-           'DEFAULT_TPU_NODE_CORES', 'TPU_NODE_RETIRED_WARNING',
-           'TOLERATION_EFFECTS', 'default_tf_version', 'tpu_vm_request',
-           'tpu_slice_request', 'is_multi_host', 'tpu_request',
-           'tpu_node_request', 'Toleration', 'parse_toleration',
-           'parse_node_selector', 'parse_quantity', 'quantity_value']
+__all__ = ['TPUSchedulingError', 'DEFAULT_ACCELERATOR',
+           'DEFAULT_TPU_NODE_VERSION', 'DEFAULT_TPU_NODE_CORES',
+           'TPU_NODE_RETIRED_WARNING', 'tpu_request', 'tpu_node_request',
+           'parse_toleration', 'parse_node_selector', 'parse_quantity']
 
 
 class TPUSchedulingError(errors.TPUTrainerError, ValueError):

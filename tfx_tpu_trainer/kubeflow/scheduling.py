@@ -13,18 +13,10 @@ from tfx_tpu_trainer.kubeflow import pod_requests
 from tfx_tpu_trainer.publishing import step_outputs
 from tfx_tpu_trainer.slice import worker_group
 
-__all__ = ['OpFunc', 'ACCELERATOR_LABEL',
-           'TOPOLOGY_LABEL', 'TPU_VM_TPU_NAME', 'GKETPUAccelerator',
-           'GKE_TPU_ACCELERATORS', 'DEFAULT_ACCELERATOR',
-           'TPU_NODE_RESOURCE_PREFIX', 'TPU_NODE_ANNOTATION', 'TPU_NODE_CORES',
-           'TPU_NODE_VERSIONS', 'DEFAULT_TPU_NODE_VERSION',
+__all__ = ['DEFAULT_ACCELERATOR', 'DEFAULT_TPU_NODE_VERSION',
            'DEFAULT_TPU_NODE_CORES', 'TPU_NODE_RETIRED_WARNING',
-           'TOLERATION_EFFECTS', 'TPUSchedulingError', 'default_tf_version',
-           'TPUVMScheduling', 'TPUNodeScheduling', 'TPUScheduling', 'tpu_vm',
-           'tpu_node', 'Toleration', 'TPU_TOLERATION', 'parse_toleration',
-           'parse_node_selector', 'parse_quantity', 'quantity_value',
-           'TrainerPod', 'set_env', 'StepOpFunc', 'set_image',
-           'trainer_step_op', 'tpu_step_op', 'pipeline_operator_funcs']
+           'TPUSchedulingError', 'TPUNodeScheduling', 'TPUScheduling',
+           'tpu_node', 'Toleration', 'TrainerPod']
 
 OpFunc = Callable[[dsl.ContainerOp], Optional[dsl.ContainerOp]]
 

@@ -6,10 +6,6 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from tfx_tpu_trainer import errors
 
-__all__ = ['EXECUTOR_CLASS_FLAG', 'INVOCATION_FLAG', 'INPUTS_SPEC_FLAG',
-           'ADVICE', 'StepArgumentError', 'flag_value', 'check_json',
-           'check_parsed']
-
 # The flags of TFX's v2 entrypoint (kubeflow_v2_run_executor._parse_flags):
 # the executor, the ExecutorInput, and the compiled input definitions.
 EXECUTOR_CLASS_FLAG = '--executor_class_path'

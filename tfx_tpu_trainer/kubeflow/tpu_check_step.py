@@ -12,9 +12,6 @@ from tfx.dsl.components.base import base_executor
 from tfx.dsl.components.base import executor_spec
 from tfx.types import component_spec
 
-__all__ = ['COMPONENT_ID', 'TPUCheckExecutor', 'TPUCheckSpec', 'TPUCheck',
-           'add_first', 'step_advice', 'with_step_advice', 'ui_markdown']
-
 COMPONENT_ID = 'TPUCheck'
 
 

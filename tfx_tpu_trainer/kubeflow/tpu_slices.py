@@ -11,8 +11,7 @@ from tfx_tpu_trainer.kubeflow import scheduling
 from tfx_tpu_trainer.slice import addresses
 from tfx_tpu_trainer.slice import worker_group
 
-__all__ = ['CHIPS_PER_HOST', 'RBAC_MANIFEST', 'MULTI_HOST_TOPOLOGIES',
-           'TPUSliceScheduling', 'is_multi_host', 'tpu_slice', 'tpu_request']
+__all__ = ['RBAC_MANIFEST', 'TPUSliceScheduling', 'tpu_request']
 
 CHIPS_PER_HOST = pod_requests.CHIPS_PER_HOST
 # The Role the trainer step's service account needs (rendered from

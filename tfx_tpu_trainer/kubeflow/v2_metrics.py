@@ -4,8 +4,6 @@ the KFP v2 trainer step, v2_step with the `system` module installed."""
 from tfx_tpu_trainer.kubeflow import v2_step
 from tfx_tpu_trainer.publishing import v2_metrics
 
-__all__ = ['TRAINER_STEP_ENTRYPOINT', 'main']
-
 # This module, which compiled specs run for the trainer steps.
 TRAINER_STEP_ENTRYPOINT = 'tfx_tpu_trainer.kubeflow.v2_metrics'
 

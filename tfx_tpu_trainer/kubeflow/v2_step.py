@@ -18,10 +18,6 @@ import yaml
 from tfx_tpu_trainer.kubeflow import step_args
 from tfx_tpu_trainer.publishing import secrets
 
-__all__ = ['KFP_V2_ENTRYPOINT', 'STEP_ENTRYPOINT', 'EXECUTOR_CLASS_FLAG',
-           'INVOCATION_FLAG', 'INPUTS_SPEC_FLAG', 'EXIT_BAD_INPUT',
-           'InputTypeError', 'step_command', 'typed_inputs', 'run']
-
 KFP_V2_ENTRYPOINT = 'tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor'
 # This module, which compiled specs run in place of KFP_V2_ENTRYPOINT.
 STEP_ENTRYPOINT = 'tfx_tpu_trainer.kubeflow.v2_step'

@@ -13,8 +13,7 @@ from tensorflow_estimator.python.estimator.tpu import _tpu_estimator_embedding a
 
 from tfx_tpu_trainer.user_code import user_module as user_module_lib
 
-__all__ = ['EmbeddingSpecError', 'OPTIMIZER_SLOTS', 'TPU_INPUT_MODES',
-           'Table', 'EmbeddingSpec', 'load_embedding_spec', 'table_name',
+__all__ = ['TPU_INPUT_MODES', 'EmbeddingSpec', 'load_embedding_spec',
            'tpu_embedding_for']
 
 # `tf.compat.v1.tpu.experimental.*Parameters` EmbeddingConfigSpec takes, and

@@ -28,8 +28,7 @@ from tfx_tpu_trainer.user_code import user_module as user_module_lib
 from tfx_tpu_trainer.model_fn import patches
 from tfx_tpu_trainer.model_fn import tpu_ops
 
-__all__ = ['AdapterError', 'argument_names', 'function_name', 'call_model_fn',
-           'to_tpu_model_fn']
+__all__ = ['AdapterError', 'call_model_fn', 'to_tpu_model_fn']
 
 _V1_METRICS = tf.compat.v1.metrics
 _V1_SUMMARY = tf.compat.v1.summary

@@ -7,7 +7,7 @@ from tensorboard.plugins.scalar import metadata as scalar_metadata
 
 from tfx_tpu_trainer import errors
 
-__all__ = ['HostCallError', 'HostCall', 'scalar_summaries_host_call']
+__all__ = ['scalar_summaries_host_call']
 
 # What `TPUEstimatorSpec(host_call=...)` takes: a function and its tensors.
 HostCall = Tuple[Callable[..., List[tf.Operation]], List[tf.Tensor]]

@@ -13,9 +13,7 @@ from tfx_tpu_trainer.model_fn import checked
 from tfx_tpu_trainer.model_fn import keras_compile
 from tfx_tpu_trainer.model_fn import sparse_columns
 
-__all__ = ['KerasModelError', 'ModelFn', 'SERVING_SIGNATURE', 'KerasTemplate',
-           'BFLOAT16_PARAM', 'MIXED_BFLOAT16', 'bfloat16_policy',
-           'build_template', 'conform', 'conform_features',
+__all__ = ['bfloat16_policy', 'build_template', 'conform_features',
            'make_keras_model_fn']
 
 KerasModelError = keras_compile.KerasModelError

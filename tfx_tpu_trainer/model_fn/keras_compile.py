@@ -8,10 +8,7 @@ import tensorflow as tf
 
 from tfx_tpu_trainer.user_code import user_module as user_module_lib
 
-__all__ = ['MetricOps', 'KerasModelError', 'ElementwiseAdamOptimizer',
-           'SUPPORTED_OPTIMIZERS', 'OptimizerSpec', 'read_optimizer',
-           'LossSpec', 'read_loss', 'SUPPORTED_METRICS', 'MetricSpec',
-           'read_metrics', 'CompileSpec', 'read_compile_spec']
+__all__ = ['read_optimizer']
 
 MetricOps = Tuple[tf.Tensor, tf.Operation]
 

@@ -19,8 +19,7 @@ from tfx_tpu_trainer.model_fn import keras_adapter
 from tfx_tpu_trainer.model_fn import patches
 from tfx_tpu_trainer.model_fn import stock_trainer
 
-__all__ = ['SERVING_SIGNATURE', 'KerasRunFnError', 'FitCall', 'RunFnModel',
-           'take_fit_call', 'run_fn_model']
+__all__ = ['run_fn_model']
 
 
 SERVING_SIGNATURE = keras_adapter.SERVING_SIGNATURE

@@ -6,8 +6,6 @@ import functools
 import threading
 from typing import Any, Callable, Dict, List, Tuple
 
-__all__ = ['patched', 'all_patched']
-
 _LOCK = threading.Lock()
 _LOCAL = threading.local()
 

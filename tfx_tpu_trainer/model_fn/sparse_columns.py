@@ -7,9 +7,7 @@ import tensorflow as tf
 from tensorflow.python.feature_column import feature_column_v2 as fc_v2  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.feature_column import feature_column_v2_types as fc_types  # pylint: disable=g-direct-tensorflow-import
 
-__all__ = ['column_kind', 'needs_sparse', 'dense_features_columns',
-           'dense_features_message', 'column_of_op', 'SPARSE_OP_FIX',
-           'sparse_op_cause']
+__all__ = ['column_of_op', 'SPARSE_OP_FIX', 'sparse_op_cause']
 
 # The attribute where a DenseFeatures layer keeps its columns.
 _LAYER_COLUMNS_ATTRIBUTE = '_feature_columns'

@@ -22,10 +22,7 @@ from tfx_tpu_trainer.model_fn import keras_adapter
 from tfx_tpu_trainer.model_fn import patches
 from tfx_tpu_trainer.model_fn import sparse_columns
 
-__all__ = ['ESTIMATOR_KEY', 'StockTrainerError', 'StockModel',
-           'sparse_feature_columns', 'sparse_columns_message', 'isolated_fn_args',
-           'stock_model',
-           'check_for_tpu']
+__all__ = ['stock_model', 'check_for_tpu']
 
 # trainer_fn's result key TFX reads the estimator from.
 ESTIMATOR_KEY = 'estimator'

@@ -25,9 +25,8 @@ from tfx_tpu_trainer.preflight import xla_flags
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.training import estimator_builder
 
-__all__ = ['DEFAULT_NUM_SHARDS', 'ERROR', 'WARNING', 'INFO', 'ModeKeys',
-           'Progress', 'resolve_num_shards', 'per_shard_batch_size',
-           'run_preflight', 'check_before_training']
+__all__ = ['resolve_num_shards', 'per_shard_batch_size', 'run_preflight',
+           'check_before_training']
 
 DEFAULT_NUM_SHARDS = 8
 

@@ -20,8 +20,7 @@ from tfx_tpu_trainer.preflight import spec_checks
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.training import estimator_builder
 
-__all__ = ['ERROR', 'ModeKeys', 'EXPORT_CHECK_NOTE',
-           'check_graphs_before_training']
+__all__ = ['check_graphs_before_training']
 
 ERROR = preflight_report.ERROR
 ModeKeys = tf_estimator.ModeKeys

@@ -25,11 +25,7 @@ from tfx_tpu_trainer.preflight import sample as preflight_sample
 from tfx_tpu_trainer.slice import driver
 from tfx_tpu_trainer.training import estimator_builder
 
-__all__ = ['PHASE', 'available_memory_bytes', 'hosts_of', 'memory_findings',
-           'feature_findings', 'enqueue_findings', 'sample_on_tpu',
-           'tables_used', 'column_use_findings', 'add_table_variables',
-           'tables_read', 'column_findings', 'findings_before_steps',
-           'check_before_training']
+__all__ = ['check_before_training']
 
 PHASE = 'embedding'
 ERROR, WARNING, INFO = (preflight_report.ERROR, preflight_report.WARNING,

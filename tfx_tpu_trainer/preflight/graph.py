@@ -16,12 +16,6 @@ from tfx_tpu_trainer.model_fn import tpu_ops
 from tfx_tpu_trainer.preflight import report as preflight_report
 from tfx_tpu_trainer.preflight import xla_errors
 
-__all__ = ['ERROR', 'StepGraph', 'numpy_value_dtype', 'WithheldFeatures',
-           'build_step', 'forward_ops', 'statically_rejected_ops',
-           'reachable_ops', 'check_ops', 'check_cross_shard',
-           'xla_error_findings', 'HostFn', 'StepRun', 'run_step',
-           'fold_knock_on']
-
 ERROR = preflight_report.ERROR
 
 _XLA_COMPILE_ATTR = '_xla_compile_id'

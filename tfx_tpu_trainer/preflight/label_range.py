@@ -17,9 +17,7 @@ from tfx_tpu_trainer.data import schemas as schemas_lib
 from tfx_tpu_trainer.model_fn import estimator_spec_adapter
 from tfx_tpu_trainer.training import estimator_builder
 
-__all__ = ['CHECKED_BATCHES', 'LISTED_BAD_VALUES', 'LabelValueError',
-           'AcceptedLabels', 'SplitSample', 'accepted_labels_of_graph',
-           'accepted_labels', 'check_first_labels']
+__all__ = ['SplitSample', 'check_first_labels']
 
 # How many batches of each split have their labels checked.
 CHECKED_BATCHES = 4

@@ -6,8 +6,6 @@ import tensorflow as tf
 
 from tfx_tpu_trainer.preflight import report as preflight_report
 
-__all__ = ['bfloat16_findings']
-
 # The param custom_config['bfloat16'] sets (config.TrainerConfig.config_params).
 _USE_BFLOAT16 = 'use_bfloat16'
 

@@ -6,9 +6,6 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from tfx_tpu_trainer import errors
 
-__all__ = ['ERROR', 'WARNING', 'INFO', 'SEVERITIES', 'PreflightError',
-           'Finding', 'PreflightReport', 'merge_repeated']
-
 ERROR = 'error'
 WARNING = 'warning'
 INFO = 'info'

@@ -6,8 +6,7 @@ from typing import Any, Callable, Dict, Mapping, Optional
 import numpy as np
 import tensorflow as tf
 
-__all__ = ['SampleBatch', 'from_dataset', 'from_input_fn', 'from_feature_spec',
-           'from_keras_model', 'serving_features']
+__all__ = ['from_input_fn', 'from_feature_spec', 'from_keras_model']
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,8 +6,6 @@ import os
 import re
 from typing import Optional
 
-__all__ = ['Frame', 'user_frame', 'explanation']
-
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in ([^\s]+)')
 # Paths of code that is not the user's: installed packages, this library,
 # the Python standard library.

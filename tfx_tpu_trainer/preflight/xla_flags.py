@@ -4,8 +4,6 @@ import contextlib
 import os
 from typing import Iterator
 
-__all__ = ['ENV', 'FAST_COMPILE_FLAGS', 'fast_cpu_compiles']
-
 ENV = 'XLA_FLAGS'
 # The preflight runs each step once: LLVM's optimization of the code it
 # runs costs most of the compile (MnasNet-small's train step: 242 s at the

@@ -14,10 +14,9 @@ from tfx_tpu_trainer.model_fn import tpu_ops
 from tfx_tpu_trainer.publishing import serving
 from tfx_tpu_trainer.training import disk_full
 
-__all__ = ['SERVE_TAGS', 'SERVE_TPU_TAGS', 'STAGING_PREFIX', 'ExportError',
+__all__ = ['SERVE_TAGS', 'SERVE_TPU_TAGS', 'ExportError',
            'export_serving_model', 'no_tpu_inference_message',
-           'has_tpu_inference', 'check_tpu_graph',
-           'remove_recorded_staging_dirs', 'saved_model_tag_sets']
+           'has_tpu_inference', 'check_tpu_graph', 'saved_model_tag_sets']
 
 SERVE_TAGS = (tf.saved_model.SERVING,)
 SERVE_TPU_TAGS = (tf.saved_model.SERVING, tf.saved_model.TPU)

@@ -7,8 +7,8 @@ import sys
 import traceback
 from typing import Any, Mapping
 
-__all__ = ['MASK', 'is_secret_name', 'masked', 'masked_arg', 'secret_names',
-           'mask_text', 'masked_exception', 'mask_logs']
+__all__ = ['masked', 'masked_arg', 'secret_names', 'mask_text',
+           'masked_exception', 'mask_logs']
 
 MASK = '***'
 _SECRET_WORDS = frozenset(

@@ -15,11 +15,7 @@ from tfx_tpu_trainer.user_code import user_module as user_module_lib
 from tfx_tpu_trainer.data import schemas as schemas_lib
 from tfx_tpu_trainer.publishing import serving_inputs
 
-__all__ = ['EXAMPLES_INPUT_KEY', 'TRANSFORM_FEATURES_SIGNATURE',
-           'TF_TRANSFORM_OUTPUT_ARG', 'ServingInputReceiverFn', 'ServingError',
-           'default_serving_input_receiver_fn',
-           'make_serving_input_receiver_fn', 'add_transform_features',
-           'add_transform_features_signature']
+__all__ = ['ServingInputReceiverFn', 'make_serving_input_receiver_fn']
 
 # The input name TF Serving's Classify/Regress APIs and TFMA feed.
 EXAMPLES_INPUT_KEY = 'examples'

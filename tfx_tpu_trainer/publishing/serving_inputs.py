@@ -17,8 +17,7 @@ import tensorflow_transform as tft
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer.data import schemas as schemas_lib
 
-__all__ = ['RAW_LABEL_KEY', 'ServingFeatures', 'transformed_feature_sources',
-           'serving_features', 'find_serving_features']
+__all__ = ['ServingFeatures', 'serving_features', 'find_serving_features']
 
 RAW_LABEL_KEY = 'raw_label_key'
 

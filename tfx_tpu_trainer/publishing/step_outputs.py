@@ -21,15 +21,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from absl import logging
 
-__all__ = ['METRICS_PATH', 'UI_METADATA_PATH', 'METRICS_ARTIFACT',
-           'TFX_V1_ENTRYPOINT', 'TRAINER_STEP_ENTRYPOINT', 'TFX_V1_COMMAND',
-           'TRAINER_STEP_COMMAND', 'MAX_METRICS', 'MAX_INLINE_REPORT_BYTES',
-           'KfpOutputPaths', 'kfp_v1_step_paths', 'kfp_metrics',
-           'tensorboard_output', 'report_output', 'write_kfp_ui_outputs',
-           'merge_ui_metadata', 'read_ui_outputs', 'finalize_step_outputs',
-           'trainer_step_outputs', 'executor_skipped', 'previous_outputs',
-           'RETRY_NOTE', 'CACHE_HIT_NOTE', 'is_cache_hit',
-           'restore_previous_outputs', 'dump_step_ui_metadata', 'main']
+__all__ = ['kfp_v1_step_paths', 'write_kfp_ui_outputs', 'merge_ui_metadata',
+           'trainer_step_outputs', 'main']
 
 
 METRICS_PATH = '/mlpipeline-metrics.json'

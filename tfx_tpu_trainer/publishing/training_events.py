@@ -13,8 +13,6 @@ from typing import Dict, List, Tuple
 import numpy as np
 import tensorflow as tf
 
-__all__ = ['EVENT_FILE_PATTERN', 'Series', 'Scalars', 'read_scalars']
-
 EVENT_FILE_PATTERN = 'events.out.tfevents.*'
 
 Series = List[Tuple[int, float]]

@@ -18,9 +18,7 @@ from tfx_tpu_trainer.publishing import secrets
 from tfx_tpu_trainer.publishing import training_events
 from tfx_tpu_trainer.training import curves
 
-__all__ = ['REPORT_FILE_NAME', 'PLOTS_DIR_NAME', 'EVAL_NAME', 'SPEED_TITLE',
-           'Plot', 'report_path', 'write_report_safely', 'write_report',
-           'plot_png', 'render_html']
+__all__ = ['report_path', 'write_report_safely']
 
 REPORT_FILE_NAME = 'training_report.html'
 # What a file is written as before its rename into place.

@@ -15,8 +15,8 @@ from typing import Any, Dict, Mapping, Optional
 
 from tfx.types import artifact
 
-__all__ = ['OUTPUT_KEY', 'KFP_V2_ARTIFACT_TYPE', 'SYSTEM_MODULE', 'Metrics',
-           'install_system_module', 'record_metrics', 'declare_as_kfp_does']
+__all__ = ['OUTPUT_KEY', 'Metrics', 'install_system_module', 'record_metrics',
+           'declare_as_kfp_does']
 
 OUTPUT_KEY = 'metrics'
 # How kfp 2 declares an `Output[Metrics]` (kfp/dsl/types/artifact_types.py).

@@ -15,9 +15,6 @@ from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer.training import attempt_lock
 
-__all__ = ['STAGING_PREFIX', 'LOCK_SUFFIX', 'PushError', 'push_new_version',
-           'remove_abandoned_staging']
-
 STAGING_PREFIX = '.push-'
 LOCK_SUFFIX = '.lock'
 _SAVED_MODEL_PB = 'saved_model.pb'

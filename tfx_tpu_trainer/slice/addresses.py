@@ -6,7 +6,7 @@ from typing import Any, List, Mapping, Tuple
 from tfx_tpu_trainer import errors
 
 __all__ = ['TPU_WORKER_PORT', 'TPU_WORKER_HOSTNAMES_ENV', 'AddressError',
-           'hostnames', 'worker_address', 'worker_addresses']
+           'hostnames', 'worker_addresses']
 
 # The port of a TPU worker server (driver.py).
 TPU_WORKER_PORT = 8470

@@ -6,9 +6,7 @@ from typing import Any, Dict, Mapping, Optional
 
 from tfx_tpu_trainer import errors
 
-__all__ = ['TF_CONFIG_ENV', 'CHIEF', 'MASTER', 'WORKER', 'PS', 'EVALUATOR',
-           'DEFAULT_THROTTLE_SECS', 'EVALUATOR_THROTTLE_SECS', 'ClusterError',
-           'tf_config', 'task', 'is_chief', 'check_cluster',
+__all__ = ['DEFAULT_THROTTLE_SECS', 'is_chief', 'check_cluster',
            'run_config_overrides', 'eval_throttle_secs']
 
 TF_CONFIG_ENV = 'TF_CONFIG'

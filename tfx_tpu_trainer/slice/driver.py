@@ -19,17 +19,8 @@ from tfx_tpu_trainer.slice import addresses as addresses_lib
 from tfx_tpu_trainer.slice import cluster as cluster_lib
 from tfx_tpu_trainer.slice import driver_exit
 
-__all__ = ['DEFAULT_PORT', 'JOB_NAME', 'HOSTNAMES_ENV', 'WAIT_SECS_ENV',
-           'DEFAULT_WAIT_SECS', 'LOST_SECS_ENV', 'DEFAULT_LOST_SECS',
-           'HEARTBEAT_SECS', 'DEFAULT_DRIVER_TIMEOUT_SECS',
-           'SIGNAL_TIMEOUT_SECS', 'SIGNAL_QUEUE_NAME', 'SIGNAL_QUEUE_CAPACITY',
-           'ALIVE', 'DONE', 'STUCK_GRACE_SECS', 'PROGRESS_SECS', 'LOCAL_HOSTS',
-           'SliceError', 'WorkerLostError', 'describe_error', 'parse_addresses',
-           'worker_addresses', 'grpc_list', 'all_on_this_machine',
-           'is_local_path', 'check_shared_paths', 'check_driver',
-           'check_cluster_spec', 'resolver_for', 'run_config_args',
-           'signal_queue', 'WorkerLink', 'wait_for_workers', 'Heartbeats',
-           'lost_workers', 'wait_secs', 'lost_secs', 'driving']
+__all__ = ['WAIT_SECS_ENV', 'worker_addresses', 'is_local_path', 'check_driver',
+           'run_config_args', 'driving']
 
 DEFAULT_PORT = addresses_lib.TPU_WORKER_PORT
 JOB_NAME = 'worker'

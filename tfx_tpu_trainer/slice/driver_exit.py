@@ -21,9 +21,6 @@ from typing import Callable, Iterator, List
 
 from absl import logging
 
-__all__ = ['EXIT_GRACE_SECS', 'CLEANUP_SECS', 'EXIT_STATUS',
-           'cleanup_on_hard_exit', 'end_process', 'bound_exit']
-
 # How long the interpreter may take to exit once a slice was driven.
 EXIT_GRACE_SECS = 60
 # How long each clean-up may take when the process is ended.

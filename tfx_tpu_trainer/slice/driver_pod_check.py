@@ -7,8 +7,7 @@ from tfx_tpu_trainer import errors
 from tfx_tpu_trainer.slice import kube_api
 from tfx_tpu_trainer.slice import worker_group
 
-__all__ = ['DriverPodCheckError', 'rbac_verbs', 'denied_verbs',
-           'check_driver_pod']
+__all__ = ['DriverPodCheckError', 'check_driver_pod']
 
 Report = Callable[[str], None]
 

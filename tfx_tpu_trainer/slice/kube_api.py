@@ -6,9 +6,6 @@ from typing import Any, Optional
 
 from tfx_tpu_trainer import errors
 
-__all__ = ['FORBIDDEN', 'NOT_FOUND', 'INVALID', 'KubeApiError', 'api_client',
-           'status', 'describe_failure']
-
 FORBIDDEN, NOT_FOUND, INVALID = 403, 404, 422
 
 

@@ -8,8 +8,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer.slice import driver
 
-__all__ = ['JOB', 'SliceCheckError', 'HostReport', 'list_hosts',
-           'initialize_tpu_system', 'check_slice']
+__all__ = ['SliceCheckError', 'check_slice']
 
 JOB = driver.JOB_NAME
 

@@ -16,13 +16,8 @@ from tfx_tpu_trainer.slice import addresses
 from tfx_tpu_trainer.slice import driver_exit
 from tfx_tpu_trainer.slice import kube_api
 
-__all__ = ['TPU_RESOURCE', 'SPEC_ENV', 'POD_NAME_ENV', 'HOSTNAME_ENV', 'NAMESPACE_ENV',
-           'NAMESPACE_FILE', 'NAME_PREFIX', 'GROUP_LABEL', 'DRIVER_LABEL',
-           'JOB_TTL_SECS', 'DELETE_WAIT_SECS', 'WorkerGroupError',
-           'WorkerGroupSpec', 'attempt_name', 'hostnames', 'StorageAccess',
-           'storage_access', 'job_manifest', 'service_manifest', 'pod_owner',
-           'RBAC_RULES', 'RBAC_NAME', 'RBAC_MANIFEST', 'rbac_manifests', 'Plan',
-           'plan', 'announce', 'KubernetesGroups', 'launched']
+__all__ = ['TPU_RESOURCE', 'SPEC_ENV', 'WorkerGroupSpec', 'RBAC_MANIFEST',
+           'plan', 'announce', 'launched']
 
 # GKE's extended resource of TPU chips, requested per pod (one host each).
 TPU_RESOURCE = 'google.com/tpu'

@@ -15,16 +15,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer.tpu import runtimes
 
-__all__ = ['TPU_STEP', 'LIBTPU_STEP', 'RUNTIME_STEP', 'SYSTEM_STEP',
-           'ROUND_TRIP_STEP', 'INFERENCE_STEP', 'CHILD_STEPS', 'PROBE_MODULE',
-           'TPU_NAME_ENVS', 'LIBTPU_ENVS', 'LIBTPU_DISTRIBUTIONS',
-           'DEFAULT_TIMEOUT_SECS', 'ROUND_TRIP_TRAIN_STEPS',
-           'ROUND_TRIP_EVAL_STEPS', 'ROUND_TRIP_BATCH_SIZE', 'IN_THE_TPU_IMAGE',
-           'TPUCheckError', 'CheckResult', 'tpu_devices', 'check_tpu_present',
-           'find_libtpu', 'libtpu_version', 'check_libtpu',
-           'check_runtime', 'initialize_tpu_system',
-           'round_trip', 'INFERENCE_EXAMPLES', 'inference_check',
-           'run_steps_in_process', 'run_child_steps',
+__all__ = ['TPU_STEP', 'LIBTPU_STEP', 'DEFAULT_TIMEOUT_SECS', 'TPUCheckError',
            'run_checks']
 
 TPU_STEP, LIBTPU_STEP, RUNTIME_STEP, SYSTEM_STEP, ROUND_TRIP_STEP = (

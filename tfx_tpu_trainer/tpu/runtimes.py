@@ -5,13 +5,9 @@ from typing import Dict, Optional, Tuple
 
 from tfx_tpu_trainer import errors
 
-__all__ = ['SE', 'PJRT', 'RUNTIMES', 'LIBTPU_PATH', 'PJRT_ENV', 'RUNTIME_ENV',
-           'ACCELERATOR_ENV', 'LIBTPU_VERSION_ENV', 'IMAGE_RUNTIME_FIELD',
-           'STEP_ENV_NAMES', 'SOURCE_RUNTIMES',
-           'ISSUE_90807', 'TPURuntimeError', 'Generation', 'GENERATIONS',
-           'DEFAULT_ACCELERATOR', 'DEFAULT_ACCELERATOR_REASON', 'generation',
-           'RuntimeChoice', 'choose', 'runtime_in_use',
-           'support_matrix_markdown']
+__all__ = ['RUNTIMES', 'RUNTIME_ENV', 'ACCELERATOR_ENV', 'IMAGE_RUNTIME_FIELD',
+           'STEP_ENV_NAMES', 'TPURuntimeError', 'DEFAULT_ACCELERATOR',
+           'DEFAULT_ACCELERATOR_REASON', 'RuntimeChoice', 'choose']
 
 SE = 'se'
 PJRT = 'pjrt'

@@ -12,7 +12,7 @@ from absl import logging
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
 
-__all__ = ['LOCK_FILE', 'LockPathError', 'is_lockable', 'AttemptLock']
+__all__ = ['is_lockable', 'AttemptLock']
 
 # Bookkeeping name (checkpoints._BOOKKEEPING_PREFIX): never copied into
 # model_run.

@@ -15,13 +15,9 @@ from tfx.utils import io_utils
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer.training import attempt_lock
 
-__all__ = ['DEFAULT_DIR_NAME', 'EXPORTED_MARKER', 'STAGING_RECORD',
-           'DAMAGED_PREFIX', 'STARTED_MARKER', 'CHECKPOINT_STATE_FILE',
-           'CheckpointDirError', 'safe_name',
-           'resumable_model_dir', 'hold', 'resumable_dir_path', 'prepare_dir',
-           'mark_exported', 'remove_finished_runs', 'copy_into_model_run',
-           'remove', 'latest_step', 'DamagedCheckpointError',
-           'skip_damaged_checkpoints', 'remove_unheld_runs',
+__all__ = ['DEFAULT_DIR_NAME', 'STAGING_RECORD', 'safe_name',
+           'resumable_model_dir', 'hold', 'resumable_dir_path', 'mark_exported',
+           'copy_into_model_run', 'latest_step', 'remove_unheld_runs',
            'INPUT_CACHE_DIR', 'input_cache_dir', 'remove_input_cache']
 
 DEFAULT_DIR_NAME = '_checkpoints'

@@ -8,9 +8,7 @@ import tensorflow as tf
 
 from tfx_tpu_trainer.training import step_fetch
 
-__all__ = ['LOSS_TAG', 'STEP_RATE_TAG', 'EXAMPLE_RATE_TAG',
-           'DEFAULT_CADENCE_STEPS', 'MIN_POINTS', 'cadence_steps',
-           'TrainingClock', 'CurvesHook']
+__all__ = ['LOSS_TAG', 'STEP_RATE_TAG', 'EXAMPLE_RATE_TAG']
 
 # The curves the trainer writes beside the estimator's: the loss at the
 # summary cadence to the last step, and one training speed over training

@@ -12,10 +12,8 @@ import tensorflow as tf
 
 from tfx_tpu_trainer import errors
 
-__all__ = ['DISK_FULL_ERRNOS', 'DISK_FULL_MESSAGES', 'DiskFullError',
-           'is_disk_full', 'failed_path', 'free_space', 'free_inodes',
-           'bytes_under',
-           'remove_partial_writes', 'describe', 'translate_disk_full']
+__all__ = ['DiskFullError', 'bytes_under', 'remove_partial_writes',
+           'translate_disk_full']
 
 # errno values of a write that found no room.
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})

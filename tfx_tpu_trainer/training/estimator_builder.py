@@ -16,8 +16,7 @@ from tfx_tpu_trainer.slice import driver
 from tfx_tpu_trainer.training import curves
 from tfx_tpu_trainer.training import host_loop
 
-__all__ = ['ResolverFactory', 'build_run_config', 'warm_start_settings',
-           'build_estimator']
+__all__ = ['build_run_config', 'warm_start_settings', 'build_estimator']
 
 _INPUT_PIPELINE_CONFIGS = {
     'PER_SHARD_V1': tf.compat.v1.estimator.tpu.InputPipelineConfig.PER_SHARD_V1,

@@ -16,9 +16,6 @@ from tfx_tpu_trainer import errors
 from tfx_tpu_trainer.slice import cluster
 from tfx_tpu_trainer.training import checkpoints
 
-__all__ = ['EVAL_NAME', 'NonFiniteMetricsError', 'final_metrics',
-           'check_finite']
-
 EVAL_NAME = 'eval'
 
 

@@ -7,8 +7,7 @@ import tensorflow as tf
 
 from tfx_tpu_trainer import errors
 
-__all__ = ['CONFIG_KEY', 'NonFiniteVariablesError', 'non_finite_variables',
-           'check_final_variables']
+__all__ = ['check_final_variables']
 
 CONFIG_KEY = 'allow_nonfinite_variables'
 

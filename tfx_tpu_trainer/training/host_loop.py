@@ -11,10 +11,7 @@ from tensorflow import estimator as tf_estimator
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
 
-__all__ = ['CONFIG_KEY', 'ITERATIONS_COLLECTION', 'FINAL_STEP_COLLECTION',
-           'GLOBAL_STEP_READ_KEY', 'ModelFn', 'HostLoopError', 'wrap_model_fn',
-           'HostLoopStopHook', 'enable', 'AUTO_LOOP_MAX', 'is_automatic',
-           'loop_length']
+__all__ = ['ITERATIONS_COLLECTION', 'wrap_model_fn']
 
 CONFIG_KEY = 'host_iterations_per_loop'
 # Graph collections the stop hook reads (one entry each per training graph).

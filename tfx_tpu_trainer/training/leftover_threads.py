@@ -9,8 +9,7 @@ from typing import Collection, List
 
 from absl import logging
 
-__all__ = ['GRACE_SECS', 'non_daemon_threads', 'end_process_if_threads_left',
-           'run_then_end']
+__all__ = ['non_daemon_threads', 'end_process_if_threads_left', 'run_then_end']
 
 # How long finished work waits for other threads to end on their own.
 GRACE_SECS = 5.0

@@ -16,9 +16,7 @@ import tqdm
 from tfx_tpu_trainer.training import curves
 from tfx_tpu_trainer.training import step_fetch
 
-__all__ = ['TERMINAL_INTERVAL_SECS', 'LINE_INTERVAL_SECS', 'EXPORTER_NAME',
-           'console', 'format_metrics', 'ProgressReporter', 'ProgressHook',
-           'EvaluationReporter']
+__all__ = ['console']
 
 # How often a terminal bar is redrawn, and how often a plain line is written.
 TERMINAL_INTERVAL_SECS = 0.5

@@ -13,7 +13,7 @@ from tfx_tpu_trainer.training import curves
 from tfx_tpu_trainer.training import evaluation
 from tfx_tpu_trainer.training import progress
 
-__all__ = ['EVAL_NAME', 'train_and_evaluate']
+__all__ = ['train_and_evaluate']
 
 EVAL_NAME = evaluation.EVAL_NAME
 

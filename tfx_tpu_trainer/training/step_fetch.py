@@ -6,8 +6,6 @@ import tensorflow as tf
 
 from tfx_tpu_trainer.training import host_loop
 
-__all__ = ['StepFetch']
-
 
 class StepFetch:
   """What a hook fetches, the step at its last fetch, and the runs' pace.

@@ -10,7 +10,7 @@ import tensorflow as tf
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
 
-__all__ = ['TPUUnreachableError', 'wait_for_tpu', 'tpu_devices']
+__all__ = ['TPUUnreachableError', 'wait_for_tpu']
 
 # The longest single ListDevices call of the wait: a TPU that takes longer
 # to answer is asked again, until the wait ends.

@@ -18,8 +18,7 @@ from tfx_tpu_trainer import errors
 from tfx_tpu_trainer.user_code import wheels
 
 __all__ = ['FunctionPathError', 'FunctionLocation', 'parse', 'locate',
-           'package', 'WheelDependency', 'WHEELS_DIR_NAME',
-           'package_module_name']
+           'WheelDependency', 'package_module_name']
 
 # Where TFX puts the wheels of packaged module files, under the pipeline root.
 WHEELS_DIR_NAME = wheels.WHEELS_DIR_NAME

@@ -12,8 +12,7 @@ from tfx.dsl.io import fileio
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer.user_code import wheels
 
-__all__ = ['ModuleFolderError', 'package_folders', 'package_module_file',
-           'ModuleFolderDependency']
+__all__ = ['ModuleFolderDependency']
 
 # Marks a folder that is a Python environment, not the user's code.
 _ENVIRONMENT_MARKERS = ('pyvenv.cfg', 'site-packages')

@@ -9,14 +9,8 @@ import textwrap
 import types
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Set, Tuple
 
-__all__ = ['LABEL_KEY_KEYWORD', 'ESTIMATOR_KEY', 'DENSE_FEATURES', 'LabelKeys',
-           'evaluate_key', 'input_label_keys', 'PREPROCESSING_FN',
-           'TransformOutput', 'preprocessing_outputs', 'label_keys',
-           'label_key_candidates', 'keras_model_builders',
-           'trains_an_estimator', 'estimator_builders',
-           'sparse_columns_in_dense_features', 'dense_features_warning',
-           'estimator_run_fn_message', 'run_fn_message', 'followed_modules',
-           'fit_calls', 'builder_calls', 'FIT']
+__all__ = ['PREPROCESSING_FN', 'preprocessing_outputs', 'keras_model_builders',
+           'builder_calls']
 
 # The keyword with which TFX modules name the label to their input
 # (`tfxio.TensorFlowDatasetOptions(batch_size=..., label_key=...)`).

@@ -15,12 +15,10 @@ from absl import logging
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer.user_code import stock_contract
 
-__all__ = ['MODEL_FN', 'INPUT_FN', 'SERVING_INPUT_RECEIVER_FN',
-           'BUILD_KERAS_MODEL', 'EMBEDDING_CONFIG_SPEC',
-           'LABEL_KEY_ATTRIBUTE', 'TRAINER_FN',
-           'USER_MODULE_FILE_KEY', 'RUN_FN', 'UserModuleError',
-           'ModuleFunction', 'UserModule', 'module_name', 'load_user_module',
-           'check_module', 'first_on_path', 'load_file', 'import_module_file']
+__all__ = ['LABEL_KEY_ATTRIBUTE', 'TRAINER_FN', 'USER_MODULE_FILE_KEY',
+           'RUN_FN', 'UserModuleError', 'ModuleFunction', 'UserModule',
+           'module_name', 'load_user_module', 'first_on_path', 'load_file',
+           'import_module_file']
 
 MODEL_FN = 'model_fn'
 INPUT_FN = 'input_fn'

@@ -11,8 +11,6 @@ from absl import logging
 
 from tfx_tpu_trainer import errors
 
-__all__ = ['WHEELS_DIR_NAME', 'WheelError', 'copy_sources', 'build']
-
 # Where TFX puts the wheels of packaged module files, under the pipeline root.
 WHEELS_DIR_NAME = '_wheels'
 _SETUP_PY = '_tfx_tpu_trainer_generated_setup.py'
