@@ -128,32 +128,17 @@ def add_parser(subparsers) -> None:
   parser.set_defaults(handler=_run)
 
 
-def _beam_args(values, pipeline_root: Optional[str], existing=()) -> list:
+def _beam_args(values, pipeline_root: Optional[str], existing=(),
+               ask_services: bool = True) -> list:
   """`--beam-arg` after `existing`, checked for a run on this machine.
 
-  Beam's options only: no TFX or TensorFlow loads. Without `pipeline_root`,
-  the checks of where the workers must run are left out.
+  Beam's options only: no TFX or TensorFlow loads (runners.for_local_run).
   """
-  if not values:
-    return list(existing)
   from tfx_tpu_trainer.beam import pipeline_args  # pylint: disable=g-import-not-at-top
   from tfx_tpu_trainer.beam import runners  # pylint: disable=g-import-not-at-top
   try:
-    runners.validate(values, on_cluster=False)
-    merged = pipeline_args.merged(values, existing, defaults=())
-    runners.validate([a for a in merged if isinstance(a, str)],
-                     on_cluster=False, pipeline_root=pipeline_root)
-  except pipeline_args.BeamArgError as e:
-    raise common.UsageError(str(e)) from e
-  return merged + runners.job_defaults(merged)
-
-
-def _check_beam_services(beam_args) -> None:
-  """The job server and worker pool the Beam args name answer now."""
-  from tfx_tpu_trainer.beam import pipeline_args  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer.beam import runners  # pylint: disable=g-import-not-at-top
-  try:
-    runners.check_services_answer(beam_args)
+    return runners.for_local_run(values, existing, pipeline_root,
+                                 ask_services)
   except pipeline_args.BeamArgError as e:
     raise common.UsageError(str(e)) from e
 
@@ -308,9 +293,8 @@ def _checked_beam_args(args) -> dict:
   """
   if not args.beam_arg:
     return {}
-  beam_args = _beam_args(args.beam_arg, os.path.abspath(args.output_root))
-  _check_beam_services(beam_args)
-  return {'beam_pipeline_args': beam_args}
+  return {'beam_pipeline_args': _beam_args(args.beam_arg,
+                                           os.path.abspath(args.output_root))}
 
 
 def _checked_run_args(args, options: dict) -> dict:
@@ -477,7 +461,6 @@ def _checked_pipeline_file(args, output_root: str):
   # Where the pipeline writes is known once it is loaded: the checks that
   # need its root come then (_merge_beam_args).
   user_beam_args = _beam_args(args.beam_arg, pipeline_root=None)
-  _check_beam_services(user_beam_args)
   # The module checks run in a child of this server (check_server.py).
   check_server.start_server()
   pipeline, module_file = _prepare_user_pipeline(args, output_root,
@@ -579,22 +562,17 @@ def _merge_beam_args(pipeline, beam_args) -> None:
   that does not answer fails the run here, not 60 s into ExampleGen.
   """
   from tfx.dsl.components.base import executor_spec  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer.beam import runners  # pylint: disable=g-import-not-at-top
   asked = []
   for node in pipeline.components:
     if not isinstance(node.executor_spec, executor_spec.BeamExecutorSpec):
       continue
     spec = node.executor_spec
-    if beam_args:
-      spec.beam_pipeline_args = _beam_args(
-          beam_args, pipeline.pipeline_info.pipeline_root,
-          spec.beam_pipeline_args)
-    else:  # The pipeline's own portable runner outlives a minute too.
-      spec.beam_pipeline_args = list(spec.beam_pipeline_args) + (
-          runners.job_defaults(spec.beam_pipeline_args))
-    if spec.beam_pipeline_args not in asked:
-      _check_beam_services(spec.beam_pipeline_args)
-      asked.append(spec.beam_pipeline_args)
+    # The pipeline's own portable runner gets the job defaults too.
+    own = list(spec.beam_pipeline_args)
+    spec.beam_pipeline_args = _beam_args(
+        beam_args, pipeline.pipeline_info.pipeline_root, own,
+        ask_services=(beam_args, own) not in asked)
+    asked.append((beam_args, own))
 
 
 def _quiet_tensorflow() -> None:

@@ -50,11 +50,12 @@ def test_run_beam_args_are_merged_after_the_pipeline_s_own(tmp_path):
       '--environment_type=LOOPBACK']
   # The job may outlive Beam's 60 s job_server_timeout (beam_runners.py).
   timeout = ['--job_server_timeout=86400']
-  assert run._beam_args(values, str(tmp_path)) == values + timeout  # pylint: disable=protected-access
+  assert run._beam_args(values, str(tmp_path), ask_services=False) == values + timeout  # pylint: disable=protected-access
   # A later value replaces an earlier one of the same name.
   assert run._beam_args(values, str(tmp_path), existing=[  # pylint: disable=protected-access
-      '--runner=DirectRunner', '--direct_num_workers=2']) == [
+      '--runner=DirectRunner', '--direct_num_workers=2'],
+                        ask_services=False) == [
           '--direct_num_workers=2'] + values + timeout
   # One given is kept.
   given = values + ['--job_server_timeout=600']
-  assert run._beam_args(given, str(tmp_path)) == given  # pylint: disable=protected-access
+  assert run._beam_args(given, str(tmp_path), ask_services=False) == given  # pylint: disable=protected-access

@@ -296,3 +296,12 @@ def test_the_driver_timeout_counts_from_the_drivers_last_word(tmp_path):
 ])
 def test_worker_errors_say_what_happened(error, described):
   assert driver.describe_error(error) == described
+
+
+def test_the_earlier_worker_command_runs_the_same_worker():
+  """Hosts set up with `python -m tfx_tpu_trainer.tpu.worker` keep working."""
+  earlier = subprocess.run(
+      [sys.executable, '-m', 'tfx_tpu_trainer.tpu.worker', '--port', '0'],
+      cwd=REPO_ROOT, capture_output=True, text=True)
+  assert earlier.returncode == 2
+  assert "argument --port: '0' is not a port" in earlier.stderr

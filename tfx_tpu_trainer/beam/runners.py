@@ -7,7 +7,7 @@ from typing import Any, List, Optional, Sequence
 
 from tfx_tpu_trainer.beam import pipeline_args
 
-__all__ = ['validate', 'check', 'check_services_answer', 'job_defaults',
+__all__ = ['for_local_run', 'validate', 'check', 'check_services_answer', 'job_defaults',
            'cluster_defaults']
 
 # Beam's portable runners (runners/portability): FlinkRunner and SparkRunner
@@ -417,3 +417,31 @@ def cluster_defaults(values: Sequence[Any], image: str) -> List[str]:
   if parsed.view_as(pipeline_options.WorkerOptions).sdk_container_image is None:
     added.append(f'--sdk_container_image={image}')
   return added + job_defaults(values)
+
+
+def for_local_run(values: Sequence[str], existing: Sequence[Any] = (),
+                  pipeline_root: Optional[str] = None,
+                  ask_services: bool = True) -> List[Any]:
+  """The Beam args of a component run on this machine (`run`).
+
+  `values` (`--beam-arg`) are checked as Beam reads them, then after
+  `existing` (a component's own args; later ones replace earlier ones) with
+  the checks of where the workers run when `pipeline_root` is known; the
+  job defaults a portable runner needs are added, and with `ask_services`
+  its job server and worker pool must answer now.
+
+  Raises:
+    BeamArgError: naming the value, the address or what to write instead.
+  """
+  if values:
+    validate(values, on_cluster=False)
+    merged = pipeline_args.merged(values, existing, defaults=())
+    validate([a for a in merged if isinstance(a, str)], on_cluster=False,
+             pipeline_root=pipeline_root)
+  else:
+    merged = list(existing)
+  merged += job_defaults(merged)
+  if ask_services:
+    check_services_answer(merged)
+  return merged
+
