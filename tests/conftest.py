@@ -49,6 +49,17 @@ def read_taxi_rows(data_dir: str):
     return list(csv.DictReader(f))
 
 
+def pytest_addoption(parser):
+  from tests import suite_cost  # pylint: disable=g-import-not-at-top
+  suite_cost.add_option(parser)
+
+
+def pytest_configure(config):
+  """Prints the CPU seconds of the costliest files and tests at the end."""
+  from tests import suite_cost  # pylint: disable=g-import-not-at-top
+  suite_cost.register(config)
+
+
 def pytest_collection_modifyitems(items):
   """The files of `heavy` tests first, each file's tests kept together.
 
