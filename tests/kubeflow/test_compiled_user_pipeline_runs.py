@@ -6,7 +6,8 @@ root while compiling; every step (tests/fixtures/argo_pod.py, as in
 test_compiled_pipeline_runs.py) exits 0 and the model is pushed. Beam runs
 in worker processes as by default (`multi_processing`), one per step
 (`--beam-arg=--direct_num_workers=1`; the default, one per core, runs in
-test_compiled_pipeline_runs.py): each worker installs the module's wheel.
+the built image, test_built_image.py): each worker installs the module's
+wheel.
 """
 
 import os
@@ -37,8 +38,8 @@ def test_user_pipeline_outside_the_repo_runs_every_step_to_a_pushed_model(
         f'{result.task}:\n{compiled_runs.tail(result)}')
   assert argo_pod.names(results) == USER_STEPS
   # Transform's Beam ran in a worker process that got the module's wheel
-  # (one worker, through --beam-arg; test_compiled_pipeline_runs.py runs
-  # the default count).
+  # (one worker, through --beam-arg; test_built_image.py runs the default
+  # count).
   transform_log = results[USER_STEPS.index('transform')].log()
   assert 'multi_processing' in transform_log
   assert '_wheels/tfx_user_code_transform-' in transform_log
