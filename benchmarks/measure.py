@@ -32,6 +32,11 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TPU_MODULE_FILES = {
     'tpu': os.path.join(_REPO, 'components', 'taxi_tpu_module.py'),
     'keras': os.path.join(_REPO, 'components', 'taxi_keras_module.py'),
+    # TPU embedding tables, and a Keras Embedding of the same tables.
+    'embeddings': os.path.join(_REPO, 'components',
+                               'taxi_embedding_module.py'),
+    'keras_embeddings': os.path.join(_REPO, 'benchmarks',
+                                     'keras_embedding_module.py'),
 }
 TPU_MODULE_FILE = TPU_MODULE_FILES['tpu']
 KERAS_RUN_FN_MODULE_FILE = os.path.join(_REPO, 'benchmarks',
@@ -166,7 +171,10 @@ def run_trainer(kind: str, spec: Dict[str, Any], batch_size: int,
   result = {
       'do_seconds': do_seconds,
       'import_seconds': imported - PROCESS_START,
+      **model_sizes(model_run_dir, output_dict['model'][0].uri),
   }
+  if kind == 'tpu_trainer':
+    result['final_metrics'] = _final_metrics(model_run_dir)
   samples = events.step_rates(model_run_dir)
   if not samples:
     # model.fit writes no step rates, and a short estimator run may end
@@ -201,6 +209,33 @@ def run_trainer(kind: str, spec: Dict[str, Any], batch_size: int,
           last_step_to_eval_end_seconds=eval_end - last,
           eval_end_to_do_end_seconds=end - eval_end)
   return result
+
+
+def _bytes_under(path: str) -> int:
+  return sum(os.path.getsize(os.path.join(directory, name))
+             for directory, _, names in os.walk(path) for name in names)
+
+
+def model_sizes(model_run_dir: str, model_dir: str) -> Dict[str, int]:
+  """Bytes of the last checkpoint in model_run and of the exported model."""
+  # pylint: disable-next=g-import-not-at-top
+  import tensorflow as tf
+  sizes = {'export_bytes': _bytes_under(model_dir)}
+  checkpoint = tf.train.latest_checkpoint(model_run_dir)
+  if checkpoint:
+    sizes['checkpoint_bytes'] = sum(
+        os.path.getsize(path) for path in tf.io.gfile.glob(checkpoint + '.*'))
+  return sizes
+
+
+def _final_metrics(model_run_dir: str) -> Optional[Dict[str, Any]]:
+  """The final evaluation TPUTrainer wrote to model_run, if any."""
+  from tfx_tpu_trainer.publishing import metrics  # pylint: disable=g-import-not-at-top
+  path = os.path.join(model_run_dir, metrics.METRICS_FILE_NAME)
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
 
 
 def pipeline_context(output_dir: str):

@@ -19,6 +19,17 @@ TRAINER_INPUT = 'trainer_input'  # TPUTrainer's input chain, no model
 # TPUTrainer (model_fn module) with custom_config show_progress=false: the
 # progress-off row beside TPU (progress on, its default), at batch 40.
 TPU_NO_PROGRESS = 'tpu_no_progress'
+# TPU embeddings, at the large batch: TPUTrainer with the taxi embedding
+# module (components/taxi_embedding_module.py), with a Keras Embedding of
+# the same tables (benchmarks/keras_embedding_module.py), and the embedding
+# module with its hashed table at 10,000,000 rows (one run: peak memory,
+# checkpoint and export size).
+TPU_EMBEDDING = 'tpu_embedding'
+KERAS_EMBEDDING = 'tpu_keras_embedding'
+EMBEDDING_10M = 'tpu_embedding_10m'
+EMBEDDING_TRAINERS = (TPU_EMBEDDING, KERAS_EMBEDDING)
+EMBEDDING_KINDS = EMBEDDING_TRAINERS + (EMBEDDING_10M,)
+EMBEDDING_10M_ROWS = 10_000_000
 STOCK_40 = f'{STOCK}@40'
 TPU_40 = f'{TPU}@40'
 INPUT_40 = f'{INPUT}@40'
@@ -35,7 +46,7 @@ MEDIAN_FIELDS = ('rate', 'external_examples_per_sec', 'examples_per_sec',
                  'steps_per_sec', 'do_seconds', 'short_do_seconds',
                  'external_overhead_seconds', 'train_seconds_at_median_rate',
                  'overhead_seconds', 'import_seconds', 'process_seconds',
-                 'max_rss_kb')
+                 'max_rss_kb', 'checkpoint_bytes', 'export_bytes')
 PHASE_FIELDS = ('before_first_step_seconds', 'training_loop_seconds',
                 'after_last_step_seconds')
 # The after-last-step part, split at the end of the final evaluation.
@@ -172,6 +183,11 @@ def summarize_runs(runs: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
   if any(value is not None for value in phases.values()):
     summary['phases'] = phases
   summary['examples_per_sec_runs'] = [run['rate'] for run in good]
+  metrics = [run['final_metrics'] for run in good if run.get('final_metrics')]
+  if metrics:
+    summary['final_metrics'] = {
+        key: events.median(m.get(key) for m in metrics)
+        for key in ('accuracy', 'auc', 'loss', 'global_step')}
   return summary
 
 
@@ -274,6 +290,31 @@ def format_phase_table(summary: Mapping[str, Mapping[str, Any]]) -> str:
       value = entry.get(field) if field in entry else phases.get(field)
       cells.append(f'{fmt(value, ".1f"):>11}')
     lines.append(f'{measurement:<17} ' + ' '.join(cells))
+  return '\n'.join(lines)
+
+
+def _megabytes(value: Optional[float], unit: int) -> str:
+  return fmt(None if value is None else value * unit / 2**20, ',.1f')
+
+
+def format_embedding_table(summary: Mapping[str, Mapping[str, Any]],
+                           batch_size: int) -> str:
+  """The TPU embedding rows beside the bundled wide-and-deep (medians)."""
+  header = (f'{"measurement":<24} {"ext ex/s":>10} {"peak RSS MB":>11} '
+            f'{"ckpt MB":>8} {"export MB":>9} {"accuracy":>8} {"AUC":>6}')
+  lines = [header, '-' * len(header)]
+  for kind in (TPU,) + EMBEDDING_KINDS:
+    entry = summary.get(name(kind, batch_size))
+    if not entry:
+      continue
+    metrics = entry.get('final_metrics') or {}
+    lines.append(
+        f'{name(kind, batch_size):<24} {fmt(entry.get("rate"), ",.0f"):>10} '
+        f'{_megabytes(entry.get("max_rss_kb"), 1024):>11} '
+        f'{_megabytes(entry.get("checkpoint_bytes"), 1):>8} '
+        f'{_megabytes(entry.get("export_bytes"), 1):>9} '
+        f'{fmt(metrics.get("accuracy"), ".3f"):>8} '
+        f'{fmt(metrics.get("auc"), ".3f"):>6}')
   return '\n'.join(lines)
 
 

@@ -28,7 +28,8 @@ DEFAULT_OUTPUT_DIR = os.path.join(launch.REPO_ROOT, 'benchmarks', 'results')
 QUICK = {'repeats': 1, 'steps': 3000, 'large_batch_steps': 400,
          'fast_steps': 8000, 'fast_large_batch_steps': 2000,
          'short_steps': 100, 'eval_steps': 10, 'rows': 3000,
-         'scale_factors': ['1', '3'], 'scale_steps': 1000}
+         'scale_factors': ['1', '3'], 'scale_steps': 1000,
+         'embedding_pairs': False}
 # TPUTrainer's custom_config in the benchmark, besides batch sizes and label
 # (--tpu_trainer_config overrides it): none, the default config (its host
 # loop length is `auto`).
@@ -93,6 +94,10 @@ _SCALE_FACTORS = flags.DEFINE_list(
 _SCALE_STEPS = flags.DEFINE_integer(
     'scale_steps', 10000, 'The scale run: training steps of the long run '
     '(the short run takes --short_steps).')
+_EMBEDDING_PAIRS = flags.DEFINE_boolean(
+    'embedding_pairs', True, 'The TPU embedding trainers (tpu_embedding, '
+    'tpu_keras_embedding) at two step counts, for their external rate; '
+    'false (--quick): one long run each, its event-file rate only.')
 _TIMEOUT = flags.DEFINE_float(
     'timeout', None, 'Seconds before a subprocess is killed (default: '
     'never; a loaded machine is slow, not broken).')
@@ -116,11 +121,14 @@ def _measurements(large_batch: int,
     if progress_row and batch == 40:
       result.insert(result.index((report.TPU, 40)) + 1,
                     (report.TPU_NO_PROGRESS, 40))
-  return result + [(report.TRAINER_INPUT, large_batch)]
+  return result + [(report.TRAINER_INPUT, large_batch)] + [
+      (kind, large_batch) for kind in report.EMBEDDING_KINDS]
 
 
 def _is_trainer(kind: str) -> bool:
-  return kind in report.TRAINERS or kind == report.TPU_NO_PROGRESS
+  """Measured as a pair of runs (the external rate); else once."""
+  return (kind in report.TRAINERS or kind in report.EMBEDDING_TRAINERS or
+          kind == report.TPU_NO_PROGRESS)
 
 
 def _progress_off(tpu_trainer_config: str) -> str:
@@ -138,6 +146,11 @@ def _measure_args(kind: str, steps_per_execution: int,
     return ['--kind=tpu_trainer',
             f'--module={"keras" if kind == report.TPU_KERAS else "tpu"}',
             f'--tpu_trainer_config={tpu_trainer_config}']
+  if kind in report.EMBEDDING_KINDS:
+    return ['--kind=tpu_trainer',
+            '--module=' + ('keras_embeddings' if kind == report.KERAS_EMBEDDING
+                           else 'embeddings'),
+            f'--tpu_trainer_config={_embedding_config(kind, tpu_trainer_config)}']
   if kind in (report.KERAS_FIT, report.KERAS_FIT_SPE):
     spe = steps_per_execution if kind == report.KERAS_FIT_SPE else 1
     return ['--kind=keras_trainer', f'--steps_per_execution={spe}']
@@ -145,6 +158,16 @@ def _measure_args(kind: str, steps_per_execution: int,
     return ['--kind=compute_limit',
             f'--module={"tpu" if kind == report.LIMIT_MODEL_FN else "keras"}']
   return [f'--kind={kind}']
+
+
+def _embedding_config(kind: str, tpu_trainer_config: str) -> str:
+  """The 10-million-row run: its hashed table's size; one checkpoint kept."""
+  config = json.loads(tpu_trainer_config)
+  if kind == report.EMBEDDING_10M:
+    config['params'] = dict(config.get('params', {}),
+                            tract_buckets=report.EMBEDDING_10M_ROWS)
+    config['keep_checkpoint_max'] = 1
+  return json.dumps(config)
 
 
 def _machine() -> Dict[str, Any]:
@@ -242,7 +265,7 @@ def long_steps(kind: str, batch_size: int,
                step_counts: Dict[str, int]) -> int:
   """The long-run step count of a measurement (see the step flags)."""
   fast = (kind in report.TPU_TRAINERS or kind in report.LIMITS or
-          kind == report.TPU_NO_PROGRESS)
+          kind in report.EMBEDDING_TRAINERS or kind == report.TPU_NO_PROGRESS)
   large = batch_size != 40
   return step_counts[('fast_' if fast else '') +
                      ('large_batch_steps' if large else 'steps')]
@@ -305,15 +328,26 @@ def _measure_kind(work_dir: str, kind: str, batch_size: int, repeat: int,
                   step_counts: Dict[str, int], short_steps: int,
                   eval_steps: int,
                   timeout: Optional[float], steps_per_execution: int,
-                  tpu_trainer_config: str) -> Dict[str, Any]:
+                  tpu_trainer_config: str,
+                  embedding_pairs: bool = True) -> Dict[str, Any]:
   """One run of a measurement: a trainer at two step counts, else once.
+
+  The 10-million-row embedding run is one short run; without
+  `embedding_pairs` the embedding trainers are one long run each.
 
   A trainer's result is its long run's, plus the external figures of the
   pair (report.external_figures) and the short run's peak memory folded into
   the maximum.
   """
   args = _measure_args(kind, steps_per_execution, tpu_trainer_config)
+  if kind == report.EMBEDDING_10M:
+    # One short run: its memory and sizes, not its rate.
+    return _measure(work_dir, kind, batch_size, repeat, short_steps,
+                    eval_steps, timeout, args)
   steps = long_steps(kind, batch_size, step_counts)
+  if kind in report.EMBEDDING_TRAINERS and not embedding_pairs:
+    return _measure(work_dir, kind, batch_size, repeat, steps, eval_steps,
+                    timeout, args)
   if not _is_trainer(kind):
     if kind in report.LIMITS:
       args.append(f'--short_steps={short_steps}')
@@ -338,6 +372,11 @@ def _ratio_pairs(large_batch: int) -> List[Tuple[str, str]]:
     pairs.append((at(report.KERAS_FIT_SPE), at(report.STOCK)))
   pairs.append((report.name(report.TRAINER_INPUT, large_batch),
                 report.name(report.INPUT, large_batch)))
+  # TPU embedding tables against the bundled wide-and-deep and against a
+  # Keras Embedding of the same tables.
+  for reference in (report.TPU, report.KERAS_EMBEDDING):
+    pairs.append((report.name(report.TPU_EMBEDDING, large_batch),
+                  report.name(reference, large_batch)))
   # Progress on (the default) over progress off: 1.0 is no cost.
   pairs.append((report.name(report.TPU, 40),
                 report.name(report.TPU_NO_PROGRESS, 40)))
@@ -361,7 +400,8 @@ def run(repeats: int, step_counts: Dict[str, int], eval_steps: int,
         only: Optional[List[str]] = None,
         progress_row: bool = False,
         scale_factors: Optional[List[int]] = None,
-        scale_steps: int = 10000) -> Dict[str, Any]:
+        scale_steps: int = 10000,
+        embedding_pairs: bool = True) -> Dict[str, Any]:
   """Prepares the data and takes every measurement `repeats` times.
 
   The measurements of one repeat run back to back, and repeats follow each
@@ -384,6 +424,8 @@ def run(repeats: int, step_counts: Dict[str, int], eval_steps: int,
     scale_factors: the scale run's replication factors (None or empty: no
       scale run).
     scale_steps: the scale run's long-run training steps.
+    embedding_pairs: the TPU embedding trainers at two step counts (else
+      one long run each).
 
   Returns:
     The whole result: settings, machine, data, runs, summary, ratios,
@@ -409,7 +451,8 @@ def run(repeats: int, step_counts: Dict[str, int], eval_steps: int,
             end=' ', flush=True)
       result = _measure_kind(work_dir, kind, batch, repeat, step_counts,
                              short_steps, eval_steps, timeout,
-                             steps_per_execution, tpu_trainer_config)
+                             steps_per_execution, tpu_trainer_config,
+                             embedding_pairs)
       runs[measurement].append(result)
       if 'error' in result:
         print(f'FAILED: {result["error"]}\n{result["log_tail"]}', flush=True)
@@ -446,6 +489,7 @@ def run(repeats: int, step_counts: Dict[str, int], eval_steps: int,
           'window_steps': events.WINDOW_STEPS, 'warmup_windows_dropped': 1,
           'tpu_trainer_config_overrides': json.loads(tpu_trainer_config),
           'scale_factors': scale_factors, 'scale_steps': scale_steps,
+          'embedding_pairs': embedding_pairs,
       },
       'machine': machine,
       'git': git_state,
@@ -524,6 +568,22 @@ def print_report(results: Dict[str, Any]) -> None:
           f'{"-" if value is None else format(value, ".2f") + "x":>7} '
           f'[{per_repeat}]' +
           ('' if event is None else f'  event {event:.2f}x'))
+  if any(report.name(kind, settings['large_batch']) in results['summary']
+         for kind in report.EMBEDDING_KINDS):
+    print()
+    notes = [] if settings.get('embedding_pairs') else [
+        'one run each, ext ex/s: the event-file rate']
+    notes += [
+        'ckpt: the last checkpoint in model_run, with the optimizer slots',
+        'export: Format-Serving',
+        f'accuracy, AUC: the final evaluation, {settings["eval_steps"]} steps',
+        f'{report.EMBEDDING_10M}: its hashed table at '
+        f'{report.EMBEDDING_10M_ROWS:,} rows, {settings["short_steps"]} steps, '
+        'one run']
+    print(f'TPU embeddings on CPU at batch {settings["large_batch"]} '
+          f'({"; ".join(notes)}):')
+    print(report.format_embedding_table(results['summary'],
+                                        settings['large_batch']))
   print()
   print('Targets:')
   print(report.format_verdicts(results['targets']))
@@ -571,7 +631,8 @@ def main(argv: List[str]) -> None:
                   _PROGRESS_ROW.value,
                   [int(factor) for factor in
                    _setting(_SCALE_FACTORS, 'scale_factors')],
-                  _setting(_SCALE_STEPS, 'scale_steps'))
+                  _setting(_SCALE_STEPS, 'scale_steps'),
+                  _setting(_EMBEDDING_PAIRS, 'embedding_pairs'))
   except BaseException:
     print(f'The work dir {work_dir} is kept (logs under logs/ and runs/).')
     raise

@@ -50,9 +50,14 @@ def _dense(inputs, units, name, activation=None):
   return activation(outputs) if activation else outputs
 
 
-def _deep_logits(feature_tensors, hidden_units):
-  net = tf.cast(_columns(feature_tensors, features.dense_feature_names()),
-                tf.float32)
+def dense_floats(feature_tensors):
+  """[batch, 3] float32: the z-scored dense features side by side."""
+  return tf.cast(_columns(feature_tensors, features.dense_feature_names()),
+                 tf.float32)
+
+
+def deep_logits(net, hidden_units):
+  """The deep part: ReLU layers of `hidden_units` over `net`, then a logit."""
   for index, units in enumerate(hidden_units):
     net = _dense(net, units, f'deep/hidden_{index}', tf.nn.relu)
   return _dense(net, 1, 'deep/logits')
@@ -105,12 +110,20 @@ def _train_op(loss, params):
                            global_step=tf.compat.v1.train.get_global_step()))
 
 
-def model_fn(features, labels, mode, params):  # pylint: disable=redefined-outer-name
-  """TPUEstimator model_fn: binary classification of big tippers."""
-  hidden_units = params.get('hidden_units', _HIDDEN_UNITS)
-  logits = _wide_logits(features) + _deep_logits(features, hidden_units)
-  probabilities = tf.sigmoid(logits)
+def classifier_spec(mode, logits, labels, train_op_fn):
+  """The TPUEstimatorSpec of a big-tipper classifier with these logits.
 
+  Args:
+    mode: the estimator mode.
+    logits: [batch, 1].
+    labels: the labels (None in PREDICT).
+    train_op_fn: `train_op_fn(loss)` -> the train op (TRAIN only).
+
+  Returns:
+    The spec: predictions and export outputs, the loss, eval metrics or the
+    train op.
+  """
+  probabilities = tf.sigmoid(logits)
   if mode == tf.estimator.ModeKeys.PREDICT:
     predictions = {
         'probabilities': probabilities,
@@ -133,7 +146,14 @@ def model_fn(features, labels, mode, params):  # pylint: disable=redefined-outer
   if mode == tf.estimator.ModeKeys.EVAL:
     return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
         mode=mode, loss=loss, eval_metrics=(metric_fn, [labels, logits]))
-
-  train_op = _train_op(loss, params)
   return tf.compat.v1.estimator.tpu.TPUEstimatorSpec(
-      mode=mode, loss=loss, train_op=train_op)
+      mode=mode, loss=loss, train_op=train_op_fn(loss))
+
+
+def model_fn(features, labels, mode, params):  # pylint: disable=redefined-outer-name
+  """TPUEstimator model_fn: binary classification of big tippers."""
+  hidden_units = params.get('hidden_units', _HIDDEN_UNITS)
+  logits = _wide_logits(features) + deep_logits(dense_floats(features),
+                                                 hidden_units)
+  return classifier_spec(mode, logits, labels,
+                         lambda loss: _train_op(loss, params))

@@ -1,6 +1,6 @@
 """`python -m benchmarks.run_benchmark --quick` end to end: `make bench-smoke`.
 
-Not part of `make test`: it starts 25 trainer and measurement processes,
+Not part of `make test`: it starts 28 trainer and measurement processes,
 several minutes on a quiet 2-core machine and far longer on a loaded one.
 It runs with TFX_TPU_TRAINER_BENCH_SMOKE=1 (what `make bench-smoke` sets),
 with no wall-clock limit: a slow machine makes it slow, never failing.
@@ -20,10 +20,13 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMOKE_ENV = 'TFX_TPU_TRAINER_BENCH_SMOKE'
 TRAINERS = tuple(report.name(kind, batch) for batch in (40, 512)
                  for kind in report.TRAINERS)
+# TPU embeddings at the large batch: one run each under --quick.
+EMBEDDINGS = tuple(report.name(kind, 512) for kind in report.EMBEDDING_KINDS)
+TEN_MILLION = report.name(report.EMBEDDING_10M, 512)
 MEASUREMENTS = TRAINERS + tuple(
     report.name(kind, batch) for batch in (40, 512)
     for kind in (report.LIMIT, report.LIMIT_MODEL_FN, report.INPUT)) + (
-        'trainer_input@512',)
+        'trainer_input@512',) + EMBEDDINGS
 
 pytestmark = [
     pytest.mark.slow,
@@ -52,8 +55,19 @@ def test_quick_benchmark_measures_everything(tmp_path):
     entry = results['summary'][name]
     assert entry['runs'] == 1 and entry['failed'] == 0, name
     assert entry['max_rss_kb'] > 100_000, name
-  for name in set(MEASUREMENTS) - set(TRAINERS):
+  for name in set(MEASUREMENTS) - set(TRAINERS) - {TEN_MILLION}:
     assert results['summary'][name]['rate'] > 0, name
+  # The 10-million-row table (float32, 8 wide): the checkpoint holds it and
+  # its Adagrad slot, the export the table alone; the process held both.
+  table_bytes = report.EMBEDDING_10M_ROWS * 8 * 4
+  ten_million = results['summary'][TEN_MILLION]
+  assert ten_million['checkpoint_bytes'] > 2 * table_bytes
+  assert table_bytes < ten_million['export_bytes'] < 2 * table_bytes
+  assert ten_million['max_rss_kb'] * 1024 > 2 * table_bytes
+  for name in EMBEDDINGS + ('tpu_trainer@512',):
+    assert 0 <= results['summary'][name]['final_metrics']['accuracy'] <= 1
+  assert 'tpu_embedding@512/tpu_keras_embedding@512' in results['ratios']
+  assert 'TPU embeddings on CPU at batch 512' in completed.stdout
   for name in TRAINERS:
     # A trainer's rate is the extra examples over the extra wall time of its
     # long Do(): on a busy machine a quick pair's long run can come out no

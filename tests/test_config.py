@@ -1,5 +1,7 @@
 """TrainerConfig: the custom_config schema and its errors."""
 
+import re
+
 import pytest
 
 from tfx_tpu_trainer import config as config_lib
@@ -169,3 +171,168 @@ def test_reference_table_of_keys_is_rendered_from_the_fields():
   assert "| `train_batch_size` | `64` |" in table
   assert '| `per_host_input` | `PER_HOST_V2` |' in table
   assert '| `allow_nonfinite_metrics` | `false` |' in table
+
+
+# TPUEstimator's knobs (issue 47): each a key, checked here and by the
+# Kubeflow compile (tests/kubeflow/test_compiler_tpu.py).
+@pytest.mark.parametrize('custom_config,message', [
+    ({'tf_random_seed': -1},
+     "custom_config['tf_random_seed'] must be an integer >= 0"),
+    ({'tf_random_seed': '7'},
+     "custom_config['tf_random_seed'] must be an integer >= 0"),
+    ({'tf_random_seed': True},
+     "custom_config['tf_random_seed'] must be an integer >= 0"),
+    ({'initial_infeed_sleep_secs': 0},
+     "custom_config['initial_infeed_sleep_secs'] must be a positive integer"),
+    ({'experimental_host_call_every_n_steps': 0},
+     "custom_config['experimental_host_call_every_n_steps'] must be a "
+     'positive integer'),
+    ({'experimental_allow_per_host_v2_parallel_get_next': 'yes'},
+     "custom_config['experimental_allow_per_host_v2_parallel_get_next'] must "
+     'be true or false'),
+    ({'experimental_allow_per_host_v2_parallel_get_next': True,
+      'per_host_input': 'PER_HOST_V1'},
+     "custom_config['experimental_allow_per_host_v2_parallel_get_next'] is "
+     "true, but custom_config['per_host_input']='PER_HOST_V1': it acts only "
+     'on PER_HOST_V2 input.'),
+    ({'bfloat16': 1}, "custom_config['bfloat16'] must be true or false"),
+    ({'vars_to_warm_start': ''},
+     "custom_config['vars_to_warm_start'] must hold non-empty regular "
+     'expressions'),
+    ({'vars_to_warm_start': 'dense/('},
+     "custom_config['vars_to_warm_start']: 'dense/(' is not a regular "
+     'expression'),
+    ({'vars_to_warm_start': []},
+     "custom_config['vars_to_warm_start'] is an empty list, which "
+     'warm-starts nothing'),
+    ({'vars_to_warm_start': ['dense', 3]},
+     "custom_config['vars_to_warm_start'] must hold non-empty regular "
+     'expressions (strings), got 3.'),
+    ({'var_name_to_prev_var_name': {'w': 1}},
+     "custom_config['var_name_to_prev_var_name'] must map variable names"),
+    ({'var_name_to_prev_var_name': 'w'},
+     "custom_config['var_name_to_prev_var_name'] must map variable names"),
+])
+def test_invalid_tpu_estimator_knob_names_the_key(custom_config, message):
+  with pytest.raises(ConfigError) as error:
+    from_custom_config(custom_config, environ={})
+  assert message in str(error.value)
+
+
+@pytest.mark.parametrize('key,value,reason', [
+    ('num_cores_per_replica', 2, 'model parallelism is not supported'),
+    ('input_partition_dims', [[1, 2, 2, 1], None],
+     'spatial partitioning is not supported'),
+    ('model_dir', '/tmp/m', "params['model_dir']"),
+    ('train_steps', 100, 'TrainArgs(num_steps=N)'),
+    ('warm_start_from', '/tmp/m', "TPUTrainer's base_model input"),
+    ('precision', 'bfloat16', "custom_config['bfloat16']: true"),
+    ('per_host_input_for_training', 'PER_HOST_V2',
+     "custom_config['per_host_input']"),
+])
+def test_estimator_arguments_that_are_no_key_say_why(key, value, reason):
+  with pytest.raises(ConfigError) as error:
+    from_custom_config({key: value}, environ={})
+  assert str(error.value).startswith(
+      f'custom_config[{key!r}] is not a TPUTrainer key: ')
+  assert reason in str(error.value)
+
+
+def test_input_modes_that_cannot_evaluate_on_several_hosts_are_refused():
+  two_hosts = {'TPU_WORKER_HOSTNAMES': 'h0,h1'}
+  for mode in ('PER_HOST_V1', 'PER_SHARD_V1'):
+    for custom_config, environ in (
+        ({'per_host_input': mode, 'tpu_workers': ['h0', 'h1']}, {}),
+        ({'per_host_input': mode}, two_hosts)):
+      with pytest.raises(ConfigError) as error:
+        from_custom_config(custom_config, environ=environ)
+      assert str(error.value) == (
+          f"custom_config['per_host_input']={mode!r} cannot evaluate on a "
+          'TPU slice of 2 hosts: TPUEstimator evaluates on several hosts only '
+          "with ['PER_HOST_V2', 'BROADCAST'] and would stop at the first "
+          "evaluation, after training. Use 'PER_HOST_V2' (the default).")
+  # One host, or a slice in a mode TPUEstimator evaluates with: accepted.
+  assert from_custom_config({'per_host_input': 'PER_HOST_V1', 'tpu': 'n'},
+                            environ={}).per_host_input == 'PER_HOST_V1'
+  assert from_custom_config({'per_host_input': 'BROADCAST'},
+                            environ=two_hosts).use_tpu
+
+
+@pytest.mark.parametrize('custom_config,key', [
+    ({'tpu': 'n', 'save_checkpoints_steps': 150}, 'save_checkpoints_steps'),
+    ({'tpu': 'n', 'eval_every_steps': 250, 'iterations_per_loop': 100},
+     'eval_every_steps'),
+])
+def test_tpu_checkpoints_that_miss_the_loop_ends_are_refused(custom_config,
+                                                             key):
+  with pytest.raises(ConfigError) as error:
+    from_custom_config(custom_config, environ={})
+  steps = custom_config.get(key)
+  assert str(error.value).startswith(
+      f"custom_config['{key}']={steps} is not a multiple of "
+      "custom_config['iterations_per_loop']=100: on a TPU, TPUEstimator "
+      'saves checkpoints only between two loops of 100 steps')
+
+
+def test_checkpoint_steps_off_the_loop_are_fine_off_tpu_or_with_a_time():
+  assert from_custom_config({'save_checkpoints_steps': 150},
+                            environ={}).save_checkpoints_steps == 150
+  assert from_custom_config(
+      {'tpu': 'n', 'save_checkpoints_steps': 150, 'iterations_per_loop': '5m'},
+      environ={}).use_tpu
+  assert from_custom_config(
+      {'tpu': 'n', 'save_checkpoints_steps': 300, 'iterations_per_loop': 100},
+      environ={}).save_checkpoints_steps == 300
+
+
+def test_params_the_config_sets_must_agree_with_it():
+  config = from_custom_config(
+      {'train_batch_size': 32, 'bfloat16': True, 'iterations_per_loop': 50,
+       'params': {'train_batch_size': 32, 'num_train_images': 1000}},
+      environ={})
+  assert config.config_params() == {
+      'train_batch_size': 32, 'eval_batch_size': 64, 'predict_batch_size': 8,
+      'iterations_per_loop': 50, 'precision': 'bfloat16',
+      'use_bfloat16': True}
+  with pytest.raises(ConfigError) as error:
+    from_custom_config({'params': {'train_batch_size': 1024}}, environ={})
+  assert str(error.value) == (
+      "custom_config['params'] sets 'train_batch_size'=1024, but TPUTrainer "
+      "sets params['train_batch_size']=64 from "
+      "custom_config['train_batch_size'], which the estimator uses: the model "
+      'would read one value while training runs with the other. Set '
+      "custom_config['train_batch_size'] instead, and drop 'train_batch_size' "
+      "from custom_config['params'].")
+  with pytest.raises(ConfigError, match=re.escape(
+      "sets 'precision'='bfloat16', but TPUTrainer sets "
+      "params['precision']='float32' from custom_config['bfloat16']")):
+    from_custom_config({'params': {'precision': 'bfloat16'}}, environ={})
+  with pytest.raises(ConfigError, match="sets 'use_bfloat16'=1"):
+    from_custom_config({'bfloat16': True, 'params': {'use_bfloat16': 1}},
+                       environ={})
+
+
+def test_warm_start_keys_need_a_base_model():
+  config = from_custom_config({'vars_to_warm_start': ['dense/.*'],
+                               'var_name_to_prev_var_name': {'a': 'b'}},
+                              environ={})
+  assert config.vars_to_warm_start == ('dense/.*',)
+  config.check_warm_start(True)
+  with pytest.raises(ConfigError) as error:
+    config.check_warm_start(False)
+  assert str(error.value).startswith(
+      "custom_config['vars_to_warm_start'] and "
+      "custom_config['var_name_to_prev_var_name'] select variables of the "
+      'base model to warm-start from, but the TPUTrainer has no base_model '
+      'input.')
+  from_custom_config({}, environ={}).check_warm_start(False)
+
+
+def test_params_may_repeat_the_run_steps_only_as_they_are():
+  config = from_custom_config({'params': {'train_steps': 100,
+                                          'eval_steps': 5}}, environ={})
+  config.check_steps(100, 5)
+  with pytest.raises(ConfigError, match=re.escape(
+      "custom_config['params'] sets 'eval_steps'=5, but TPUTrainer sets "
+      "params['eval_steps']=10 from eval_args.num_steps")):
+    config.check_steps(100, 10)

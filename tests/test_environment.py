@@ -1,9 +1,15 @@
-"""The pinned stack (docs/architecture.md) is what the environment holds."""
+"""The pinned stack (docs/architecture.md) is what the environment holds,
+and `make env` installs it quietly."""
 
 import importlib.metadata
+import os
+import shlex
+import subprocess
 import sys
 
 import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 PINNED = {
     'tfx': '1.15.1',
@@ -53,3 +59,26 @@ def test_venv_has_pip_for_module_file_packaging():
   assert importlib.metadata.version('pip')
   import setuptools  # pylint: disable=g-import-not-at-top,unused-import
   import wheel  # pylint: disable=g-import-not-at-top,unused-import
+
+
+def test_installing_uv_as_root_keeps_pips_root_warning_quiet(tmp_path):
+  """`make env` where uv is missing: pip installs it into .tools/uv, and,
+  run as root, would print its warning about root and virtualenvs."""
+  # A python that reports how pip was asked to install uv, and a uv.
+  fake_python = tmp_path / 'python3.10'
+  fake_python.write_text(
+      '#!/bin/sh\n'
+      'echo "PIP_ROOT_USER_ACTION=$PIP_ROOT_USER_ACTION: $*" >&2\n')
+  fake_python.chmod(0o755)
+  script = (f'source {shlex.quote(os.path.join(REPO, "scripts", "setup_env.sh"))}'
+            f' && tools={shlex.quote(str(tmp_path / "tools"))}'
+            f' && find_uv {shlex.quote(str(fake_python))}')
+  result = subprocess.run(['bash', '-c', script], capture_output=True,
+                          text=True, env={'PATH': '/usr/bin:/bin'},
+                          check=True)
+  assert result.stdout == f'{tmp_path / "tools" / "uv" / "bin" / "uv"}\n'
+  (asked,) = [line for line in result.stderr.splitlines()
+              if line.startswith('PIP_ROOT_USER_ACTION')]
+  assert asked == ('PIP_ROOT_USER_ACTION=ignore: -m pip install --quiet '
+                   f'--disable-pip-version-check --target {tmp_path / "tools"}'
+                   '/uv uv')

@@ -10,7 +10,6 @@ from tfx.types import standard_artifacts
 from tfx.utils import path_utils
 
 from tfx_tpu_trainer import errors
-from tfx_tpu_trainer import executor
 from tfx_tpu_trainer import user_module
 from tfx_tpu_trainer.data import input_fns
 from tfx_tpu_trainer.publishing import export
@@ -29,8 +28,7 @@ def _module(name):
   return os.path.join(TEST_MODULES_DIR, name)
 
 
-def _do(run):
-  executor.Executor().Do(run.input_dict, run.output_dict, run.exec_properties)
+_do = pipeline_outputs.run_trainer
 
 
 def _assert_dual_tag_model(model_uri):
@@ -85,15 +83,15 @@ def test_taxi_module_on_transformed_examples(taxi_artifacts,
   with open(os.path.join(run.model_run.uri, 'training_report.html')) as f:
     page = f.read()
   assert '<tr><th>train_args.num_steps</th><td>30</td></tr>' in page
-  # Loss and each eval metric; a 30-step run is one host loop (of up to
-  # 100 steps: no eval_every_steps), so one loss point and no speed, which
-  # needs two, and the report says so.
-  assert page.count('src="data:image/png;base64,') == 4
-  assert ('No training &quot;training/steps_per_sec&quot; values in the '
-          'event files (it needs two loss points)') in page
+  # Loss, training speed and each eval metric: a short training ends its
+  # host loops at a tenth of its steps, so 30 steps give the curves points
+  # enough for a speed plot.
+  assert page.count('src="data:image/png;base64,') == 5
+  assert 'No training &quot;training/steps_per_sec&quot;' not in page
   assert sorted(os.listdir(os.path.join(run.model_run.uri,
                                         'training_report'))) == [
-      'eval_accuracy.png', 'eval_auc.png', 'eval_loss.png', 'loss.png']
+      'eval_accuracy.png', 'eval_auc.png', 'eval_loss.png', 'loss.png',
+      'steps_per_sec.png']
 
 
 def test_raw_examples_without_transform(taxi_artifacts, tmp_path):
@@ -112,8 +110,8 @@ def test_raw_examples_without_transform(taxi_artifacts, tmp_path):
       'eval_global_step'].int_value == 10
 
 
-def test_alternate_strategy_api_v2_and_params(taxi_artifacts, tmp_path,
-                                              monkeypatch):
+def test_alternate_strategy_and_params(taxi_artifacts, tmp_path,
+                                       monkeypatch):
   built = []
   default_dataset = input_fns.default_dataset
 
@@ -136,7 +134,6 @@ def test_alternate_strategy_api_v2_and_params(taxi_artifacts, tmp_path,
       taxi_artifacts, str(tmp_path / 'out'), _module('linear_module.py'),
       custom_config=dict(SMALL_BATCHES, eval_strategy='alternate',
                          save_checkpoints_steps=6,
-                         export_saved_model_api_version=2,
                          params={'probe_file': str(probe), 'depth': 3}),
       train_steps=12, eval_steps=2, hyperparameters=hyperparameters)
   _do(run)
@@ -144,6 +141,11 @@ def test_alternate_strategy_api_v2_and_params(taxi_artifacts, tmp_path,
   assert params['learning_rate'] == 0.05
   assert params['depth'] == 3
   assert params['batch_size'] == 16 and params['use_tpu'] is False
+  # What a tensorflow/tpu model reads from FLAGS
+  # (docs/reference/tpu_estimator.md).
+  assert (params['train_batch_size'], params['train_steps'],
+          params['eval_steps'], params['model_dir']) == (
+              16, 12, 2, run.model_run.uri)
   # Two train/evaluate cycles of 6 steps each; each cycle's training input
   # builds its table before the first batch (a cycle may stop inside an
   # epoch, before a streamed first epoch would have filled it).

@@ -2,12 +2,14 @@
 cause, no internal class names, the user's module_file in errors."""
 
 import os
+import re
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from tfx_tpu_trainer import config as config_lib
+from tfx_tpu_trainer import prepare
 from tfx_tpu_trainer import user_module
 from tfx_tpu_trainer.data import input_fns
 from tfx_tpu_trainer.model_fn import dispatch
@@ -143,3 +145,100 @@ def test_packaged_module_is_named_by_its_module_file(tmp_path):
 ])
 def test_errors_name_the_module_file_the_user_wrote(exec_properties, expected):
   assert user_module.module_name(exec_properties) == expected
+
+
+def test_a_module_with_resnet_model_fn_is_told_to_name_it(tmp_path):
+  path = tmp_path / 'resnet_main.py'
+  path.write_text('def resnet_model_fn(features, labels, mode, params):\n'
+                  '  pass\n')
+  with pytest.raises(user_module.UserModuleError) as error:
+    user_module.load_user_module({'module_file': str(path)})
+  assert str(error.value).endswith(
+      'Define one of them. It defines resnet_model_fn: if that is the '
+      'model_fn TPUEstimator should run, name it model_fn, e.g. add '
+      '`model_fn = resnet_model_fn` at the end of the module.')
+
+
+def _resnet_idioms_train_step(params):
+  module = _load('resnet_idioms_module.py')
+  model_fn = dispatch.model_fn_for_module(module)
+  with tf.Graph().as_default():
+    tf.compat.v1.train.create_global_step()
+    features = {name: tf.zeros([8]) for name in FLOAT_FEATURES}
+    return module, model_fn(features, tf.zeros([8, 1], tf.int64),
+                            tf.estimator.ModeKeys.TRAIN, params, None)
+
+
+def test_a_param_the_model_reads_and_nobody_set_is_named():
+  config = config_lib.TrainerConfig()
+  params = prepare.build_params(config, None, train_steps=100,
+                                model_dir='/tmp/m')
+  params.update(batch_size=8, use_tpu=False)
+  with pytest.raises(user_module.UserModuleError) as error:
+    _resnet_idioms_train_step(params)
+  message = str(error.value)
+  assert "raised KeyError in mode 'train': 'num_train_images'" in message
+  assert message.endswith(
+      "(Note: the model_fn read params['num_train_images'], which params do "
+      "not hold: give it in custom_config['params'] ({'num_train_images': "
+      '...}), as a tensorflow/tpu model passes its flags and config in '
+      "params. params holds 'batch_size', 'eval_batch_size', 'iterations_per_"
+      "loop', 'model_dir', 'precision', 'predict_batch_size', "
+      "'train_batch_size', 'train_steps', 'use_bfloat16', 'use_tpu'; see "
+      'docs/reference/tpu_estimator.md, "Where flags go".)')
+  # Where the run's steps are unknown (the preflight command): said so.
+  params = dict(prepare.build_params(config, None, model_dir='/tmp/m'),
+                num_train_images=100, batch_size=8, use_tpu=False)
+  with pytest.raises(user_module.UserModuleError,
+                     match=re.escape(
+                         "read params['train_steps'], which params do not "
+                         'hold: TPUTrainer sets it from train_args.num_steps '
+                         'in a pipeline run')):
+    _resnet_idioms_train_step(params)
+  params['train_steps'] = 100
+  _, spec = _resnet_idioms_train_step(params)
+  assert spec.host_call is not None
+
+
+def test_params_from_train_args_and_the_tuner_must_agree_with_the_run():
+  config = config_lib.TrainerConfig.from_custom_config(
+      {'params': {'train_steps': 500}}, environ={})
+  assert prepare.build_params(config, None, train_steps=500)[
+      'train_steps'] == 500
+  with pytest.raises(config_lib.ConfigError) as error:
+    prepare.build_params(config, None, train_steps=1000)
+  assert str(error.value) == (
+      "custom_config['params'] sets 'train_steps'=500, but TPUTrainer sets "
+      "params['train_steps']=1000 from train_args.num_steps, which the "
+      'estimator uses: the model would read one value while training runs '
+      'with the other. Set train_args.num_steps instead, and drop '
+      "'train_steps' from custom_config['params'].")
+  with pytest.raises(config_lib.ConfigError, match=re.escape(
+      "the tuned hyperparameters sets 'train_batch_size'=128, but TPUTrainer "
+      "sets params['train_batch_size']=64")):
+    prepare.build_params(config_lib.TrainerConfig(),
+                         {'values': {'train_batch_size': 128}})
+
+
+@pytest.mark.parametrize('module_file,custom_config,message', [
+    (os.path.join(TEST_MODULES_DIR, 'stock_estimator_module.py'),
+     {'bfloat16': True},
+     "custom_config['bfloat16'] is true, but trainer_fn in {path} returns a "
+     'stock Estimator, which builds its own float32 graph'),
+    (os.path.join(os.path.dirname(TEST_MODULES_DIR), '..', '..', 'components',
+                  'taxi_keras_module.py'),
+     {'export_saved_model_api_version': 2},
+     "custom_config['export_saved_model_api_version']=2 leaves the TPU "
+     'rewrite of inference to the model_fn, but {path} has no model_fn of '
+     'its own'),
+])
+def test_keys_a_kind_of_module_cannot_honour_are_refused(module_file,
+                                                         custom_config,
+                                                         message):
+  path = os.path.normpath(module_file)
+  module = user_module.load_user_module({'module_file': path})
+  config = config_lib.TrainerConfig.from_custom_config(custom_config,
+                                                       environ={})
+  with pytest.raises(config_lib.ConfigError) as error:
+    prepare.prepare_run(config, module, None)
+  assert message.format(path=path) in str(error.value)

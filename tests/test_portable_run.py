@@ -11,18 +11,15 @@ boot stand-in (`fixtures/beam_boot.py`). The Evaluator follows that module
 its blessing decision.
 """
 
-import contextlib
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import time
 
 import pytest
 
 from tests import conftest
+from tests.fixtures import beam_jobs
 from tests.fixtures import serving_data
 from tfx_tpu_trainer_cli import main as cli
 
@@ -37,53 +34,6 @@ ROWS = 300
 BOOT = os.path.join(os.path.dirname(__file__), 'fixtures', 'beam_boot.py')
 
 
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(('localhost', 0))
-    return s.getsockname()[1]
-
-
-def _wait(process, ready, log_path):
-  """Polls `ready()` while `process` lives (no wall-clock limit)."""
-  while not ready():
-    if process.poll() is not None:
-      with open(log_path) as f:
-        pytest.fail(f'exited with {process.returncode}: {f.read()[-3000:]}')
-    time.sleep(0.5)
-
-
-def _accepts(port):
-  def ready():
-    with contextlib.suppress(OSError), socket.create_connection(
-        ('localhost', port)):
-      return True
-    return False
-  return ready
-
-
-@contextlib.contextmanager
-def _started(argv, cwd, log_path):
-  """A process of its own session (stopped with all it started)."""
-  env = dict(os.environ)
-  # The worker pool starts `python`; it is this one.
-  env['PATH'] = os.path.dirname(sys.executable) + os.pathsep + env['PATH']
-  env.pop('PYTHONPATH', None)
-  with open(log_path, 'w') as log:
-    process = subprocess.Popen([sys.executable, '-m'] + argv, cwd=cwd,
-                               env=env, stdout=log, stderr=subprocess.STDOUT,
-                               start_new_session=True)
-  try:
-    yield process
-  finally:
-    with contextlib.suppress(ProcessLookupError):
-      os.killpg(process.pid, signal.SIGTERM)
-    try:
-      process.wait(60)
-    except subprocess.TimeoutExpired:
-      os.killpg(process.pid, signal.SIGKILL)
-      process.wait()
-
-
 @pytest.fixture
 def beam_services(tmp_path):
   """(job endpoint, worker pool address, worker pool log) on localhost."""
@@ -92,20 +42,13 @@ def beam_services(tmp_path):
   boot = services / 'boot.sh'
   boot.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{BOOT}" "$@"\n')
   boot.chmod(0o755)
-  port_file = services / 'job_port'
-  pool_port = _free_port()
-  job_log, pool_log = services / 'job_server.log', services / 'pool.log'
-  with _started(['apache_beam.runners.portability.local_job_service_main',
-                 '--port', '0', '--port_file', str(port_file)],
-                str(services), job_log) as job_server, _started(
-                    ['apache_beam.runners.worker.worker_pool_main',
-                     f'--service_port={pool_port}',
-                     f'--container_executable={boot}'],
-                    str(services), pool_log) as pool:
-    _wait(job_server, port_file.exists, job_log)
-    _wait(pool, _accepts(pool_port), pool_log)
-    yield (f'localhost:{port_file.read_text().strip()}',
-           f'localhost:{pool_port}', pool_log)
+  pool_port = beam_jobs.free_port()
+  pool_log = services / 'pool.log'
+  with beam_jobs.job_server(str(services)) as job_endpoint, beam_jobs.started(
+      [beam_jobs.WORKER_POOL_MODULE, f'--service_port={pool_port}',
+       f'--container_executable={boot}'], str(services), pool_log) as pool:
+    beam_jobs.wait(pool, beam_jobs.accepts(pool_port), pool_log)
+    yield job_endpoint, f'localhost:{pool_port}', pool_log
 
 
 def _num_examples(statistics_uri):

@@ -9,12 +9,14 @@ environment's; the page its screenshot was rendered from shows the defaults
 of every key, with no path of the machine it ran on.
 """
 
+import contextlib
 import dataclasses
 import html
 import math
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 
@@ -94,7 +96,7 @@ def test_readme_kfp_v1_compile_runs_in_a_fresh_shell(tmp_path):
       f'cd {shlex.quote(REPO)} && {activate} && cd {shlex.quote(str(tmp_path))}'
       f' && {compile_line}', cwd=str(tmp_path))
   assert result.returncode == 0, result.stderr
-  assert result.stdout.startswith(
+  assert result.stdout.splitlines()[1] == (
       f'Wrote {tmp_path / "taxi_tpu.tar.gz"} (Argo workflow for KFP v1).')
   assert result.stderr == ''
 
@@ -244,3 +246,40 @@ def test_pasted_commands_name_the_command_a_shell_finds(tmp_path):
   on_path = subprocess.run([sys.executable, '-c', program], env=env,
                            capture_output=True, text=True, check=True)
   assert on_path.stdout.strip() == 'tfx-tpu-trainer'
+
+
+@pytest.mark.slow
+@pytest.mark.heavy
+@pytest.mark.skipif(not os.path.isdir(VENV), reason='no .venv')
+def test_readme_job_server_lines_run_in_a_fresh_shell(tmp_path):
+  """The pipeline guide's two lines: Beam's job server, and `run` on it (a
+  port of the test's own, on a small slice of the data)."""
+  from tests import conftest  # pylint: disable=g-import-not-at-top
+  from tests.fixtures import beam_jobs  # pylint: disable=g-import-not-at-top
+  (block,) = [b for b in _sh_blocks(_doc('docs/guide/your_pipeline.md'))
+              if 'local_job_service_main' in b]
+  server, run_line = _commands(block)
+  assert '--port 8099' in server and '--job_endpoint=localhost:8099' in run_line
+  port = beam_jobs.free_port()
+  server, run_line = [c.replace('8099', str(port))
+                      for c in (server, run_line)]
+  data = conftest.write_taxi_slice(str(tmp_path / 'data'), rows=300)
+  activate = next(c for c in _commands(_activation_block())
+                  if 'activate' in c)
+  script = (
+      f'cd {shlex.quote(REPO)} && {activate} && cd {shlex.quote(str(tmp_path))}'
+      f' && (setsid {server} > server.log 2>&1 & echo $! > server.pid)'
+      f' && until (echo > /dev/tcp/localhost/{port}) 2>/dev/null; do sleep 1;'
+      f' done && {run_line} --data-root {shlex.quote(data)} --train-steps 20'
+      ' --eval-steps 2 --train-batch-size 16 --eval-batch-size 16'
+      ' --min-accuracy 0 --min-balanced-accuracy 0')
+  try:
+    result = _fresh_shell(script, cwd=str(tmp_path))
+  finally:
+    pid_file = tmp_path / 'server.pid'
+    if pid_file.exists():
+      with contextlib.suppress(ProcessLookupError):
+        os.killpg(int(pid_file.read_text()), signal.SIGTERM)
+  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  assert '[8/8] Pusher done in' in result.stdout
+  assert 'Pushed model tag sets:  {serve}, {serve, tpu}' in result.stdout

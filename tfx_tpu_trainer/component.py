@@ -11,11 +11,13 @@ from tfx.dsl.components.base import executor_spec
 from tfx.types import component_spec
 from tfx.types import standard_component_specs
 
+from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import executor
 from tfx_tpu_trainer import user_module
 from tfx_tpu_trainer.publishing import v2_metrics
 from tfx_tpu_trainer.user_code import function_paths
+from tfx_tpu_trainer.user_code import module_folder
 
 __all__ = ['TPUTrainerSpec', 'TPUTrainer', 'NoTPUTrainerError', 'tpu_trainers']
 
@@ -61,9 +63,11 @@ class TPUTrainer(trainer_component.Trainer):
   EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(executor.Executor)
 
   def __init__(self, *args, module_file=None, run_fn=None, trainer_fn=None,
-               **kwargs):
+               custom_config=None, **kwargs):
+    _check_custom_config(custom_config)
     super().__init__(*args, module_file=module_file, run_fn=run_fn,
-                     trainer_fn=trainer_fn, **kwargs)
+                     trainer_fn=trainer_fn, custom_config=custom_config,
+                     **kwargs)
     # run_fn= / trainer_fn=: the function's import path, as the stock
     # Trainer takes it (user_code/function_paths.py).
     self.function_location = _locate_function(run_fn, trainer_fn)
@@ -79,6 +83,7 @@ class TPUTrainer(trainer_component.Trainer):
         **{user_module.USER_MODULE_FILE_KEY: user_file,
            v2_metrics.OUTPUT_KEY: types.Channel(type=v2_metrics.Metrics)})
     self.spec.migrate_output_channels(self)
+    self._package_module_folders()
     location = self.function_location
     if (location is not None and not location.installed and
         udf_utils.should_package_user_modules()):
@@ -86,11 +91,44 @@ class TPUTrainer(trainer_component.Trainer):
       # root when the pipeline is compiled or run locally.
       self._add_pip_dependency(function_paths.WheelDependency(self, location))
 
+  def _package_module_folders(self) -> None:
+    """The module_file's wheel holds the package folders beside it too.
+
+    TFX's Trainer packages the .py files of the module's folder only
+    (user_code/module_folder.py says why that is not enough).
+    """
+    # pylint: disable=protected-access
+    self._pip_dependencies = [
+        module_folder.ModuleFolderDependency(
+            self, dependency.module_file_key, dependency.module_path_key)
+        if type(dependency) is udf_utils.UserModuleFilePipDependency  # pylint: disable=unidiomatic-typecheck
+        else dependency for dependency in self._pip_dependencies]
+    # pylint: enable=protected-access
+
   def _validate_spec(self, spec):
     """Accepts the Trainer's own spec, which `__init__` then extends."""
     if type(spec) is standard_component_specs.TrainerSpec:  # pylint: disable=unidiomatic-typecheck
       return
     super()._validate_spec(spec)
+
+
+def _check_custom_config(custom_config: Any) -> None:
+  """Checks a dict `custom_config` as the executor will, when it is defined.
+
+  So an unknown key or a bad value fails the pipeline's definition, not the
+  trainer's step after the upstream components ran. The environment is not
+  read (`TPU_NAME` is the step's, where it runs); a RuntimeParameter is
+  checked by the executor once resolved.
+
+  Raises:
+    config_lib.ConfigError: naming the key and the accepted values.
+  """
+  if not isinstance(custom_config, dict):
+    return
+  try:
+    config_lib.TrainerConfig.from_custom_config(custom_config, environ={})
+  except config_lib.ConfigError as e:
+    raise config_lib.ConfigError(f'TPUTrainer: {e}') from e
 
 
 def _locate_function(run_fn: Any, trainer_fn: Any

@@ -8,6 +8,7 @@ import re
 from typing import (Any, Callable, Dict, List, Mapping, Optional, Tuple,
                     Union)
 from tfx_tpu_trainer import errors
+from tfx_tpu_trainer import estimator_arguments
 
 __all__ = ['TPU_NAME_ENV', 'GKE_TPU_ENDPOINTS_ENV', 'PER_HOST_INPUT_MODES',
            'EVAL_STRATEGIES', 'INPUT_CACHE_MODES', 'INPUT_SHUFFLE_MODES',
@@ -16,14 +17,27 @@ __all__ = ['TPU_NAME_ENV', 'GKE_TPU_ENDPOINTS_ENV', 'PER_HOST_INPUT_MODES',
            'BATCH_SIZE_KEYS', 'AUTO', 'AUTO_HOST_LOOP_MAX',
            'HOST_LOOP_END_KEYS', 'tpu_entry', 'ConfigError', 'TPUSpec',
            'is_uri', 'CHECK', 'HELP', 'SHOWN_DEFAULT', 'TrainerConfig',
-           'keys_table']
+           'keys_table', 'MULTI_HOST_INPUT_MODES', 'KEYS_TAKEN_ELSEWHERE',
+           'RUN_PARAMS', 'check_derived_params']
+
+# TPUEstimator's arguments that are no key, and the params TPUTrainer sets
+# from the run (estimator_arguments.py).
+KEYS_TAKEN_ELSEWHERE = estimator_arguments.KEYS_TAKEN_ELSEWHERE
+RUN_PARAMS = estimator_arguments.RUN_PARAMS
 
 TPU_NAME_ENV = 'TPU_NAME'
 # The port of a TPU worker server (training/tpu_slice.py).
 TPU_WORKER_PORT = 8470
 _HOST = re.compile(r'^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?$')
+# ASCII digits only: str.isdigit() takes '²' and other digits int() refuses.
+_PORT = re.compile(r'^[0-9]{1,5}$')
+# What a list of hosts is written with instead of commas.
+_SEPARATOR = re.compile(r'[;|\s]+')
 # The hosts of a multi-host slice, comma-separated (GKE sets it on TPU pods).
 TPU_WORKER_HOSTNAMES_ENV = 'TPU_WORKER_HOSTNAMES'
+# The worker group spec a compiled multi-host step's driver carries
+# (tpu/worker_group.py).
+WORKER_GROUP_ENV = 'TFX_TPU_TRAINER_WORKER_GROUP'
 # Set by GKE in pods that requested a (non-VM) Cloud TPU node.
 GKE_TPU_ENDPOINTS_ENV = 'KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS'
 
@@ -54,8 +68,10 @@ AUTO_HOST_LOOP_MAX = 100
 # divides each one that is set). A key that sets checkpoint or evaluation
 # steps belongs here.
 HOST_LOOP_END_KEYS = ('save_checkpoints_steps',)
-
-
+# The input modes TPUEstimator evaluates with on several hosts
+# (tpu_context.py: PER_HOST_V1 and PER_SHARD_V1 raise at the first
+# evaluation, after a whole training loop).
+MULTI_HOST_INPUT_MODES = ('PER_HOST_V2', 'BROADCAST')
 def _hostnames(environ: Mapping[str, str]) -> List[str]:
   """The hosts `TPU_WORKER_HOSTNAMES` names (GKE sets it on TPU pods)."""
   return [h.strip() for h in environ.get(TPU_WORKER_HOSTNAMES_ENV, '').split(',')
@@ -139,12 +155,24 @@ def _optional_positive_int(key: str, value: Any) -> Optional[int]:
   return None if value is None else _positive_int(key, value)
 
 
-def _optional_non_negative_int(key: str, value: Any) -> Optional[int]:
+def _optional_positive_number(key: str, value: Any) -> Optional[float]:
+  """None, or a finite number > 0 as a float."""
+  if value is None:
+    return None
+  if (isinstance(value, bool) or not isinstance(value, (int, float)) or
+      not math.isfinite(value) or value <= 0):
+    raise ConfigError(
+        f'custom_config[{key!r}] must be a positive number, got {value!r}.')
+  return float(value)
+
+
+def _optional_non_negative_int(key: str, value: Any,
+                               meaning: str = '0: keep all') -> Optional[int]:
   if value is None:
     return None
   if isinstance(value, bool) or not isinstance(value, int) or value < 0:
     raise ConfigError(
-        f'custom_config[{key!r}] must be an integer >= 0 (0: keep all), got '
+        f'custom_config[{key!r}] must be an integer >= 0 ({meaning}), got '
         f'{value!r}.')
   _check_int64(key, value)
   return value
@@ -245,8 +273,13 @@ def worker_address(text: Any, where: str) -> str:
   host, sep, port = address.rpartition(':')
   if not sep:
     host, port = address, str(TPU_WORKER_PORT)
-  if not _HOST.match(host) or not port.isdigit() or not 0 < int(port) < 65536:
-    raise ConfigError(f'{where}: {text!r} is not a worker address; {accepted}')
+  if not _HOST.match(host) or not _PORT.match(port) or not (
+      0 < int(port) < 65536):
+    separator = _SEPARATOR.search(address)
+    hint = (f' Separate the hosts with commas, not {separator.group()!r}.'
+            if separator else '')
+    raise ConfigError(
+        f'{where}: {text!r} is not a worker address; {accepted}{hint}')
   return f'{host}:{int(port)}'
 
 
@@ -278,6 +311,64 @@ def _params(value: Any) -> Dict[str, Any]:
         f"custom_config['params'] may not set {reserved}: TPUEstimator sets "
         'these itself (batch sizes come from train/eval/predict_batch_size).')
   return dict(value)
+
+
+def _regex(key: str, value: Any) -> str:
+  if not isinstance(value, str) or not value:
+    raise ConfigError(
+        f'custom_config[{key!r}] must hold non-empty regular expressions '
+        f'(strings), got {value!r}.')
+  try:
+    re.compile(value)
+  except re.error as e:
+    raise ConfigError(
+        f'custom_config[{key!r}]: {value!r} is not a regular expression: '
+        f'{e}.') from e
+  return value
+
+
+def _vars_to_warm_start(key: str,
+                        value: Any) -> Union[None, str, Tuple[str, ...]]:
+  """A regex over trainable variables, or a list of regex scopes (all)."""
+  if value is None:
+    return None
+  if isinstance(value, (list, tuple)):
+    if not value:
+      raise ConfigError(
+          f'custom_config[{key!r}] is an empty list, which warm-starts '
+          'nothing; leave the key out to warm-start every trainable variable.')
+    return tuple(_regex(key, v) for v in value)
+  return _regex(key, value)
+
+
+def _var_renames(key: str, value: Any) -> Dict[str, str]:
+  if value is None:
+    return {}
+  if not isinstance(value, Mapping) or not all(
+      isinstance(k, str) and k and isinstance(v, str) and v
+      for k, v in value.items()):
+    raise ConfigError(
+        f'custom_config[{key!r}] must map variable names of this model to '
+        'their names in the base model (non-empty strings), got '
+        f'{value!r}.')
+  return dict(value)
+
+
+def check_derived_params(given: Mapping[str, Any], derived: Mapping[str, Any],
+                         where: str) -> None:
+  """Params a user set that TPUTrainer also sets must agree with its values.
+
+  Args:
+    given: params from the user (custom_config['params'], hyperparameters).
+    derived: the values TPUTrainer sets (`config_params`, RUN_PARAMS).
+    where: how errors name `given` (e.g. "custom_config['params']").
+
+  Raises:
+    ConfigError: naming the param, both values and where each comes from.
+  """
+  problem = estimator_arguments.param_disagreement(given, derived, where)
+  if problem:
+    raise ConfigError(problem)
 
 
 # The keys of `custom_config`, each declared once below as a field of
@@ -378,11 +469,13 @@ class TrainerConfig:
       'the NaN-loss check, step-rate summaries, progress and the stop at '
       '`train_args.num_steps` happen at loop ends (loops end at multiples of '
       'it, the last one exactly at the last step). `auto`: the largest '
-      'divisor of 100 that also divides `save_checkpoints_steps` (100 when '
-      'that is unset), so loops end at every 100th step and at every '
-      'checkpoint step; a model or input the loop cannot run (a training '
+      'divisor of 100 that also divides `save_checkpoints_steps` and the '
+      'training curves\' cadence (a tenth of `train_args.num_steps` below '
+      '1,000 steps), so loops end at every 100th step, at every checkpoint '
+      'step and at every point of the curves; a model or input the loop cannot run (a training '
       'input that is not a `tf.data.Dataset` of dense tensors, a `host_call`, '
-      '`training_hooks` of the `model_fn`) then trains one step per call. An '
+      '`training_hooks` or `init_from_checkpoint` in the `model_fn`) then '
+      'trains one step per call. An '
       'explicit number must divide `save_checkpoints_steps`, and such a model '
       'or input is an error; `1`: no loop. v1 summaries the `model_fn` makes '
       '(a canned Estimator\'s) are not written inside the loop, as on TPU; '
@@ -393,7 +486,26 @@ class TrainerConfig:
       help='replicas')
   per_host_input: str = _key(
       'PER_HOST_V2', check=lambda k, v: _choice(k, v, PER_HOST_INPUT_MODES),
-      help='`PER_SHARD_V1`, `PER_HOST_V1`, `PER_HOST_V2` or `BROADCAST`')
+      help='`PER_SHARD_V1`, `PER_HOST_V1`, `PER_HOST_V2` or `BROADCAST` '
+      '(TPUConfig\'s `per_host_input_for_training`); on a slice of several '
+      'hosts only `PER_HOST_V2` and `BROADCAST`, which TPUEstimator can '
+      'evaluate with')
+  experimental_allow_per_host_v2_parallel_get_next: bool = _key(
+      False, check=_bool,
+      help='true: with `PER_HOST_V2`, each host reads the next batches of its '
+      'cores concurrently instead of in turn (TPUConfig\'s flag of that '
+      'name): faster input for short steps, but which core gets which batch '
+      'is no longer fixed. Only with `per_host_input` `PER_HOST_V2`')
+  initial_infeed_sleep_secs: Optional[int] = _key(
+      None, check=_optional_positive_int, shown_default='none',
+      help='on TPU: seconds the infeed waits before its first batch '
+      '(TPUConfig\'s), for models whose compile takes long enough that the '
+      'infeed would time out')
+  experimental_host_call_every_n_steps: int = _key(
+      1, check=_positive_int,
+      help='on TPU: run the `host_call` of the TPUEstimatorSpec every N steps '
+      'of a training loop instead of every step (TPUConfig\'s; the steps '
+      'count from the start of each loop of `iterations_per_loop`)')
   eval_on_tpu: bool = _key(
       True, check=_bool, help='false: evaluate on CPU instead of the TPU')
   export_to_tpu: bool = _key(
@@ -428,6 +540,12 @@ class TrainerConfig:
       shown_default='estimator default (5)',
       help='checkpoint retention (`0` keeps every checkpoint, as in '
       'TensorFlow)')
+  tf_random_seed: Optional[int] = _key(
+      None, check=lambda k, v: _optional_non_negative_int(
+          k, v, 'the graph-level random seed'), shown_default='none',
+      help='the graph-level random seed (RunConfig\'s): variable '
+      'initializers, dropout and the input chain\'s shuffles repeat, so two '
+      'runs with the same seed, data and steps train the same weights')
   label_key: Optional[str] = _key(
       None, check=_optional_str, shown_default="module's `LABEL_KEY`",
       help='the label feature')
@@ -452,6 +570,14 @@ class TrainerConfig:
       help='true: publish a model even when a variable of its final '
       'checkpoint holds NaN or infinity (by default the execution fails '
       'before export, naming the variable; training/finite_variables.py)')
+  embedding_host_memory_gb: Optional[float] = _key(
+      None, check=_optional_positive_number,
+      shown_default="this machine's available memory",
+      help='with TPU embeddings (`embedding_config_spec`): the memory, in GB '
+      '(10^9 bytes), that each host gives the tables and their optimizer '
+      'slots; the share of the busiest host (rows split over the hosts of '
+      '`tpu_workers`, one host otherwise) must fit before training starts '
+      '(docs/guide/tpu_embeddings.md)')
   input_cache: str = _key(
       'auto', check=lambda k, v: _choice(k, v, INPUT_CACHE_MODES),
       help="the default input chain's cache: `parsed` (the split parsed once "
@@ -489,7 +615,32 @@ class TrainerConfig:
       check=lambda k, v: _params(v), default_factory=dict,
       shown_default='`{}`',
       help='merged into the `params` that model_fn/input_fn receive (may not '
-      'set `batch_size`, `context`, `use_tpu`)')
+      'set `batch_size`, `context`, `use_tpu`; what TPUTrainer sets itself, '
+      'e.g. `train_batch_size`, `train_steps`, `model_dir`, it may repeat '
+      'only with the same value: docs/reference/tpu_estimator.md, '
+      '"Where flags go")')
+  bfloat16: bool = _key(
+      False, check=_bool,
+      help='true: train in bfloat16. A `model_fn` gets `params[\'precision\']'
+      '=\'bfloat16\'` and `params[\'use_bfloat16\']=True` (else '
+      '`\'float32\'`, `False`), the flags of tensorflow/tpu\'s models, which '
+      'build the network in `tf.compat.v1.tpu.bfloat16_scope()` and cast the '
+      'logits to float32; a `build_keras_model` module is built under the '
+      'Keras `mixed_bfloat16` policy and its outputs are cast to float32. '
+      'Variables stay float32')
+  vars_to_warm_start: Union[None, str, Tuple[str, ...]] = _key(
+      None, check=_vars_to_warm_start,
+      shown_default='every trainable variable',
+      help='with a `base_model` input: which variables start from it, as '
+      '`tf.estimator.WarmStartSettings` takes it: a regular expression over '
+      'the trainable '
+      'variables, or a list of regular expressions over all variables '
+      '(optimizer slots, batch-norm statistics)')
+  var_name_to_prev_var_name: Mapping[str, str] = _key(
+      check=_var_renames, default_factory=dict, shown_default='`{}`',
+      help='with a `base_model` input: `{name in this model: name in the base '
+      'model}` for variables that were renamed (as '
+      '`tf.estimator.WarmStartSettings` takes it)')
 
   @classmethod
   def from_custom_config(
@@ -517,6 +668,11 @@ class TrainerConfig:
           f'custom_config must be a dict, got {type(custom_config).__name__}.')
     raw = dict(custom_config or {})
     fields = {f.name: f for f in dataclasses.fields(cls)}
+    elsewhere = sorted(set(raw) & set(KEYS_TAKEN_ELSEWHERE))
+    if elsewhere:
+      raise ConfigError(
+          f'custom_config[{elsewhere[0]!r}] is not a TPUTrainer key: '
+          f'{KEYS_TAKEN_ELSEWHERE[elsewhere[0]]}')
     unknown = sorted(set(raw) - set(fields))
     if unknown:
       raise ConfigError(
@@ -538,7 +694,81 @@ class TrainerConfig:
     config = cls(**values)
     config.check_shard_divisibility()
     config.check_host_loop()
+    config.check_tpu_loop()
+    config.check_input_mode(max(len(values.get('tpu_workers') or ()),
+                                len(_hostnames(environ)), 1))
+    check_derived_params(config.params, config.config_params(),
+                         "custom_config['params']")
     return config
+
+  def config_params(self) -> Dict[str, Any]:
+    """The params TPUTrainer sets from this config (and RUN_PARAMS, the run)."""
+    return {
+        'train_batch_size': self.train_batch_size,
+        'eval_batch_size': self.eval_batch_size,
+        'predict_batch_size': self.predict_batch_size,
+        'iterations_per_loop': self.iterations_per_loop,
+        'precision': 'bfloat16' if self.bfloat16 else 'float32',
+        'use_bfloat16': self.bfloat16,
+    }
+
+  def check_tpu_loop(self) -> None:
+    """On TPU, checkpoints come at loop ends: their steps must align.
+
+    TPUEstimator saves only between two loops of `iterations_per_loop`
+    steps, so a `save_checkpoints_steps` that is no multiple of it saves
+    late (and `eval_every_steps` evaluates late) without a word.
+    """
+    loop = self.iterations_per_loop
+    steps = self.save_checkpoints_steps
+    if not self.use_tpu or isinstance(loop, str) or steps is None:
+      return
+    if steps % loop:
+      key = 'eval_every_steps' if self.eval_every_steps else (
+          'save_checkpoints_steps')
+      raise ConfigError(
+          f"custom_config['{key}']={steps} is not a multiple of "
+          f"custom_config['iterations_per_loop']={loop}: on a TPU, "
+          f'TPUEstimator saves checkpoints only between two loops of {loop} '
+          f'steps, so it would save at other steps than asked. Use a '
+          f'multiple of {loop}, or an iterations_per_loop that divides {steps}.')
+
+  def check_input_mode(self, num_hosts: int) -> None:
+    """The input mode suits the hosts; parallel get_next needs PER_HOST_V2.
+
+    Args:
+      num_hosts: the TPU hosts the run drives (1: a single host).
+
+    Raises:
+      ConfigError: naming the mode and what to use.
+    """
+    if (self.experimental_allow_per_host_v2_parallel_get_next and
+        self.per_host_input != 'PER_HOST_V2'):
+      raise ConfigError(
+          "custom_config['experimental_allow_per_host_v2_parallel_get_next'] "
+          "is true, but custom_config['per_host_input']="
+          f'{self.per_host_input!r}: it acts only on PER_HOST_V2 input. Set '
+          "per_host_input to 'PER_HOST_V2' (the default), or drop the flag.")
+    if (self.use_tpu and num_hosts > 1 and
+        self.per_host_input not in MULTI_HOST_INPUT_MODES):
+      raise ConfigError(
+          f"custom_config['per_host_input']={self.per_host_input!r} cannot "
+          f'evaluate on a TPU slice of {num_hosts} hosts: TPUEstimator '
+          f'evaluates on several hosts only with {list(MULTI_HOST_INPUT_MODES)}'
+          ' and would stop at the first evaluation, after training. Use '
+          "'PER_HOST_V2' (the default).")
+
+  def check_warm_start(self, has_base_model: bool) -> None:
+    """The warm-start keys select from a base model: one must be given."""
+    given = [key for key in ('vars_to_warm_start', 'var_name_to_prev_var_name')
+             if getattr(self, key)]
+    if given and not has_base_model:
+      named = ' and '.join(f'custom_config[{key!r}]' for key in given)
+      raise ConfigError(
+          f'{named} select variables of the base model to '
+          'warm-start from, but the TPUTrainer has no base_model input. Pass '
+          'base_model=<a Model channel> (e.g. a Resolver of the latest '
+          'blessed model), or drop the key(s).')
 
   @property
   def host_loop_is_auto(self) -> bool:
@@ -553,13 +783,23 @@ class TrainerConfig:
     every step count of `HOST_LOOP_END_KEYS` that is set, so loops end at
     each of those steps and at every 100th (the step-rate log).
     """
+    return self.host_loop_length()
+
+  def host_loop_length(self, summary_steps: Optional[int] = None) -> int:
+    """`host_loop_iterations`, an `auto` loop also ending every `summary_steps`.
+
+    Args:
+      summary_steps: the training's curve cadence (training/curves.py: a
+        tenth of a training shorter than 1,000 steps), which an automatic
+        loop divides too, so a short training's curves get their points.
+    """
     if self.use_tpu:
       return 1
     if self.host_iterations_per_loop != AUTO:
       return self.host_iterations_per_loop
     length = AUTO_HOST_LOOP_MAX
-    for key in HOST_LOOP_END_KEYS:
-      steps = getattr(self, key)
+    for steps in [getattr(self, key) for key in HOST_LOOP_END_KEYS] + [
+        summary_steps]:
       if steps is not None:
         length = math.gcd(length, steps)
     return length
@@ -630,6 +870,20 @@ class TrainerConfig:
           'eval_args.num_steps is required when use_tpu is true: TPU '
           'evaluation runs a fixed number of steps over a repeating input. '
           'Set EvalArgs(num_steps=N), or custom_config eval_on_tpu=False.')
+    self.check_params_steps(train_steps, eval_steps)
+
+  def check_params_steps(self, train_steps: Optional[int],
+                         eval_steps: Optional[int]) -> None:
+    """`custom_config['params']` may repeat the run's steps only as they are.
+
+    Raises:
+      ConfigError: params['train_steps'] (or 'eval_steps') differs from
+        train_args.num_steps (eval_args.num_steps).
+    """
+    run = {'train_steps': train_steps, 'eval_steps': eval_steps}
+    check_derived_params(self.params,
+                         {key: steps for key, steps in run.items() if steps},
+                         "custom_config['params']")
 
 
 def keys_table() -> str:

@@ -22,13 +22,17 @@ from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import prepare
 from tfx_tpu_trainer import user_module as user_module_lib
 from tfx_tpu_trainer.data import data_checks
+from tfx_tpu_trainer.data import disk_cache
+from tfx_tpu_trainer.data import embedding_feed
 from tfx_tpu_trainer.data import input_fns
 from tfx_tpu_trainer.data import schemas as schemas_lib
 from tfx_tpu_trainer.preflight import checks as preflight_checks
 from tfx_tpu_trainer.preflight import cpu_graphs
+from tfx_tpu_trainer.preflight import embedding_checks
 from tfx_tpu_trainer.preflight import label_range
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
+from tfx_tpu_trainer.publishing import secrets
 from tfx_tpu_trainer.publishing import step_outputs as kfp_outputs
 from tfx_tpu_trainer.publishing import training_report
 from tfx_tpu_trainer.publishing import v2_metrics
@@ -72,6 +76,8 @@ class Executor(trainer_executor.GenericExecutor):
         user_module_file, how errors name the module
         (component.TPUTrainerSpec).
     """
+    # Secrets in custom_config or Beam args never reach the log.
+    secrets.mask_logs()
     self._log_startup(input_dict, output_dict, exec_properties)
     # A compiled multi-host step: the worker group's names, for the config.
     worker_group.announce(worker_group.plan())
@@ -80,6 +86,7 @@ class Executor(trainer_executor.GenericExecutor):
     fn_args = self._GetFnArgs(input_dict, output_dict, exec_properties)
     config = config_lib.TrainerConfig.from_custom_config(fn_args.custom_config)
     config.check_steps(fn_args.train_steps, fn_args.eval_steps)
+    config.check_warm_start(fn_args.base_model is not None)
     tpu_slice.check_driver(config, {
         'train data': fn_args.train_files, 'eval data': fn_args.eval_files,
         'custom_config[\'checkpoint_dir\']': [config.checkpoint_dir],
@@ -90,11 +97,16 @@ class Executor(trainer_executor.GenericExecutor):
     module = user_module_lib.load_user_module(exec_properties)
     schemas = schemas_lib.load_schemas(fn_args.schema_path,
                                        fn_args.transform_graph_path)
-    # Prepare: label key, params, model_fn, input and serving functions.
-    run = prepare.prepare_run(config, module, schemas,
-                              fn_args.hyperparameters, fn_args)
     model = artifact_utils.get_single_instance(
         output_dict[standard_component_specs.MODEL_KEY])
+    # Where the estimator will train (created later): params['model_dir'].
+    model_dir = checkpoints.resumable_dir_path(
+        self._context, model.uri, config.checkpoint_dir) or (
+            fn_args.model_run_dir)
+    # Prepare: label key, params, model_fn, input and serving functions.
+    run = prepare.prepare_run(config, module, schemas,
+                              fn_args.hyperparameters, fn_args,
+                              model_dir=model_dir)
     train_input_fn, eval_input_fn = _build_input_fns(
         fn_args, config, run, cache_dir=checkpoints.input_cache_dir(
             self._context, model.uri, config.checkpoint_dir))
@@ -122,10 +134,13 @@ class Executor(trainer_executor.GenericExecutor):
                                                run.module.module_file)
       _publish(estimator, run.serving_input_receiver_fn, final_metrics, model,
                fn_args, resumable_dir,
+               cpu_only_estimator=_cpu_only_estimator(fn_args, config, run,
+                                                      estimator.model_dir),
                report_config=_report_config(config, fn_args, run),
                timings={'training and evaluation': time.time() - train_start},
                metrics_output=_single_output(output_dict,
-                                             v2_metrics.OUTPUT_KEY))
+                                             v2_metrics.OUTPUT_KEY),
+               source=prepare.model_fn_source(run.module))
 
 
 def _check_before_training(fn_args: fn_args_utils.FnArgs,
@@ -136,7 +151,9 @@ def _check_before_training(fn_args: fn_args_utils.FnArgs,
   Both splits yield a first batch; with use_tpu the TPU preflight
   XLA-compiles the train, eval and predict steps as a TPU would; on CPU the
   eval and export graphs, which training reaches only at its end, are built
-  as TPUEstimator will build them. Last, the labels of the first batches
+  as TPUEstimator will build them, and TPU embedding tables are checked
+  against the data, the model_fn and the memory (the TPU preflight checks
+  them too). Last, the labels of the first batches
   are checked against what the model's loss accepts (label_range.py).
   """
   data_checks.check_first_batch(fn_args.train_files, 'train',
@@ -144,10 +161,12 @@ def _check_before_training(fn_args: fn_args_utils.FnArgs,
   data_checks.check_first_batch(fn_args.eval_files, 'eval',
                                 config.eval_batch_size, 'eval_batch_size')
   sample_train_fn, sample_eval_fn = _build_input_fns(fn_args, config, run,
-                                                     cache='none')
+                                                     cache='none', fed=False)
   if config.use_tpu:
     preflight_checks.check_before_training(run, config, sample_train_fn)
   else:
+    if run.embedding is not None:
+      embedding_checks.check_before_training(run, config, sample_train_fn)
     cpu_graphs.check_graphs_before_training(run, config, sample_eval_fn)
   label_range.check_first_labels(run, config, [
       label_range.SplitSample('train', fn_args.train_files, sample_train_fn,
@@ -173,7 +192,8 @@ def _train_on(fn_args, config, run, train_input_fn, eval_input_fn, model_dir):
                'use_tpu=%s).', checkpoints.latest_step(model_dir),
                fn_args.train_steps, model_dir, config.eval_strategy,
                config.use_tpu)
-  with _explain_training_errors(fn_args, run), disk_full.translate_disk_full(
+  with _explain_training_errors(fn_args, run, os.path.join(
+      model_dir, checkpoints.INPUT_CACHE_DIR)), disk_full.translate_disk_full(
       f'training (writing checkpoints and events to {model_dir})', model_dir,
       'Free space there, or set custom_config[\'checkpoint_dir\'] to a file '
       'system with more room (keep_checkpoint_max bounds how many '
@@ -189,7 +209,8 @@ def _train_on(fn_args, config, run, train_input_fn, eval_input_fn, model_dir):
 
 def _publish(estimator, serving_input_receiver_fn, final_metrics, model,
              fn_args, resumable_dir, report_config=None, timings=None,
-             metrics_output=None) -> None:
+             metrics_output=None, source='the model_fn',
+             cpu_only_estimator=None) -> None:
   """Fills model_run, exports the model last, then marks the checkpoints.
 
   The training report (report.py) is written into model_run before the
@@ -211,7 +232,8 @@ def _publish(estimator, serving_input_receiver_fn, final_metrics, model,
   export.export_serving_model(
       estimator, serving_input_receiver_fn, fn_args.serving_model_dir,
       staging_record=(os.path.join(resumable_dir, checkpoints.STAGING_RECORD)
-                      if resumable_dir else None))
+                      if resumable_dir else None), source=source,
+      cpu_only_estimator=cpu_only_estimator)
   metrics_lib.record_on_artifact(metrics, model)
   v2_metrics.record_metrics(metrics, metrics_output)
   kfp_outputs.write_kfp_ui_outputs(metrics, fn_args.model_run_dir,
@@ -282,12 +304,14 @@ def _check_splits(input_dict, exec_properties) -> None:
 
 @contextlib.contextmanager
 def _explain_training_errors(fn_args: fn_args_utils.FnArgs,
-                             run: prepare.PreparedRun):
-  """Data errors name their file and record; NaN loss says so plainly."""
+                             run: prepare.PreparedRun, cache_dir: str):
+  """Data errors name their file and record (or the damaged block of the
+  input cache in `cache_dir`); NaN loss says so plainly."""
   try:
     with data_checks.explain_data_errors(
         {'train': fn_args.train_files, 'eval': fn_args.eval_files},
-        schemas_lib.feature_spec(run.schemas.examples), run.label_key):
+        schemas_lib.feature_spec(run.schemas.examples), run.label_key
+    ), disk_cache.explain_damage(cache_dir):
       yield
   except tf.compat.v1.train.NanLossDuringTrainingError as e:
     raise errors.TPUTrainerError(
@@ -299,23 +323,47 @@ def _explain_training_errors(fn_args: fn_args_utils.FnArgs,
 def _build_estimator(fn_args: fn_args_utils.FnArgs,
                      config: config_lib.TrainerConfig,
                      run: prepare.PreparedRun, model_dir: str):
-  run_config = estimator_builder.build_run_config(config, model_dir)
+  run_config = estimator_builder.build_run_config(
+      config, model_dir,
+      embedding_lookups_on_cpu=run.embedding is not None and not config.use_tpu)
   return estimator_builder.build_estimator(
       run.model_fn,
       config,
       run_config,
       run.params,
-      warm_start_from=fn_args.base_model)
+      warm_start_from=estimator_builder.warm_start_settings(
+          config, fn_args.base_model),
+      train_steps=fn_args.train_steps,
+      embedding_config_spec=run.embedding.spec if run.embedding else None)
+
+
+def _cpu_only_estimator(fn_args, config, run, model_dir):
+  """With TPU embeddings: the estimator that exports {serve} alone.
+
+  TPUEstimator's {serve, tpu} graph of some embedding columns (sequence
+  columns, lookups on the TensorCore) fails to build in TF 2.15; the export
+  then keeps the CPU graph (publishing/export.py). None without embeddings
+  or when no {serve, tpu} graph is asked for.
+  """
+  if run.embedding is None or not config.export_to_tpu:
+    return None
+  return _build_estimator(
+      fn_args, dataclasses.replace(config, export_to_tpu=False), run,
+      model_dir)
 
 
 def _build_input_fns(fn_args: fn_args_utils.FnArgs,
                      config: config_lib.TrainerConfig,
                      run: prepare.PreparedRun,
                      cache: Optional[str] = None,
-                     cache_dir: Optional[str] = None):
+                     cache_dir: Optional[str] = None,
+                     fed: bool = True):
   """Train and eval input_fns; `cache` overrides config.input_cache.
 
   `cache_dir` holds input_cache="disk"'s parsed split (None: it streams).
+  With `fed` (the estimator's input), the features of TPU embedding columns
+  reach a TPU as their sparse ids (data/embedding_feed.py); the checks
+  before training read the raw features.
   """
   cache = cache or config.input_cache
   if run.module.input_fn is None:
@@ -329,4 +377,11 @@ def _build_input_fns(fn_args: fn_args_utils.FnArgs,
       fn_args.eval_files, fn_args.data_accessor, training=False,
       repeat=fn_args.eval_steps is not None, cache=cache,
       shuffle=config.input_shuffle)
+  if fed and run.embedding is not None and config.use_tpu:
+    # On a TPU the embedding ids go to TPU embedding as sparse rows; off it
+    # (and for an evaluation off the TPU) the columns look raw features up.
+    columns = run.embedding.columns
+    train_input_fn = embedding_feed.fed_input_fn(train_input_fn, columns)
+    if config.eval_on_tpu:
+      eval_input_fn = embedding_feed.fed_input_fn(eval_input_fn, columns)
   return train_input_fn, eval_input_fn

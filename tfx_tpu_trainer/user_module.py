@@ -16,7 +16,8 @@ from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import stock_contract
 
 __all__ = ['MODEL_FN', 'INPUT_FN', 'SERVING_INPUT_RECEIVER_FN',
-           'BUILD_KERAS_MODEL', 'LABEL_KEY_ATTRIBUTE', 'TRAINER_FN',
+           'BUILD_KERAS_MODEL', 'EMBEDDING_CONFIG_SPEC',
+           'LABEL_KEY_ATTRIBUTE', 'TRAINER_FN',
            'USER_MODULE_FILE_KEY', 'RUN_FN', 'UserModuleError',
            'ModuleFunction', 'UserModule', 'module_name', 'load_user_module',
            'check_module', 'first_on_path', 'load_file', 'import_module_file']
@@ -25,6 +26,9 @@ MODEL_FN = 'model_fn'
 INPUT_FN = 'input_fn'
 SERVING_INPUT_RECEIVER_FN = 'serving_input_receiver_fn'
 BUILD_KERAS_MODEL = 'build_keras_model'
+# `embedding_config_spec(params)`: the TPU embedding tables of a model_fn
+# module (model_fn/embedding_spec.py).
+EMBEDDING_CONFIG_SPEC = 'embedding_config_spec'
 LABEL_KEY_ATTRIBUTE = 'LABEL_KEY'
 TRAINER_FN = 'trainer_fn'
 # The exec property of TPUTrainer (component.TPUTrainerSpec) that names the
@@ -38,6 +42,7 @@ _REQUIRED_ARGS = {
     INPUT_FN: ('file_pattern', 'data_accessor', 'schema', 'params'),
     SERVING_INPUT_RECEIVER_FN: ('params',),
     BUILD_KERAS_MODEL: ('params',),
+    EMBEDDING_CONFIG_SPEC: ('params',),
 }
 # Arguments the estimator passes when the function names them.
 _OPTIONAL_ARGS = {MODEL_FN: ('config',),
@@ -120,6 +125,9 @@ class UserModule:
   # A stock-Trainer Keras module whose run_fn(fn_args) calls model.fit once:
   # TPUTrainer takes its model there (model_fn/keras_run_fn.py).
   run_fn: Optional[ModuleFunction] = None
+  # `embedding_config_spec(params)`: the TPU embedding tables the model_fn
+  # reads through TPU embedding columns (model_fn/embedding_spec.py).
+  embedding_config_spec: Optional[ModuleFunction] = None
 
 
 def module_name(exec_properties: Mapping[str, Any]) -> str:
@@ -221,6 +229,9 @@ def check_module(module: types.ModuleType, source: str) -> UserModule:
     trainer_fn = _stock_trainer_fn(module, source)
     if trainer_fn.name == RUN_FN:
       trainer_fn, run_fn = None, trainer_fn
+  if functions[EMBEDDING_CONFIG_SPEC] is not None and functions[
+      MODEL_FN] is None:
+    raise UserModuleError(_embedding_without_model_fn(source))
   label_key = getattr(module, LABEL_KEY_ATTRIBUTE, None)
   if label_key is not None and (not isinstance(label_key, str) or
                                 not label_key):
@@ -238,7 +249,25 @@ def check_module(module: types.ModuleType, source: str) -> UserModule:
       label_key_candidates=(
           stock_contract.label_key_candidates(module)
           if trainer_fn is not None or run_fn is not None else ()),
-      run_fn=run_fn)
+      run_fn=run_fn,
+      embedding_config_spec=functions[EMBEDDING_CONFIG_SPEC])
+
+
+def _embedding_without_model_fn(source: str) -> str:
+  """Why a module without model_fn cannot have TPU embedding tables."""
+  return (
+      f'{EMBEDDING_CONFIG_SPEC} in {source} needs a {MODEL_FN}(features, '
+      'labels, mode, params) beside it: TPU embedding columns '
+      '(tf.compat.v1.tpu.experimental.embedding_column) are read through '
+      'tf.compat.v1.feature_column.input_layer (or DenseFeatures) inside a '
+      'TPUEstimator model_fn, which TPUEstimator feeds with the looked-up '
+      'activations on a TPU. A Keras model (build_keras_model, a Keras '
+      'run_fn) or a stock trainer_fn has no such model_fn: it can embed '
+      'dense integer ids with tf.keras.layers.Embedding (the whole table in '
+      'every TPU core\'s memory, updated densely), as '
+      'components/taxi_keras_module.py does. Write a model_fn module for '
+      'TPU embeddings (components/taxi_embedding_module.py is one), or '
+      f'remove {EMBEDDING_CONFIG_SPEC}.')
 
 
 def _stock_trainer_fn(module: types.ModuleType, source: str) -> ModuleFunction:
@@ -265,7 +294,23 @@ def _stock_trainer_fn(module: types.ModuleType, source: str) -> ModuleFunction:
   raise UserModuleError(
       f'Module {source} defines neither model_fn(features, labels, mode, '
       'params) nor build_keras_model(params) (nor the stock Trainer\'s '
-      'trainer_fn(fn_args, schema)). Define one of them.')
+      'trainer_fn(fn_args, schema)). Define one of them.'
+      f'{_named_model_fn_hint(module)}')
+
+
+def _named_model_fn_hint(module: types.ModuleType) -> str:
+  """A note naming the module's `*_model_fn` functions (`resnet_model_fn`).
+
+  tensorflow/tpu's models name theirs after the model and hand it to
+  TPUEstimator themselves; TPUTrainer looks for `model_fn`.
+  """
+  names = sorted(name for name, value in vars(module).items()
+                 if name.endswith('_' + MODEL_FN) and callable(value))
+  if not names:
+    return ''
+  return (f' It defines {", ".join(names)}: if that is the model_fn '
+          f'TPUEstimator should run, name it model_fn, e.g. add '
+          f'`model_fn = {names[0]}` at the end of the module.')
 
 
 def _run_fn_estimator_builder(module: types.ModuleType, run_fn: Any,

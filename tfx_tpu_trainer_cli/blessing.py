@@ -2,6 +2,8 @@
 
 from typing import Any, List, Mapping, Optional, Tuple
 
+__all__ = ['value_thresholds', 'explain']
+
 
 def _bounds(threshold) -> Tuple[Optional[float], Optional[float]]:
   value = threshold.value_threshold
@@ -21,12 +23,18 @@ def _describe(name: str, value: Optional[float], lower: Optional[float],
 
 
 def value_thresholds(eval_config) -> List[Tuple[str, float, float]]:
-  """(metric, lower bound or None, upper bound or None) of each threshold."""
+  """(metric name, lower bound or None, upper bound or None) per threshold.
+
+  The name is the one TFMA gives the metric's values (`BinaryAccuracy` ->
+  `binary_accuracy`, Keras' `SparseCategoricalAccuracy` ->
+  `sparse_categorical_accuracy`, or the name its config sets), as the
+  Evaluator metrics line shows them.
+  """
   found = []
   for spec in eval_config.metrics_specs:
     for metric in spec.metrics:
       if metric.threshold.HasField('value_threshold'):
-        found.append((metric.class_name,) + _bounds(metric.threshold))
+        found.append((_metric_name(metric),) + _bounds(metric.threshold))
     for name, threshold in spec.thresholds.items():
       if threshold.HasField('value_threshold'):
         found.append((name,) + _bounds(threshold))
@@ -81,8 +89,7 @@ def explain(evaluation_uri: str, blessed: bool,
       config = None
     if config is not None:
       details = []
-      for class_name, lower, upper in value_thresholds(config):
-        name = _metric_name(class_name)
+      for name, lower, upper in value_thresholds(config):
         value = metrics.get(name)
         details.append(_describe(
             name, float(value) if isinstance(value, (int, float)) else None,
@@ -91,11 +98,11 @@ def explain(evaluation_uri: str, blessed: bool,
   return f'{verdict} ({"; ".join(details)})' if details else verdict
 
 
-def _metric_name(class_name: str) -> str:
-  """TFMA's name of a metric class's values (`BinaryAccuracy` ->
-  `binary_accuracy`), as the Evaluator metrics line shows them."""
-  from tensorflow_model_analysis.metrics import metric_types  # pylint: disable=g-import-not-at-top
+def _metric_name(metric_config) -> str:
+  """The name of a MetricConfig's values: TFMA's own instance's, which it
+  makes from TFMA's metric classes or Keras' (tfma.metrics.metric_specs)."""
+  from tensorflow_model_analysis.metrics import metric_specs  # pylint: disable=g-import-not-at-top
   try:
-    return metric_types.registered_metrics()[class_name]().name
+    return metric_specs.metric_instance(metric_config).name
   except Exception:  # pylint: disable=broad-except
-    return class_name
+    return metric_config.class_name

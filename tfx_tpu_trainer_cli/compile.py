@@ -11,8 +11,10 @@ from typing import List, Optional, Sequence
 
 from tfx_tpu_trainer.kubeflow import beam_args as beam_args_lib
 from tfx_tpu_trainer.kubeflow import options as compile_options
+from tfx_tpu_trainer.kubeflow import pod_requests
 from tfx_tpu_trainer.tpu import runtimes
 from tfx_tpu_trainer_cli import common
+from tfx_tpu_trainer_cli import paths
 
 _URI = re.compile(r'^[a-z][a-z0-9+.-]*://\S+$')
 # Options of the bundled pipeline only (a user's pipeline sets its own):
@@ -23,6 +25,7 @@ _BUNDLED_ONLY = {
     '--serving-model-dir': ('serving_model_dir', None),
     '--pipeline-name': ('pipeline_name', None),
     '--module-file': ('module_file', None),
+    '--model': ('model', None),
     '--preprocessing-module-file': ('preprocessing_module_file', None),
     '--eval-label-key': ('eval_label_key', None),
     '--eval-prediction-key': ('eval_prediction_key', None),
@@ -98,11 +101,17 @@ def add_parser(subparsers) -> None:
                       help='Directory of the taxi CSV with a big_tipper '
                       'column, as the cluster sees it, e.g. gs://... '
                       '(required without --pipeline).')
-  parser.add_argument(
+  trainer = parser.add_mutually_exclusive_group()
+  trainer.add_argument(
       '--module-file', default=None,
       help='The taxi pipeline\'s trainer module, as a path inside the image '
-      '(bake it in: FROM the project\'s image, COPY; default: '
-      '/tfx-tpu-trainer/components/taxi_tpu_module.py).')
+      '(bake it in: FROM the project\'s image, COPY; default: the '
+      '--model\'s, in /tfx-tpu-trainer/components/).')
+  trainer.add_argument(
+      '--model', default=None, choices=sorted(paths.MODEL_MODULE_FILES),
+      help='A bundled taxi model, from the image: wide_and_deep '
+      '(taxi_tpu_module.py, the default), keras (taxi_keras_module.py) or '
+      'embeddings (taxi_embedding_module.py: TPU embedding tables).')
   parser.add_argument(
       '--preprocessing-module-file', default=None,
       help='The taxi pipeline\'s Transform module, as a path inside the '
@@ -143,9 +152,11 @@ def add_parser(subparsers) -> None:
                       f'{runtimes.DEFAULT_ACCELERATOR}: '
                       f'{runtimes.DEFAULT_ACCELERATOR_REASON}).')
   parser.add_argument('--topology', default=None,
-                      help='tpu-vm: single-host topology, e.g. 2x4 or 2x2x1 '
-                      '(default: the accelerator\'s largest single-host '
-                      'topology).')
+                      help='tpu-vm: the slice\'s topology: single-host, e.g. '
+                      '2x4 or 2x2x1, or a multi-host slice, e.g. 2x2x2 or 4x4 '
+                      '(the trainer step then drives a worker pod per host; '
+                      'docs/guide/tpu_slices.md, "Multi-host slices") (default: the '
+                      'accelerator\'s largest single-host topology).')
   parser.add_argument('--chips', type=common.positive_int, default=None,
                       help='tpu-vm: google.com/tpu limit; must equal the '
                       'topology\'s chip count (the default).')
@@ -272,9 +283,12 @@ def _image(value: Optional[str], flag: str) -> Optional[str]:
   return value
 
 
-def _tpu_request(args):
-  """The validated TPU request, or None with --no-use-tpu."""
-  from tfx_tpu_trainer.kubeflow import scheduling  # pylint: disable=g-import-not-at-top
+def _tpu_style(args) -> Optional[str]:
+  """The TPU style the flags ask for, or None with --no-use-tpu.
+
+  Raises:
+    common.UsageError: a TPU flag without --use-tpu, or of the other style.
+  """
   given = [flag for attr, flag in _TPU_VM_FLAGS + _TPU_NODE_FLAGS
            if getattr(args, attr) is not None]
   if not args.use_tpu:
@@ -291,8 +305,35 @@ def _tpu_request(args):
     raise common.UsageError(
         f'{_flags(misplaced)} {"does" if len(misplaced) == 1 else "do"} not '
         f'apply to --tpu-style {args.tpu_style}.')
+  return args.tpu_style
+
+
+def _check_tpu_request(args) -> None:
+  """The TPU request's values, checked before kfp and TFX load."""
+  style = _tpu_style(args)
   try:
-    if args.tpu_style == 'tpu-vm':
+    if style == 'tpu-vm':
+      pod_requests.tpu_request(
+          accelerator=args.accelerator or pod_requests.DEFAULT_ACCELERATOR,
+          topology=args.topology, chips=args.chips)
+    elif style == 'tpu-node':
+      pod_requests.tpu_node_request(
+          version=(args.tpu_node_version or
+                   pod_requests.DEFAULT_TPU_NODE_VERSION),
+          cores=args.tpu_cores or pod_requests.DEFAULT_TPU_NODE_CORES,
+          tf_version=args.tf_version)
+  except pod_requests.TPUSchedulingError as e:
+    raise common.UsageError(str(e)) from e
+
+
+def _tpu_request(args):
+  """The validated TPU request, or None with --no-use-tpu."""
+  from tfx_tpu_trainer.kubeflow import scheduling  # pylint: disable=g-import-not-at-top
+  style = _tpu_style(args)
+  if style is None:
+    return None
+  try:
+    if style == 'tpu-vm':
       from tfx_tpu_trainer.kubeflow import tpu_slices  # pylint: disable=g-import-not-at-top
       return tpu_slices.tpu_request(  # Single-host, or a multi-host slice.
           accelerator=args.accelerator or scheduling.DEFAULT_ACCELERATOR,
@@ -338,24 +379,23 @@ def _beam_args(values: Sequence[str]) -> List[str]:
 
 def _trainer_pod_options(args):
   """The extra node selectors, tolerations and requests, validated."""
-  from tfx_tpu_trainer.kubeflow import scheduling  # pylint: disable=g-import-not-at-top
   try:
-    node_selector = tuple(scheduling.parse_node_selector(v)
+    node_selector = tuple(pod_requests.parse_node_selector(v)
                           for v in args.trainer_node_selector)
-    tolerations = tuple(scheduling.parse_toleration(v)
+    tolerations = tuple(pod_requests.parse_toleration(v)
                         for v in args.trainer_toleration)
     cpu = (None if args.trainer_cpu is None else
-           scheduling.parse_quantity(args.trainer_cpu, 'trainer-cpu'))
+           pod_requests.parse_quantity(args.trainer_cpu, 'trainer-cpu'))
     memory = (None if args.trainer_memory is None else
-              scheduling.parse_quantity(args.trainer_memory, 'trainer-memory'))
-  except scheduling.TPUSchedulingError as e:
+              pod_requests.parse_quantity(args.trainer_memory,
+                                          'trainer-memory'))
+  except pod_requests.TPUSchedulingError as e:
     raise common.UsageError(str(e)) from e
   return node_selector, tolerations, cpu, memory
 
 
 def _check_cluster_args(args) -> None:
-  """The checks of options every compile shares (no pipeline needed)."""
-  from tfx_tpu_trainer.kubeflow import scheduling  # pylint: disable=g-import-not-at-top
+  """The checks of options every compile shares (no pipeline, no kfp)."""
   runner = args.runner
   if args.vertex_accelerator_type is not None and (
       runner != 'kubeflow_v2' or not args.use_tpu):
@@ -384,7 +424,7 @@ def _check_cluster_args(args) -> None:
   if args.use_tpu and args.tpu_style == 'tpu-node' and runner != 'kubeflow':
     raise common.UsageError(
         '--tpu-style tpu-node needs --runner kubeflow: ' +
-        scheduling.TPU_NODE_RETIRED_WARNING)
+        pod_requests.TPU_NODE_RETIRED_WARNING)
   if (args.tpu_zone or args.tpu_project) and not args.tpu_name:
     raise common.UsageError('--tpu-zone and --tpu-project need --tpu-name.')
 
@@ -442,6 +482,10 @@ def validate_compile_args(args):
   if args.module_file is not None:
     module_files['trainer_module_file'] = _location(args.module_file,
                                                     '--module-file')
+  elif args.model is not None:
+    module_files['trainer_module_file'] = posixpath.join(
+        kubeflow_compile.IMAGE_COMPONENTS_DIR,
+        paths.MODEL_MODULE_FILES[args.model])
   if args.preprocessing_module_file is not None:
     module_files.update(_preprocessing_fn(args.preprocessing_module_file))
   eval_options = _evaluator_options(args, kubeflow_compile)
@@ -481,7 +525,7 @@ def validate_compile_args(args):
     compiler.check_options(kubeflow_compile.kubeflow_options(options),
                            pipeline_name)
   except compiler.CompileError as e:
-    raise common.UsageError(str(e)) from e
+    raise common.UsageError(_as_flags(e)) from e
   try:
     config = config_lib.TrainerConfig.from_custom_config(
         kubeflow_compile.trainer_custom_config(options), environ={})
@@ -501,8 +545,8 @@ def _evaluator_options(args, kubeflow_compile) -> dict:
   if (args.module_file is None and args.preprocessing_module_file is None and
       args.eval_label_key is None and args.eval_prediction_key is None):
     return {}
-  from tfx_tpu_trainer_cli import paths  # pylint: disable=g-import-not-at-top
-  trainer = args.module_file or paths.TRAINER_MODULE_FILE
+  trainer = args.module_file or paths.model_module_file(
+      args.model or paths.DEFAULT_MODEL)
   preprocessing = args.preprocessing_module_file or (
       paths.PREPROCESSING_MODULE_FILE)
   if not (args.eval_label_key and args.eval_prediction_key):
@@ -563,8 +607,17 @@ def cluster_options(args):
     # The TPU runtime, the Vertex AI job with a TPU, the trainer image.
     compiler.check_cluster_options(options)
   except compiler.CompileError as e:
-    raise common.UsageError(str(e)) from e
+    raise common.UsageError(_as_flags(e)) from e
   return options
+
+
+# The command-line flag of each KubeflowOptions field a CompileError names.
+_OPTION_FLAGS = {'tpu_check': '--tpu-check'}
+
+
+def _as_flags(error) -> str:
+  """A CompileError's message, naming the options as the command line does."""
+  return error.naming(_OPTION_FLAGS.get(error.option, error.option))
 
 
 def _vertex_accelerator_type(value: str) -> str:
@@ -587,20 +640,16 @@ def _compile(args) -> int:
   the output directory, which holds the compiled files alone), named on the
   summary's last line; a usage error, which says it all, removes it.
   """
-  # The command line alone, before TensorFlow and TFX load.
-  if args.pipeline:
-    from tfx_tpu_trainer_cli import user_pipeline  # pylint: disable=g-import-not-at-top
-    user_pipeline.parse_spec(args.pipeline)
-    compile_it = _compile_user_pipeline
-  else:
-    _bundled_only_options(args)
-    compile_it = _compile_taxi_pipeline
+  compile_it = _static_checks(args)
+  print(f'Compiling {_what(args)} for {_RUNNER_NAMES[args.runner]} '
+        '(TensorFlow, TFX and kfp load first) ...', flush=True)
+  _beam_args(args.beam_arg)  # Beam's option classes load (a few seconds).
   descriptor, log_path = tempfile.mkstemp(
       prefix=time.strftime('tfx-tpu-trainer-compile-%Y%m%d-%H%M%S-'),
       suffix='.log')
   os.close(descriptor)
   try:
-    with common.output_to_log(log_path):
+    with common.output_to_log(log_path), common.absl_info_logged():
       summary = compile_it(args)
   except common.UsageError:
     os.remove(log_path)
@@ -612,6 +661,42 @@ def _compile(args) -> int:
   summary.print()
   print(f'  Full log:       {log_path}')
   return 0
+
+
+# How the first line names each --runner's output.
+_RUNNER_NAMES = {'kubeflow': 'KFP v1', 'kubeflow_v2': 'KFP v2'}
+
+
+def _static_checks(args):
+  """What the command line and the files say, before TFX, TF and kfp load.
+
+  The pipeline file and its function, the taxi pipeline's options, the
+  cluster options and the TPU request (the Beam options, whose classes take
+  seconds to load, come after the first line); nothing is written.
+
+  Returns:
+    The compile to run: `_compile_user_pipeline` or `_compile_taxi_pipeline`.
+  """
+  if args.pipeline:
+    from tfx_tpu_trainer_cli import user_pipeline  # pylint: disable=g-import-not-at-top
+    user_pipeline.check_spec(args.pipeline)
+  _bundled_only_options(args)
+  if not args.pipeline:
+    for flag, value in (('--pipeline-root', args.pipeline_root),
+                        ('--data-root', args.data_root)):
+      _location(value, flag)
+  _check_cluster_args(args)
+  _check_tpu_request(args)
+  _trainer_pod_options(args)
+  for flag, value in (('--image', args.image),
+                      ('--trainer-image', args.trainer_image)):
+    _image(value, flag)
+  return _compile_user_pipeline if args.pipeline else _compile_taxi_pipeline
+
+
+def _what(args) -> str:
+  return (f'the pipeline of {args.pipeline}' if args.pipeline else
+          'the taxi pipeline')
 
 
 class _Summary:
@@ -637,7 +722,7 @@ def _compile_taxi_pipeline(args) -> _Summary:
   try:
     result = kubeflow_compile.compile_pipeline(options)
   except compiler.CompileError as e:  # What needs the pipeline: its root.
-    raise common.UsageError(str(e)) from e
+    raise common.UsageError(_as_flags(e)) from e
   return _Summary(result, kubeflow_compile.kubeflow_options(options),
                   f'  Module files:   {options.trainer_module_file}, '
                   f'{options.preprocessing_fn} (inside the image)',
@@ -660,7 +745,8 @@ def _compile_user_pipeline(args) -> _Summary:
   try:
     result = compiler.compile_pipeline(pipeline, output_path, options)
   except compiler.CompileError as e:
-    raise common.UsageError(f'{user_pipeline.FLAG}: {e}') from e
+    raise common.UsageError(
+        f'{user_pipeline.FLAG}: {_as_flags(e)}') from e
   modules = result.user_code
   where = ('as given, inside the image' if args.module_files_in_image else
            'packaged by TFX under the pipeline root')

@@ -9,7 +9,8 @@ from tfx_tpu_trainer import user_module
 
 __all__ = ['BUNDLE_ROOT', 'PIPELINES_DIR', 'COMPONENTS_DIR',
            'TAXI_PIPELINE_FILE', 'PREPROCESSING_MODULE_FILE',
-           'TRAINER_MODULE_FILE', 'taxi_pipeline', 'embedded_data_root']
+           'MODEL_MODULE_FILES', 'DEFAULT_MODEL', 'TRAINER_MODULE_FILE',
+           'model_module_file', 'taxi_pipeline', 'embedded_data_root']
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # A wheel carries pipelines/ and components/ as data in bundled/ (setup.py);
@@ -22,7 +23,22 @@ COMPONENTS_DIR = os.path.join(BUNDLE_ROOT, 'components')
 TAXI_PIPELINE_FILE = os.path.join(PIPELINES_DIR, 'taxi_pipeline.py')
 PREPROCESSING_MODULE_FILE = os.path.join(COMPONENTS_DIR,
                                          'taxi_preprocessing.py')
-TRAINER_MODULE_FILE = os.path.join(COMPONENTS_DIR, 'taxi_tpu_module.py')
+# The bundled taxi models by the name `--model` takes (`run`, `compile`):
+# their trainer module files in components/.
+MODEL_MODULE_FILES = {
+    'wide_and_deep': 'taxi_tpu_module.py',
+    'keras': 'taxi_keras_module.py',
+    'embeddings': 'taxi_embedding_module.py',
+}
+DEFAULT_MODEL = 'wide_and_deep'
+
+
+def model_module_file(model: str, components_dir: str = COMPONENTS_DIR) -> str:
+  """The trainer module of a bundled model, in `components_dir`."""
+  return os.path.join(components_dir, MODEL_MODULE_FILES[model])
+
+
+TRAINER_MODULE_FILE = model_module_file(DEFAULT_MODEL)
 
 
 @functools.lru_cache(maxsize=None)

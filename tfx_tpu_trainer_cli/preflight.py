@@ -4,6 +4,7 @@ import dataclasses
 import glob
 import json
 import os
+import sys
 from typing import Any, Dict, List, Optional
 
 from tfx_tpu_trainer_cli import common
@@ -244,6 +245,11 @@ def _load_module(module_file: str):
         {'module_path': name, user_module.USER_MODULE_FILE_KEY: module_file})
 
 
+def _print_progress(line: str) -> None:
+  """Progress on stderr (stdout holds the report, or its JSON)."""
+  print(f'TPU preflight: {line}', file=sys.stderr, flush=True)
+
+
 def _not_ready(message: str) -> int:
   print(f'TPU preflight: NOT TPU-ready\n  ERROR   {message}')
   return EXIT_NOT_READY
@@ -253,6 +259,10 @@ def _preflight(args) -> int:
   """Validates the arguments, runs the preflight, prints the report."""
   paths = _check_paths(args)
   config = _trainer_config(_custom_config(args.custom_config))
+  # What it does, at once (stderr: stdout holds the report alone).
+  print(f'TPU preflight of {paths["module_file"]}: TensorFlow loads, then one '
+        'step of each mode is built and compiled with XLA ...',
+        file=sys.stderr, flush=True)
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from absl import logging  # pylint: disable=g-import-not-at-top
   if not args.verbose:
@@ -277,6 +287,8 @@ def _preflight(args) -> int:
   report = preflight.run_preflight(
       run.model_fn, config, run.params, sample, module.module_file,
       num_shards=args.num_shards,
-      serving_input_receiver_fn=run.serving_input_receiver_fn)
+      serving_input_receiver_fn=run.serving_input_receiver_fn,
+      embedding=run.embedding,
+      progress=_print_progress)
   print(report.to_json() if args.json else report.format(), flush=True)
   return EXIT_READY if report.ok else EXIT_NOT_READY

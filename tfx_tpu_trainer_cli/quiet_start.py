@@ -2,13 +2,15 @@
 
 import importlib.abc
 import importlib.util
+import logging
 import os
 import re
 import sys
 import tempfile
 import warnings
 
-__all__ = ['TENSORFLOW_NOISE', 'API_CORE_WARNING', 'install']
+__all__ = ['TENSORFLOW_NOISE', 'API_CORE_WARNING', 'SELF_RENAME_WARNING',
+           'install']
 
 # What TensorFlow's C++ start-up writes at level E (TF_CPP_MIN_LOG_LEVEL=2
 # lets E through) on a machine without a GPU: the XLA GPU plugins registered
@@ -20,18 +22,37 @@ TENSORFLOW_NOISE = re.compile(
 # library imported (TFX imports four): the stack pins Python 3.10
 # (docs/architecture.md, "The stack").
 API_CORE_WARNING = 'You are using a non-supported Python version'
+# TensorFlow 2.15's table of renames moves tf.estimator.tpu.X to
+# tf.compat.v1.estimator.tpu.X, and the module wrapper of
+# tf.compat.v1.estimator.tpu checks its own names against that table: the
+# first use of tf.compat.v1.estimator.tpu.TPUEstimatorSpec (the very name it
+# recommends) logs, twice, that it is deprecated. Other deprecations pass.
+SELF_RENAME_WARNING = re.compile(
+    r'The name tf\.estimator\.tpu\.(\w+) is deprecated\. Please use '
+    r'tf\.compat\.v1\.estimator\.tpu\.\1 instead')
 
 
 def install() -> None:
-  """Filters both from this process's first TensorFlow import on.
+  """Filters them from this process's first TensorFlow import on.
 
   Other lines TensorFlow writes while it loads still reach stderr.
   """
   warnings.filterwarnings('ignore', message=API_CORE_WARNING,
                           category=FutureWarning)
+  tensorflow_logger = logging.getLogger('tensorflow')
+  if not any(isinstance(f, _SelfRenameFilter)
+             for f in tensorflow_logger.filters):
+    tensorflow_logger.addFilter(_SelfRenameFilter())
   if 'tensorflow' not in sys.modules and not any(
       isinstance(finder, _QuietTensorFlowImport) for finder in sys.meta_path):
     sys.meta_path.insert(0, _QuietTensorFlowImport())
+
+
+class _SelfRenameFilter(logging.Filter):
+  """Drops TensorFlow's warning that a name is deprecated for itself."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    return not SELF_RENAME_WARNING.search(record.getMessage())
 
 
 class _QuietTensorFlowImport(importlib.abc.MetaPathFinder):

@@ -7,7 +7,6 @@ import shlex
 import shutil
 import sys
 import time
-import traceback
 from typing import Optional
 
 from tfx_tpu_trainer import config as config_lib
@@ -66,9 +65,16 @@ def add_parser(subparsers) -> None:
   parser.add_argument('--no-progress', dest='show_progress',
                       action='store_const', const=False, default=None,
                       help='Do not show the training progress bar/lines.')
-  parser.add_argument('--module-file', default=None,
-                      help='Trainer module file (default: '
-                      'components/taxi_tpu_module.py).')
+  trainer = parser.add_mutually_exclusive_group()
+  trainer.add_argument('--module-file', default=None,
+                       help='Trainer module file (default: the --model\'s).')
+  trainer.add_argument(
+      '--model', default=None, choices=sorted(paths.MODEL_MODULE_FILES),
+      help='A bundled taxi model: wide_and_deep (components/'
+      'taxi_tpu_module.py, the default), keras (the same model in Keras, '
+      'components/taxi_keras_module.py) or embeddings (its categorical '
+      'features in TPU embedding tables, one of them hashed into 2^20 rows: '
+      'components/taxi_embedding_module.py).')
   parser.add_argument('--preprocessing-module-file', default=None,
                       help='Transform module file (default: '
                       'components/taxi_preprocessing.py).')
@@ -127,19 +133,34 @@ def add_parser(subparsers) -> None:
   parser.set_defaults(handler=_run)
 
 
-def _beam_args(values, pipeline_root: str, existing=()) -> list:
-  """`--beam-arg` after `existing`, checked for a run on this machine."""
+def _beam_args(values, pipeline_root: Optional[str], existing=()) -> list:
+  """`--beam-arg` after `existing`, checked for a run on this machine.
+
+  Beam's options only: no TFX or TensorFlow loads. Without `pipeline_root`,
+  the checks of where the workers must run are left out.
+  """
   from tfx_tpu_trainer.kubeflow import beam_args as beam_args_lib  # pylint: disable=g-import-not-at-top
-  from tfx_tpu_trainer.kubeflow import compiler  # pylint: disable=g-import-not-at-top
+  if not values:
+    return list(existing)
+  from tfx_tpu_trainer.kubeflow import beam_runners  # pylint: disable=g-import-not-at-top
   try:
     beam_args_lib.validate(values, on_cluster=False)
-    merged = compiler.beam_pipeline_args(values, existing,
-                                         cluster_defaults=False)
+    merged = beam_args_lib.merged(values, existing, cluster_defaults=False)
     beam_args_lib.validate([a for a in merged if isinstance(a, str)],
                            on_cluster=False, pipeline_root=pipeline_root)
-  except (beam_args_lib.BeamArgError, compiler.CompileError) as e:
+  except beam_args_lib.BeamArgError as e:
     raise common.UsageError(str(e)) from e
-  return merged
+  return merged + beam_runners.job_defaults(merged)
+
+
+def _check_beam_services(beam_args) -> None:
+  """The job server and worker pool the Beam args name answer now."""
+  from tfx_tpu_trainer.kubeflow import beam_args as beam_args_lib  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.kubeflow import beam_runners  # pylint: disable=g-import-not-at-top
+  try:
+    beam_runners.check_services_answer(beam_args)
+  except beam_args_lib.BeamArgError as e:
+    raise common.UsageError(str(e)) from e
 
 
 # Options of the bundled pipeline only: flag -> (attribute, default).
@@ -151,6 +172,7 @@ _BUNDLED_ONLY = {
     '--train-batch-size': ('train_batch_size', 64),
     '--eval-batch-size': ('eval_batch_size', 64),
     '--module-file': ('module_file', None),
+    '--model': ('model', None),
     '--preprocessing-module-file': ('preprocessing_module_file', None),
     '--min-accuracy': ('min_accuracy', 0.5),
     # Default: the pipeline's (pipelines/taxi_pipeline.py).
@@ -197,9 +219,6 @@ def _run_custom_config(args) -> dict:
       'eval_batch_size': args.eval_batch_size,
       'show_progress': args.show_progress,
   }
-  eval_every_steps = _eval_every_steps(args)
-  if eval_every_steps:
-    custom_config['eval_every_steps'] = eval_every_steps
   if args.use_tpu is not None:
     custom_config['use_tpu'] = args.use_tpu
   if args.label_key is not None:
@@ -214,13 +233,34 @@ def _run_custom_config(args) -> dict:
     raise common.UsageError('--tpu-zone and --tpu-project need --tpu-name.')
   if args.use_tpu and not (args.tpu_name or os.environ.get('TPU_NAME')):
     raise common.UsageError('--use-tpu needs --tpu-name (or TPU_NAME set).')
+  eval_every_steps = _eval_every_steps(args, _runs_on_tpu(custom_config))
+  if eval_every_steps:
+    custom_config['eval_every_steps'] = eval_every_steps
   return custom_config
 
 
-def _eval_every_steps(args) -> Optional[int]:
-  """--eval-every-steps, or DEFAULT_EVALUATIONS spread over training."""
+def _runs_on_tpu(custom_config: dict) -> bool:
+  """Whether the trainer will use a TPU (TrainerConfig decides `auto`)."""
+  try:
+    return config_lib.TrainerConfig.from_custom_config(custom_config).use_tpu
+  except config_lib.ConfigError:
+    return False  # _validate_run_args reports it, on the whole config.
+
+
+def _eval_every_steps(args, on_tpu: bool) -> Optional[int]:
+  """--eval-every-steps, or DEFAULT_EVALUATIONS spread over training.
+
+  On a TPU the default is rounded up to whole TPU loops (checkpoints, which
+  evaluations read, come only between loops: config.check_tpu_loop); none
+  when that is the whole training (it evaluates at the end).
+  """
   if args.eval_every_steps is None:
-    return math.ceil(args.train_steps / DEFAULT_EVALUATIONS)
+    every = math.ceil(args.train_steps / DEFAULT_EVALUATIONS)
+    if not on_tpu:
+      return every
+    loop = config_lib.TrainerConfig().iterations_per_loop
+    every = math.ceil(every / loop) * loop
+    return every if every < args.train_steps else None
   if args.eval_every_steps > args.train_steps:
     raise common.UsageError(
         f'--eval-every-steps {args.eval_every_steps} is more than '
@@ -229,8 +269,17 @@ def _eval_every_steps(args) -> Optional[int]:
   return args.eval_every_steps or None
 
 
-def _validate_run_args(args) -> dict:
-  """Checks every argument before anything is written; returns the options."""
+def _static_run_args(args) -> dict:
+  """What the command line and the files say, before TFX and TensorFlow load.
+
+  Every argument but the module files' contents and the Beam options
+  (`_checked_beam_args`): the data, the output root, the config. Nothing is
+  written.
+
+  Returns:
+    The run's options (`local_runner.local_options`), without the
+    Evaluator's keys.
+  """
   _bundled_only_options(args)
   if args.pipeline_name is not None:
     _check_pipeline_name(args.pipeline_name, '--pipeline-name')
@@ -255,29 +304,61 @@ def _validate_run_args(args) -> dict:
   preprocessing_module_file = _existing_file(
       args.preprocessing_module_file, paths.PREPROCESSING_MODULE_FILE,
       '--preprocessing-module-file')
-  _check_csv_files(data_root, preprocessing_module_file, args)
   options = dict(
       data_root=data_root,
-      trainer_module_file=_existing_file(args.module_file,
-                                         paths.TRAINER_MODULE_FILE,
-                                         '--module-file'),
+      trainer_module_file=_existing_file(
+          args.module_file,
+          paths.model_module_file(args.model or paths.DEFAULT_MODEL),
+          '--module-file'),
       preprocessing_module_file=preprocessing_module_file,
       train_steps=args.train_steps,
       eval_steps=args.eval_steps,
       custom_config=custom_config,
       min_accuracy=args.min_accuracy,
       bulk_infer=args.bulk_infer)
+  _check_csv_files(data_root, preprocessing_module_file, args)
   if args.min_balanced_accuracy is not None:
     options['min_balanced_accuracy'] = args.min_balanced_accuracy
   if args.pipeline_name:
     options['pipeline_name'] = args.pipeline_name
-  if args.beam_arg:
-    options['beam_pipeline_args'] = _beam_args(args.beam_arg, output_root)
-  _check_modules(options['trainer_module_file'], preprocessing_module_file,
-                 args.label_key)
-  options |= _evaluator_options(args, options)
-  _check_tpu_answers(config)
   return options
+
+
+def _checked_beam_args(args) -> dict:
+  """The `--beam-arg`s as Beam reads them, their services asked (Beam loads).
+
+  Returns:
+    The `beam_pipeline_args` option, or nothing without `--beam-arg`.
+  """
+  if not args.beam_arg:
+    return {}
+  beam_args = _beam_args(args.beam_arg, os.path.abspath(args.output_root))
+  _check_beam_services(beam_args)
+  return {'beam_pipeline_args': beam_args}
+
+
+def _checked_run_args(args, options: dict) -> dict:
+  """The module files and the TPU, checked (TensorFlow and TFX load here).
+
+  Args:
+    args: the parsed arguments.
+    options: from `_static_run_args`.
+
+  Returns:
+    The options, with the Evaluator's keys.
+  """
+  _check_modules(options['trainer_module_file'],
+                 options['preprocessing_module_file'], args.label_key)
+  options = options | _evaluator_options(args, options)
+  _check_tpu_answers(config_lib.TrainerConfig.from_custom_config(
+      options['custom_config']))
+  return options
+
+
+def _validate_run_args(args) -> dict:
+  """Checks every argument before anything is written; returns the options."""
+  options = _static_run_args(args) | _checked_beam_args(args)
+  return _checked_run_args(args, options)
 
 
 def _check_tpu_answers(config) -> None:
@@ -379,35 +460,11 @@ def _check_csv_files(data_root: str, preprocessing_module_file: str,
 
 def _run(args) -> int:
   """Validates the arguments, runs the pipeline, prints the summary."""
-  # The trainer module is checked in a child of this server: it imports
-  # TensorFlow and TFX while this process checks the other arguments.
-  check_server.start_server()
   output_root = os.path.abspath(args.output_root)
   if args.pipeline:
-    pipeline, module_file = _prepare_user_pipeline(args, output_root)
-    heading = (f'Running pipeline {pipeline.pipeline_info.pipeline_name!r} '
-               f'from {args.pipeline}\n'
-               '  outputs under '
-               f'{os.path.abspath(pipeline.pipeline_info.pipeline_root)} (its '
-               'pipeline root)')
-
-    def run_it(local_runner, printer):
-      # As `python FILE` would: the pipeline's folder stays importable while
-      # it runs (Transform's preprocessing_fn='models.preprocessing...').
-      from tfx_tpu_trainer import user_module  # pylint: disable=g-import-not-at-top
-      with user_module.first_on_path(os.path.dirname(os.path.abspath(
-          args.pipeline.rpartition(':')[0]))):
-        return local_runner.run_pipeline(pipeline, printer=printer)
+    run_it, module_file = _checked_pipeline_file(args, output_root)
   else:
-    options = _validate_run_args(args)
-    module_file = options['trainer_module_file']
-    heading = (f'Running the taxi pipeline on {options["data_root"]}\n'
-               f'  outputs under {output_root}')
-
-    def run_it(local_runner, printer):
-      return local_runner.run(local_runner.local_options(output_root,
-                                                         **options),
-                              printer=printer)
+    run_it, module_file = _checked_taxi_pipeline(args, output_root)
   # Every module is checked: the server's memory goes back to the run.
   check_server.stop_server()
   # The process id keeps concurrent runs started in one second apart.
@@ -415,9 +472,10 @@ def _run(args) -> int:
                           time.strftime('run-%Y%m%d-%H%M%S') +
                           f'-{os.getpid()}.log')
   os.makedirs(os.path.dirname(log_path), exist_ok=True)
-  print(f'{heading}\n'
-        f'  full log: {log_path}', flush=True)
+  print(f'  full log: {log_path}', flush=True)
   with common.output_to_log(log_path, enabled=not args.verbose) as console:
+    print('  starting the local runner (it packages the module files '
+          'first) ...', file=console, flush=True)
     try:
       # TFX and TensorFlow load here, after the arguments are checked.
       from tfx_tpu_trainer_cli import local_runner  # pylint: disable=g-import-not-at-top
@@ -429,9 +487,11 @@ def _run(args) -> int:
             local_runner,
             lambda line, **_: print(line, file=console, flush=True))
     except Exception as e:  # pylint: disable=broad-except
-      traceback.print_exc()
-      print(f'\nThe pipeline failed: {type(e).__name__}: {e}\n'
-            f'Full log: {log_path}', file=console, flush=True)
+      from tfx_tpu_trainer.publishing import secrets  # pylint: disable=g-import-not-at-top
+      sys.stderr.write(secrets.masked_exception(e))
+      print(f'\nThe pipeline failed: {type(e).__name__}: '
+            f'{secrets.mask_text(str(e))}\nFull log: {log_path}',
+            file=console, flush=True)
       code = 1
     else:
       code = 0
@@ -441,27 +501,86 @@ def _run(args) -> int:
   return code
 
 
-def _prepare_user_pipeline(args, output_root: str):
+def _checked_pipeline_file(args, output_root: str):
+  """`run --pipeline`: checked, with a line at each step.
+
+  Returns:
+    (`run_it(local_runner, printer)`, the first trainer's module file).
+  """
+  _static_user_pipeline_args(args, output_root)
+  print(f'Loading the pipeline of {args.pipeline} and checking its trainer '
+        'modules (TensorFlow and TFX load first) ...', flush=True)
+  # Where the pipeline writes is known once it is loaded: the checks that
+  # need its root come then (_merge_beam_args).
+  user_beam_args = _beam_args(args.beam_arg, pipeline_root=None)
+  _check_beam_services(user_beam_args)
+  # The module checks run in a child of this server (check_server.py).
+  check_server.start_server()
+  pipeline, module_file = _prepare_user_pipeline(args, output_root,
+                                                 user_beam_args)
+  print(f'Running pipeline {pipeline.pipeline_info.pipeline_name!r} from '
+        f'{args.pipeline}\n'
+        '  outputs under '
+        f'{os.path.abspath(pipeline.pipeline_info.pipeline_root)} (its '
+        'pipeline root)', flush=True)
+
+  def run_it(local_runner, printer):
+    # As `python FILE` would: the pipeline's folder stays importable while
+    # it runs (Transform's preprocessing_fn='models.preprocessing...').
+    from tfx_tpu_trainer import user_module  # pylint: disable=g-import-not-at-top
+    with user_module.first_on_path(os.path.dirname(os.path.abspath(
+        args.pipeline.rpartition(':')[0]))):
+      return local_runner.run_pipeline(pipeline, printer=printer)
+
+  return run_it, module_file
+
+
+def _checked_taxi_pipeline(args, output_root: str):
+  """The bundled pipeline's arguments, checked, with a line at each step.
+
+  Returns:
+    (`run_it(local_runner, printer)`, the trainer module file).
+  """
+  options = _static_run_args(args)
+  print(f'Running the taxi pipeline on {options["data_root"]}\n'
+        f'  outputs under {output_root}', flush=True)
+  options |= _checked_beam_args(args)
+  print('  checking the module files (TensorFlow and TFX load first) ...',
+        flush=True)
+  # The trainer module is checked in a child of this server: it imports
+  # TensorFlow and TFX while this process checks the other module.
+  check_server.start_server()
+  options = _checked_run_args(args, options)
+
+  def run_it(local_runner, printer):
+    return local_runner.run(local_runner.local_options(output_root,
+                                                       **options),
+                            printer=printer)
+
+  return run_it, options['trainer_module_file']
+
+
+def _static_user_pipeline_args(args, output_root: str) -> None:
+  """`run --pipeline`: what is known before the file (and TFX) is imported."""
+  from tfx_tpu_trainer_cli import user_pipeline  # pylint: disable=g-import-not-at-top
+  _bundled_only_options(args)
+  user_pipeline.check_spec(args.pipeline)
+  _check_output_root(output_root)
+
+
+def _prepare_user_pipeline(args, output_root: str, beam_args=()):
   """`run --pipeline`: the checked pipeline and its first trainer module.
 
   A pipeline without a metadata config gets SQLite under `output_root`;
-  every TPUTrainer's module file is checked against the contract first.
+  every TPUTrainer's module file is checked against the contract first, and
+  the Beam components' job server and worker pool are asked to answer.
   """
   from tfx_tpu_trainer_cli import user_pipeline  # pylint: disable=g-import-not-at-top
-  _bundled_only_options(args)
-  user_pipeline.parse_spec(args.pipeline)  # Before TFX loads.
-  _check_output_root(output_root)
-  from tfx_tpu_trainer import component  # pylint: disable=g-import-not-at-top
   pipeline = user_pipeline.load_pipeline(args.pipeline)
+  from tfx_tpu_trainer import component  # pylint: disable=g-import-not-at-top
   _check_pipeline_name(pipeline.pipeline_info.pipeline_name,
                        f'{user_pipeline.FLAG} {args.pipeline}: pipeline_name')
-  if args.beam_arg:
-    from tfx.dsl.components.base import executor_spec  # pylint: disable=g-import-not-at-top
-    for node in pipeline.components:
-      if isinstance(node.executor_spec, executor_spec.BeamExecutorSpec):
-        node.executor_spec.beam_pipeline_args = _beam_args(
-            args.beam_arg, pipeline.pipeline_info.pipeline_root,
-            node.executor_spec.beam_pipeline_args)
+  _merge_beam_args(pipeline, beam_args)
   # Each Pusher's push a version of its own (two into one serving folder in
   # one second would otherwise publish one model for both).
   from tfx_tpu_trainer.publishing import pusher as pusher_lib  # pylint: disable=g-import-not-at-top
@@ -487,6 +606,31 @@ def _prepare_user_pipeline(args, output_root: str):
     pipeline.metadata_connection_config = (
         metadata.sqlite_metadata_connection_config(path))
   return pipeline, (module_files[0] if module_files else None)
+
+
+def _merge_beam_args(pipeline, beam_args) -> None:
+  """Each Beam component's args, then `--beam-arg`s; their services asked.
+
+  The pipeline's own Beam args are asked too: a PortableRunner job server
+  that does not answer fails the run here, not 60 s into ExampleGen.
+  """
+  from tfx.dsl.components.base import executor_spec  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer.kubeflow import beam_runners  # pylint: disable=g-import-not-at-top
+  asked = []
+  for node in pipeline.components:
+    if not isinstance(node.executor_spec, executor_spec.BeamExecutorSpec):
+      continue
+    spec = node.executor_spec
+    if beam_args:
+      spec.beam_pipeline_args = _beam_args(
+          beam_args, pipeline.pipeline_info.pipeline_root,
+          spec.beam_pipeline_args)
+    else:  # The pipeline's own portable runner outlives a minute too.
+      spec.beam_pipeline_args = list(spec.beam_pipeline_args) + (
+          beam_runners.job_defaults(spec.beam_pipeline_args))
+    if spec.beam_pipeline_args not in asked:
+      _check_beam_services(spec.beam_pipeline_args)
+      asked.append(spec.beam_pipeline_args)
 
 
 def _quiet_tensorflow() -> None:

@@ -1,15 +1,24 @@
 """`--pipeline FILE:FUNCTION`: a user's pipeline factory, loaded and checked."""
 
+import ast
 import contextlib
 import inspect
 import os
-from typing import Callable, Iterator, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from tfx_tpu_trainer import user_module
 from tfx_tpu_trainer_cli import common
 
+__all__ = ['FLAG', 'parse_spec', 'check_spec', 'load_function',
+           'load_pipeline']
+
 FLAG = '--pipeline'
 _MODULE_NAME = '_tfx_tpu_trainer_user_pipeline'
+# Module-level calls that can bind names the source does not show.
+_DYNAMIC_BINDERS = ('exec', 'globals', 'locals', 'vars', 'setattr',
+                    '__import__')
+_FUNCTION_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
 class _ProcessExit(BaseException):
@@ -62,6 +71,99 @@ def parse_spec(spec: str) -> Tuple[str, str]:
     raise common.UsageError(
         f'{FLAG}: the pipeline file {path!r} does not exist or is not a file.')
   return path, function
+
+
+def check_spec(spec: str) -> Tuple[str, str]:
+  """`parse_spec`, and the function read from the file's source, unrun.
+
+  What the file alone says, before it (and TFX, TensorFlow) is imported: a
+  FUNCTION the file never defines, or one with required arguments, is
+  refused at once. A file that may define names in ways its source does not
+  show (`from x import *`, `exec`, a module `__getattr__`, the name as a
+  string) or that does not parse is left to `load_function`.
+
+  Returns:
+    (absolute file path, function name).
+
+  Raises:
+    common.UsageError: naming the file and the function.
+  """
+  path, function = parse_spec(spec)
+  try:
+    with open(path, 'rb') as f:
+      tree = ast.parse(f.read(), filename=path)
+  except (SyntaxError, ValueError, OSError):
+    return path, function
+  bindings = _top_level_bindings(tree)
+  if bindings is None:
+    return path, function
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Global):  # `global NAME` in a function binds it.
+      for name in node.names:
+        bindings.setdefault(name, []).append(node)
+    elif isinstance(node, ast.Constant) and node.value == function:
+      return path, function  # setattr(..., 'NAME', ...) and the like.
+  nodes = bindings.get(function)
+  if not nodes:
+    defined = sorted(n for n, found in bindings.items()
+                     if any(isinstance(node, _FUNCTION_DEFS) for node in found))
+    raise common.UsageError(
+        f'{FLAG}: {path} defines no function {function!r} (functions it '
+        f'defines: {defined}).')
+  if len(nodes) == 1 and isinstance(nodes[0], _FUNCTION_DEFS):
+    _check_no_required_arguments(nodes[0], os.path.basename(path))
+  return path, function
+
+
+def _top_level_bindings(tree: ast.Module) -> Optional[Dict[str, List[ast.AST]]]:
+  """Name -> the module-level statements that bind it; None if unknowable."""
+  bindings: Dict[str, List[ast.AST]] = {}
+
+  def bind(name: str, node: ast.AST) -> None:
+    bindings.setdefault(name, []).append(node)
+
+  pending = list(tree.body)
+  while pending:
+    node = pending.pop()
+    if isinstance(node, (ast.ImportFrom, ast.Import)):
+      for alias in node.names:
+        if alias.name == '*':
+          return None
+        bind(alias.asname or alias.name.split('.')[0], node)
+    elif isinstance(node, _FUNCTION_DEFS + (ast.ClassDef,)):
+      bind(node.name, node)
+      continue  # Its body binds names of its own scope.
+    elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+      bind(node.id, node)
+    elif isinstance(node, ast.ExceptHandler) and node.name:
+      bind(node.name, node)
+    elif isinstance(node, (ast.Lambda,) + _COMPREHENSIONS):
+      continue  # Their names are their own.
+    elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and
+          node.func.id in _DYNAMIC_BINDERS):
+      return None
+    pending.extend(ast.iter_child_nodes(node))
+  if '__getattr__' in bindings:
+    return None
+  return bindings
+
+
+def _check_no_required_arguments(node: ast.AST, name: str) -> None:
+  """A plain `def` whose parameters lack defaults is refused, as when run."""
+  if node.decorator_list:
+    return  # A decorator may give it another signature.
+  arguments = node.args
+  positional = arguments.posonlyargs + arguments.args
+  required = [a.arg for a in positional[:len(positional) -
+                                        len(arguments.defaults)]]
+  required += [a.arg for a, default in zip(arguments.kwonlyargs,
+                                           arguments.kw_defaults)
+               if default is None]
+  if required:
+    raise common.UsageError(
+        f'{FLAG}: {node.name}({ast.unparse(arguments)}) in {name} has '
+        f'required argument(s) {required}; the function must take none (give '
+        'them defaults, or wrap it in a function that passes them).')
 
 
 def load_function(path: str, function: str) -> Callable[[], object]:

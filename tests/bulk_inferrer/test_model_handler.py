@@ -60,7 +60,9 @@ def _assert_doubles_through_beam(handler, count):
 
 
 def test_pad_batch_fills_with_the_last_example_and_unpad_drops_it():
-  assert model_handler.pad_batch([b'a', b'b'], 4) == [b'a', b'b', b'b', b'b']
+  assert model_handler.pad_batch([b'a', b'b', b'c'], 8) == [b'a', b'b', b'c',
+                                                            b'c']
+  assert model_handler.pad_batch([b'a', b'b', b'c'], 3) == [b'a', b'b', b'c']
   assert model_handler.pad_batch([b'a'], 1) == [b'a']
   outputs = model_handler.unpad_outputs(
       {'y': np.arange(8).reshape(4, 2)}, 3)
@@ -71,16 +73,30 @@ def test_pad_batch_fills_with_the_last_example_and_unpad_drops_it():
     model_handler.pad_batch([], 2)
 
 
-def test_every_model_call_gets_the_batch_size_and_only_real_rows_come_back(
-    doubling_model):
-  handler = _handler(doubling_model, batch_size=4)
+def test_padding_never_outgrows_the_batch_there():
+  # Full batches are the batch size; a smaller one gets the next power of
+  # two: fewer padding rows than real ones, and few shapes for XLA.
+  assert [model_handler.padded_size(count, 256)
+          for count in (1, 2, 3, 5, 50, 129, 256)] == [1, 2, 4, 8, 64, 256,
+                                                       256]
+  assert model_handler.padded_size(50, 2**16) == 64
+  assert model_handler.padded_size(3, 3) == 3
+
+
+@pytest.mark.parametrize('batch_size,count,fed', [
+    (4, 10, [4, 4, 2]),
+    (2**16, 50, [64]),  # Not 65,536 rows for 50 examples.
+])
+def test_model_calls_get_full_or_power_of_two_batches_and_only_real_rows_back(
+    doubling_model, batch_size, count, fed):
+  handler = _handler(doubling_model, batch_size=batch_size)
   model = _RecordingModel(handler.load_model())
   examples = [tf.train.Example.FromString(tiny_saved_models.example(x))
-              for x in range(10)]
+              for x in range(count)]
   logs = handler.run_inference(examples, model)
-  assert model.batch_sizes == [4, 4, 4]
+  assert model.batch_sizes == fed
   assert [log.predict_log.response.outputs['y'].float_val[0]
-          for log in logs] == [2.0 * x for x in range(10)]
+          for log in logs] == [2.0 * x for x in range(count)]
 
 
 def test_beam_batches_are_the_batch_size(doubling_model):

@@ -9,9 +9,8 @@ import re
 import pytest
 
 from tests import conftest
+from tfx_tpu_trainer_cli import blessing
 from tfx_tpu_trainer_cli import main as cli
-
-pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 ROWS = 2000
 
@@ -36,6 +35,8 @@ def _metric(out, name):
   return float(re.search(rf'\b{name}=([0-9.]+)', out).group(1))
 
 
+@pytest.mark.slow
+@pytest.mark.heavy
 def test_a_constant_classifier_is_not_blessed_and_the_summary_says_why(
     tmp_path, capfd, data_root):
   out = _run(capfd, data_root, tmp_path / 'out', '--train-steps', '10',
@@ -48,3 +49,49 @@ def test_a_constant_classifier_is_not_blessed_and_the_summary_says_why(
           in out), out
   assert 'Pushed model:           none (the model was not blessed)' in out
   assert not os.path.exists(tmp_path / 'out' / 'serving_model' / 'taxi_tpu')
+
+
+def test_thresholds_are_named_as_tfma_names_their_values():
+  """The names of the Evaluator metrics line: TFMA's metrics, Keras' (TFX's
+  penguin example thresholds SparseCategoricalAccuracy), a config's own."""
+  import tensorflow_model_analysis as tfma  # pylint: disable=g-import-not-at-top
+
+  def at_least(bound):
+    return tfma.MetricThreshold(value_threshold=tfma.GenericValueThreshold(
+        lower_bound={'value': bound}))
+
+  config = tfma.EvalConfig(metrics_specs=[tfma.MetricsSpec(
+      metrics=[
+          tfma.MetricConfig(class_name='ExampleCount'),
+          tfma.MetricConfig(class_name='SparseCategoricalAccuracy',
+                            threshold=at_least(0.6)),
+          tfma.MetricConfig(class_name='BinaryAccuracy',
+                            threshold=at_least(0.5)),
+          tfma.MetricConfig(class_name='SparseCategoricalAccuracy',
+                            config='"name": "accuracy_named"',
+                            threshold=at_least(0.7)),
+      ],
+      thresholds={'auc': at_least(0.8)})])
+  assert blessing.value_thresholds(config) == [
+      ('sparse_categorical_accuracy', 0.6, None),
+      ('binary_accuracy', 0.5, None),
+      ('accuracy_named', 0.7, None),
+      ('auc', 0.8, None)]
+
+
+def test_the_penguin_example_s_threshold_is_named_as_its_values(tmp_path):
+  """The README's example: `Blessed:` names sparse_categorical_accuracy,
+  the name its Evaluator metrics line shows, not the class."""
+  import tensorflow_model_analysis as tfma  # pylint: disable=g-import-not-at-top
+  from google.protobuf import json_format  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer import user_module  # pylint: disable=g-import-not-at-top
+  penguin_pipeline = user_module.load_file(
+      os.path.join(conftest.REPO_ROOT, 'examples', 'penguin_tpu',
+                   'penguin_pipeline.py'), '_penguin_pipeline')
+  pipeline = penguin_pipeline.create_pipeline(
+      data_root=str(tmp_path), pipeline_root=str(tmp_path / 'root'))
+  (evaluator,) = [c for c in pipeline.components if c.id == 'Evaluator']
+  config = json_format.Parse(evaluator.exec_properties['eval_config'],
+                             tfma.EvalConfig())
+  assert blessing.value_thresholds(config) == [
+      ('sparse_categorical_accuracy', 0.6, None)]

@@ -30,8 +30,9 @@ def _command(tmp_path, source, *argv):
 
 def test_os_exit_at_import_of_the_pipeline_file_exits_2_naming_it(tmp_path):
   output = tmp_path / 'out'
-  code, err, path = _command(tmp_path, 'import os\nos._exit(0)\n', 'run',
-                             '--output-root', str(output))
+  code, err, path = _command(
+      tmp_path, 'import os\nos._exit(0)\n\ndef create_pipeline():\n  pass\n',
+      'run', '--output-root', str(output))
   assert code == 2, err
   assert (f'tfx-tpu-trainer run: error: --pipeline: {path} failed to '
           'import: it called os._exit(0) while being imported. A pipeline '

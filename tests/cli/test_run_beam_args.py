@@ -48,8 +48,13 @@ def test_run_beam_args_are_merged_after_the_pipeline_s_own(tmp_path):
   from tfx_tpu_trainer_cli import run  # pylint: disable=g-import-not-at-top
   values = [v.split('=', 1)[1] for v in PORTABLE] + [
       '--environment_type=LOOPBACK']
-  assert run._beam_args(values, str(tmp_path)) == values  # pylint: disable=protected-access
+  # The job may outlive Beam's 60 s job_server_timeout (beam_runners.py).
+  timeout = ['--job_server_timeout=86400']
+  assert run._beam_args(values, str(tmp_path)) == values + timeout  # pylint: disable=protected-access
   # A later value replaces an earlier one of the same name.
   assert run._beam_args(values, str(tmp_path), existing=[  # pylint: disable=protected-access
       '--runner=DirectRunner', '--direct_num_workers=2']) == [
-          '--direct_num_workers=2'] + values
+          '--direct_num_workers=2'] + values + timeout
+  # One given is kept.
+  given = values + ['--job_server_timeout=600']
+  assert run._beam_args(given, str(tmp_path)) == given  # pylint: disable=protected-access

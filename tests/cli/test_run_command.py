@@ -160,6 +160,11 @@ def test_summary_names_the_training_report(capsys, report_path, shown):
     (['--train-steps', '7'], 2),
     (['--train-steps', '1000', '--eval-every-steps', '250'], 250),
     (['--train-steps', '1000', '--eval-every-steps', '0'], None),
+    # On a TPU in whole loops of iterations_per_loop (100): checkpoints come
+    # only between loops.
+    (['--train-steps', '1000', '--tpu-name', 't'], 200),
+    (['--train-steps', '1250', '--tpu-name', 't'], 300),
+    (['--train-steps', '90', '--tpu-name', 't'], None),
 ])
 def test_eval_every_steps_default_spreads_evaluations(argv, expected):
   from tfx_tpu_trainer_cli import run  # pylint: disable=g-import-not-at-top

@@ -8,6 +8,7 @@ its TPUTrainer only, and runs locally to a pushed model (slow).
 
 import json
 import os
+import re
 import shutil
 import tarfile
 import textwrap
@@ -15,7 +16,9 @@ import textwrap
 import pytest
 import yaml
 
+from tests.fixtures import beam_jobs
 from tests.fixtures import serving_data
+from tfx_tpu_trainer_cli import common
 from tfx_tpu_trainer_cli import main as cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -75,7 +78,8 @@ def _write(directory, name, text):
      'create_pipeline',
      '--pipeline: create_pipeline() in p.py returned dict, not a '
      'tfx.dsl.Pipeline'),
-    ('import no_such_module_xyz\n', 'create_pipeline',
+    ('import no_such_module_xyz\n\ndef create_pipeline():\n  pass\n',
+     'create_pipeline',
      "--pipeline: {path} failed to import: ModuleNotFoundError: No module "
      "named 'no_such_module_xyz'"),
     (_NO_TRAINER, 'create_pipeline',
@@ -160,6 +164,88 @@ def test_options_are_never_matched_by_prefix(capsys, argv, usage, message):
   err = capsys.readouterr().err
   assert err.startswith(usage), err
   assert message in err, err
+
+
+@pytest.mark.parametrize('argv,message', [
+    # A custom_config key is not an option: where it is set.
+    (['run', '--input-cache', 'memory'],
+     "unrecognized arguments: --input-cache (input_cache is a key of "
+     "TPUTrainer's custom_config, not an option: set it in your pipeline, "
+     "TPUTrainer(custom_config={'input_cache': ...}), and run or compile "
+     'that with --pipeline FILE:FUNCTION; '
+     'docs/reference/custom_config.md)'),
+    (['compile', '--iterations-per-loop=50'],
+     "(iterations_per_loop is a key of TPUTrainer's custom_config"),
+    # A value that starts with '-' after a space: it needs '='.
+    (['run', '--beam-arg', '--runner=PortableRunner'],
+     "argument --beam-arg: expected one argument, got the option-like "
+     "'--runner=PortableRunner'; a value that starts with \"-\" goes after "
+     '"=": write --beam-arg=--runner=PortableRunner.'),
+    (['compile', '--beam-arg', '--runner=DataflowRunner'],
+     'write --beam-arg=--runner=DataflowRunner.'),
+])
+def test_a_mistaken_option_is_answered_with_what_is_meant(capsys, argv,
+                                                          message):
+  assert _exit_code(argv) == 2
+  err = capsys.readouterr().err
+  assert message in err, err
+  assert 'did you mean' not in err
+
+
+@pytest.mark.parametrize('command', ['run', 'compile', 'preflight',
+                                     'tpu-check'])
+def test_help_never_breaks_an_example_at_a_hyphen(capsys, command):
+  assert _exit_code([command, '--help']) == 0
+  text = capsys.readouterr().out
+  for line in text.splitlines():
+    assert not line.rstrip().endswith(('-', '=')), line
+  if command == 'run':
+    assert ' --beam-arg=--runner=PortableRunner ' in text.replace('\n', ' ')
+    assert '--beam-arg=--job_endpoint=localhost:8099' in text
+
+
+@pytest.mark.parametrize('source', [
+    'from somewhere import *\n',
+    'globals()["create_pipeline"] = lambda: None\n',
+    'import sys\nsetattr(sys.modules[__name__], "create_pipeline", min)\n',
+    'def __getattr__(name):\n  return min\n',
+    'def make():\n  global create_pipeline\n  create_pipeline = min\n',
+    'if True:\n  def create_pipeline():\n    pass\n',
+    'try:\n  from x import create_pipeline\nexcept ImportError:\n'
+    '  create_pipeline = None\n',
+    'def create_pipeline(*args, root=None, **kwargs):\n  pass\n',
+    'import functools\n@functools.lru_cache\ndef create_pipeline(root):\n'
+    '  pass\n',
+    'def broken(:\n',  # Does not parse: the import says so.
+])
+def test_the_source_check_leaves_what_it_cannot_read_to_the_import(
+    tmp_path, source):
+  from tfx_tpu_trainer_cli import user_pipeline  # pylint: disable=g-import-not-at-top
+  path = tmp_path / 'p.py'
+  path.write_text(source)
+  assert user_pipeline.check_spec(f'{path}:create_pipeline') == (
+      str(path), 'create_pipeline')
+
+
+@pytest.mark.parametrize('source,message', [
+    ('import tensorflow\ndef other():\n  pass\n',
+     "defines no function 'create_pipeline' (functions it defines: "
+     "['other'])."),
+    ('def create_pipeline(*, root):\n  pass\n',
+     "create_pipeline(*, root) in p.py has required argument(s) ['root']"),
+    ('def create_pipeline(a, /, b=1):\n  pass\n',
+     "create_pipeline(a, /, b=1) in p.py has required argument(s) ['a']"),
+    ('class create_pipelines:\n  def create_pipeline(self):\n    pass\n',
+     "defines no function 'create_pipeline' (functions it defines: [])."),
+])
+def test_the_source_check_refuses_what_the_source_shows(tmp_path, source,
+                                                         message):
+  from tfx_tpu_trainer_cli import user_pipeline  # pylint: disable=g-import-not-at-top
+  path = tmp_path / 'p.py'
+  path.write_text(source)
+  with pytest.raises(common.UsageError) as error:
+    user_pipeline.check_spec(f'{path}:create_pipeline')
+  assert message in str(error.value)
 
 
 def test_every_parser_refuses_abbreviations():
@@ -405,7 +491,12 @@ def test_run_pipeline_runs_the_user_pipeline_to_a_pushed_model(
   out = capfd.readouterr().out  # Progress lines go to file descriptor 1.
   assert "Running pipeline 'penguin-tpu' from" in out
   assert '[5/7] TPUTrainer done in' in out
-  assert 'Blessed:                yes' in out
+  # The blessing names the value the Evaluator metrics line shows (TFMA's
+  # name of Keras' SparseCategoricalAccuracy).
+  accuracy = re.search(r'Evaluator metrics: .*\bsparse_categorical_accuracy='
+                       r'([0-9.]+)', out).group(1)
+  assert ('Blessed:                yes (sparse_categorical_accuracy '
+          f'{accuracy} (needs >= 0.6))') in out, out
   pushed = [line.split()[-1] for line in out.splitlines()
             if line.startswith('  Pushed model:')][0]
   assert pushed.startswith(str(penguin_env / 'root' / 'serving_model'))
@@ -431,14 +522,18 @@ def test_run_beam_args_on_a_user_pipeline_are_checked_up_front(
     penguin_env, capsys):
   root = penguin_env / 'root'  # Other tests of the module compile into it.
   before = sorted(str(p) for p in root.rglob('*')) if root.exists() else None
-  try:
-    code = cli.main([
-        'run', '--pipeline', _spec(penguin_env), '--output-root',
-        str(penguin_env / 'out'), '--beam-arg=--runner=FlinkRunner',
-        '--beam-arg=--job_endpoint=localhost:8099',
-        '--beam-arg=--environment_type=DOCKER'])
-  except SystemExit as e:
-    code = e.code
+  services = penguin_env / 'services'
+  services.mkdir(exist_ok=True)
+  # A job server that answers (run asks it first, before loading the file).
+  with beam_jobs.job_server(str(services)) as job_endpoint:
+    try:
+      code = cli.main([
+          'run', '--pipeline', _spec(penguin_env), '--output-root',
+          str(penguin_env / 'out'), '--beam-arg=--runner=FlinkRunner',
+          f'--beam-arg=--job_endpoint={job_endpoint}',
+          '--beam-arg=--environment_type=DOCKER'])
+    except SystemExit as e:
+      code = e.code
   assert code == 2
   err = capsys.readouterr().err
   # Checked on each Beam component's args, against the pipeline's own root.

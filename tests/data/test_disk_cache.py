@@ -1,7 +1,8 @@
 """input_cache="disk": the training split parsed once into blocks on disk.
 
 The split's rows are numbered; the cache is shown to be read (not the
-records) by overwriting the record files with bytes that are no TFRecord.
+records) by overwriting the record files with bytes that are no TFRecord,
+of the same sizes and times (the cache is keyed by them).
 """
 
 import os
@@ -12,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 from tests.data import numbered_split
+from tfx_tpu_trainer.data import disk_cache
 from tfx_tpu_trainer.data import input_fns
 from tfx_tpu_trainer.training import checkpoints
 
@@ -40,8 +42,8 @@ def test_a_read_epoch_is_reused_by_a_later_input_fn_call(tmp_path):
                                                           ROWS_PER_FILE))
   # The marker is written before the epoch's end reaches the caller.
   assert os.path.exists(os.path.join(cache_dir, 'host-0-of-1',
-                                     input_fns.DISK_COMPLETE_FILE))
-  numbered_split.spoil(paths)
+                                     disk_cache.COMPLETE_FILE))
+  numbered_split.spoil(paths, keep_stat=True)
   # A retry builds the input again: it reads the parsed blocks.
   again = numbered_split.rows_of(_dataset(paths, cache_dir))
   np.testing.assert_array_equal(np.sort(again), np.sort(first))
@@ -59,12 +61,12 @@ def test_an_unfinished_or_foreign_cache_is_never_read(tmp_path, marker):
   with open(os.path.join(host_dir, 'block-000000000.int64'), 'wb') as f:
     f.write(b'half a block')
   if marker is not None:
-    with open(os.path.join(host_dir, input_fns.DISK_COMPLETE_FILE), 'w') as f:
+    with open(os.path.join(host_dir, disk_cache.COMPLETE_FILE), 'w') as f:
       f.write(marker)
   rows = numbered_split.rows_of(_dataset(paths, cache_dir))
   np.testing.assert_array_equal(np.sort(rows),
                                 np.arange(FILES * ROWS_PER_FILE))
-  numbered_split.spoil(paths)
+  numbered_split.spoil(paths, keep_stat=True)
   # The rewritten cache.
   again = numbered_split.rows_of(_dataset(paths, cache_dir))
   np.testing.assert_array_equal(np.sort(again), np.sort(rows))
@@ -178,7 +180,7 @@ def test_auto_caches_a_split_over_the_table_cap_on_a_local_disk(
   np.testing.assert_array_equal(np.sort(rows),
                                 np.arange(FILES * ROWS_PER_FILE))
   assert os.path.exists(os.path.join(cache_dir, 'host-0-of-1',
-                                     input_fns.DISK_COMPLETE_FILE))
+                                     disk_cache.COMPLETE_FILE))
 
 
 @pytest.mark.parametrize('cache_dir,reason', [

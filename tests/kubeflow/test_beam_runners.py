@@ -2,9 +2,11 @@
 checked at compile as Beam 2.59 parses them; valid sets compile unchanged."""
 
 import json
+import socket
 
 import pytest
 
+from tests.fixtures import beam_jobs
 from tfx_tpu_trainer.kubeflow import beam_args
 from tfx_tpu_trainer.kubeflow import beam_runners
 from tfx_tpu_trainer.kubeflow import compiler
@@ -208,3 +210,98 @@ def test_a_local_run_may_loop_back_and_use_localhost():
     beam_args.validate(values)
   embed = ['--runner=PortableRunner', '--job_endpoint=embed']
   assert beam_args.validate(embed, on_cluster=False) == embed
+
+
+def _portable(endpoint, *more):
+  return ['--runner=PortableRunner', f'--job_endpoint={endpoint}',
+          '--environment_type=LOOPBACK', *more]
+
+
+def test_a_job_server_that_is_not_there_is_named_with_how_to_start_one():
+  port = beam_jobs.free_port()  # Nothing listens on it.
+  with pytest.raises(beam_args.BeamArgError) as e:
+    beam_runners.check_services_answer(_portable(f'localhost:{port}'))
+  assert str(e.value) == (
+      f'--beam-arg: no Beam job server answers at localhost:{port} '
+      f'(--job_endpoint=localhost:{port}): the connection was refused '
+      '(nothing listens on that port). Start Beam\'s own job server: python '
+      '-m apache_beam.runners.portability.local_job_service_main --port '
+      f'{port} (docs/guide/your_pipeline.md, "Another Beam runner for the '
+      'local run"), or drop --beam-arg=--runner for the DirectRunner.')
+
+
+def test_a_job_server_name_that_does_not_resolve_is_named():
+  with pytest.raises(beam_args.BeamArgError,
+                     match=r'no Beam job server answers at '
+                     r'no-such-host\.invalid:8099 .*: the name does not '
+                     'resolve'):
+    beam_runners.check_services_answer(_portable('no-such-host.invalid:8099'))
+
+
+def test_a_port_that_is_no_grpc_server_is_named():
+  with socket.socket() as listener:  # Accepts, and never speaks HTTP/2.
+    listener.bind(('localhost', 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    with pytest.raises(beam_args.BeamArgError,
+                       match=f'no Beam job server answers at localhost:{port}'
+                       r'.*: the port accepts connections, but no gRPC '
+                       'server answered within 1 s'):
+      beam_runners.check_services_answer(_portable(f'localhost:{port}'),
+                                         timeout_secs=1)
+
+
+def test_a_running_job_server_and_worker_pool_answer(tmp_path):
+  pool_port = beam_jobs.free_port()
+  with beam_jobs.job_server(str(tmp_path)) as endpoint:
+    external = ['--runner=PortableRunner', f'--job_endpoint={endpoint}',
+                '--environment_type=EXTERNAL',
+                f'--environment_config=localhost:{pool_port}']
+    with pytest.raises(beam_args.BeamArgError,
+                       match='no Beam worker pool answers at '
+                       f'localhost:{pool_port}.*Start one: python -m '
+                       'apache_beam.runners.worker.worker_pool_main '
+                       f'--service_port={pool_port}'):
+      beam_runners.check_services_answer(external)
+    pool_log = str(tmp_path / 'pool.log')
+    with beam_jobs.started([beam_jobs.WORKER_POOL_MODULE,
+                            f'--service_port={pool_port}'], str(tmp_path),
+                           pool_log) as pool:
+      beam_jobs.wait(pool, beam_jobs.accepts(pool_port), pool_log)
+      beam_runners.check_services_answer(_portable(endpoint))
+      beam_runners.check_services_answer(external)
+
+
+@pytest.mark.parametrize('values', [
+    [], ['--direct_num_workers=2'], ['--runner=DirectRunner'],
+    ['--runner=PortableRunner', '--job_endpoint=embed'],
+    ['--runner=DataflowRunner', '--project=p', '--region=r',
+     '--temp_location=gs://b/t']])
+def test_nothing_to_ask_without_a_job_server_of_its_own(values):
+  beam_runners.check_services_answer(values)
+
+
+@pytest.mark.parametrize('values,added', [
+    (['--runner=PortableRunner', '--job_endpoint=localhost:8099'],
+     ['--job_server_timeout=86400']),
+    (['--runner=FlinkRunner', '--job_endpoint=flink:8099'],
+     ['--job_server_timeout=86400']),
+    (['--runner=PortableRunner', '--job_endpoint=embed'],
+     ['--job_server_timeout=86400']),
+    (['--runner=PortableRunner', '--job_endpoint=js:8099',
+      '--job-server-timeout=600'], []),
+    (['--runner=DirectRunner'], []),
+    (['--runner=DataflowRunner'], []),
+    ([], []),
+])
+def test_a_portable_job_may_outlive_beam_s_minute(values, added):
+  """Beam 2.59 puts --job_server_timeout (60 s) on the job's state stream:
+  a job on a job server that runs longer fails with DEADLINE_EXCEEDED."""
+  assert beam_runners.job_defaults(values) == added
+
+
+def test_a_compiled_flink_step_may_outlive_beam_s_minute(tmp_path):
+  code, output_dir = _compile(tmp_path, FLINK + WORKER_POOL)
+  assert code == 0
+  for config in _beam_args_of_steps(output_dir).values():
+    assert '--job_server_timeout=86400' in config

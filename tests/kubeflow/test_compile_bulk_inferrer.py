@@ -134,3 +134,33 @@ def test_an_inferrer_that_cannot_run_on_the_tpu_is_refused(
                               _options(**options_kwargs))
   assert message in str(e.value)
   assert not output.parent.exists()
+
+
+def _step_args(result):
+  with tarfile.open(result.path) as package:
+    workflow = yaml.safe_load(package.extractfile('pipeline.yaml'))
+  return {t['name']: ' '.join(t['container']['args'])
+          for t in workflow['spec']['templates'] if 'container' in t}
+
+
+@pytest.mark.parametrize('pod,beam_args,inferrer_workers', [
+    # A TPU host has up to 224 vCPUs: one Beam process per vCPU is bounded.
+    (scheduling.TrainerPod(tpu=scheduling.tpu_vm(V4, '2x2x1')), (), 8),
+    # The CPUs the pod asks for, when fewer.
+    (scheduling.TrainerPod(tpu=scheduling.tpu_vm(V4, '2x2x1'),
+                           cpu_request='3500m'), (), 3),
+    # What the user gives stays.
+    (scheduling.TrainerPod(tpu=scheduling.tpu_vm(V4, '2x2x1')),
+     ('--direct_num_workers=16',), 16),
+])
+def test_the_inferrer_beam_workers_are_bounded(tmp_path, pod, beam_args,
+                                               inferrer_workers):
+  result = compiler.compile_pipeline(
+      _pipeline(), str(tmp_path / 'p.tar.gz'),
+      _options(trainer_pod=pod, beam_args=beam_args))
+  args = _step_args(result)
+  assert f'--direct_num_workers={inferrer_workers}' in args['tpubulkinferrer']
+  assert '--direct_num_workers=0' not in args['tpubulkinferrer']
+  # The data steps run on the cluster's CPU nodes, as before.
+  assert (f'--direct_num_workers={beam_args[0].split("=")[1]}' if beam_args
+          else '--direct_num_workers=0') in args['csvexamplegen']

@@ -22,7 +22,7 @@ TRAINER_IMAGE = 'gcr.io/p/tfx-tpu-trainer-tpu-{runtime}:1'
 SPOT = scheduling.parse_toleration('cloud.google.com/gke-spot=true:NoSchedule')
 
 
-def _pipeline(root='gs://bucket/root', name='slice'):
+def _pipeline(root='gs://bucket/root', name='slice', custom_config=None):
   from tfx_tpu_trainer import TPUTrainer  # pylint: disable=g-import-not-at-top
   with compiler.user_modules_not_packaged():
     example_gen = tfx.components.CsvExampleGen(input_base='gs://bucket/data')
@@ -34,7 +34,8 @@ def _pipeline(root='gs://bucket/root', name='slice'):
                          examples=example_gen.outputs['examples'],
                          schema=schema_gen.outputs['schema'],
                          train_args=tfx.proto.TrainArgs(num_steps=1),
-                         eval_args=tfx.proto.EvalArgs(num_steps=1))
+                         eval_args=tfx.proto.EvalArgs(num_steps=1),
+                         custom_config=custom_config)
   return tfx.dsl.Pipeline(
       pipeline_name=name, pipeline_root=root,
       components=[example_gen, statistics_gen, schema_gen, trainer])
@@ -82,6 +83,14 @@ def test_v1_v4_2x2x2_trainer_step_is_a_cpu_driver_of_two_worker_pods(
   assert result.custom_config['use_tpu'] is True
   assert 'tpu' not in result.custom_config  # The workers are the TPU.
   assert 'it creates 2 worker pods' in result.trainer_summaries[0]
+  # The driver finds its pod by its uncut name (KFP's downward API variable;
+  # HOSTNAME is cut to 63 characters).
+  assert {'name': worker_group.POD_NAME_ENV, 'valueFrom': {'fieldRef': {
+      'fieldPath': 'metadata.name'}}} in step['container']['env']
+  # A worker waits for the driver's first word as long as the driver waits
+  # for its workers, and then its usual driver timeout.
+  assert _spec(step['container']['env']).driver_start_timeout == (
+      compiler.COMPILED_WORKER_WAIT_SECS + 600)
 
 
 def test_v2_v5e_4x4_trainer_executor_is_a_cpu_driver_of_four_worker_pods(
@@ -114,6 +123,22 @@ def test_vertex_job_and_tpu_check_are_refused_for_a_slice(tmp_path):
     compiler.compile_pipeline(
         _pipeline(), str(tmp_path / 's.tar.gz'),
         _options('tpu-v4-podslice', '2x2x2', tpu_check=True))
+  assert not os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize('mode', ['PER_HOST_V1', 'PER_SHARD_V1'])
+def test_input_modes_that_cannot_evaluate_on_a_slice_are_refused(tmp_path,
+                                                                 mode):
+  with pytest.raises(compiler.CompileError) as raised:
+    compiler.compile_pipeline(
+        _pipeline(custom_config={'per_host_input': mode}),
+        str(tmp_path / 's.tar.gz'), _options('tpu-v4-podslice', '2x2x2'))
+  assert str(raised.value) == (
+      f"TPUTrainer 'TPUTrainer': custom_config['per_host_input']={mode!r} "
+      'cannot evaluate on a TPU slice of 2 hosts: TPUEstimator evaluates on '
+      "several hosts only with ['PER_HOST_V2', 'BROADCAST'] and would stop "
+      "at the first evaluation, after training. Use 'PER_HOST_V2' (the "
+      'default).')
   assert not os.listdir(tmp_path)
 
 
@@ -170,3 +195,16 @@ def test_the_command_line_refuses_a_local_root_for_a_slice(tmp_path, capsys):
   assert 'is a local path, but the worker pods of a multi-host slice' in (
       capsys.readouterr().err)
   assert not (tmp_path / 'out').exists() or not os.listdir(tmp_path / 'out')
+
+
+def test_the_command_line_names_its_own_flag_for_a_slice_check(tmp_path,
+                                                               capsys):
+  from tfx_tpu_trainer_cli import main as cli  # pylint: disable=g-import-not-at-top
+  assert cli.main(['compile', '--pipeline-root', 'gs://b/root', '--data-root',
+                   'gs://b/data', '--output-dir', str(tmp_path / 'out'),
+                   '--topology', '2x2x2', '--tpu-check']) == 2
+  err = capsys.readouterr().err
+  assert ('tfx-tpu-trainer compile: error: --tpu-check checks the TPU of one '
+          'host; a multi-host slice has no pipeline step on its hosts (the '
+          'trainer creates them). Compile without --tpu-check.') in err, err
+  assert 'tpu_check' not in err

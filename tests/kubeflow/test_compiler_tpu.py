@@ -212,6 +212,24 @@ def test_a_component_named_like_the_check_is_refused(tmp_path):
     ({'_note': 'x'}, "Unknown custom_config key(s) ['_note']"),
     ({'train_batch_size': 0}, 'train_batch_size'),
     ({'train_batch_size': 64, 'use_tpu': True}, None),
+    # TPUEstimator's knobs (issue 47): accepted, refused, checked alike.
+    ({'tf_random_seed': 3, 'initial_infeed_sleep_secs': 60,
+      'experimental_host_call_every_n_steps': 10,
+      'experimental_allow_per_host_v2_parallel_get_next': True,
+      'bfloat16': True}, None),
+    ({'tf_random_seed': -3}, "custom_config['tf_random_seed'] must be"),
+    ({'num_cores_per_replica': 2}, 'model parallelism is not supported'),
+    ({'input_partition_dims': [[1, 2], None]},
+     'spatial partitioning is not supported'),
+    ({'use_tpu': True, 'save_checkpoints_steps': 150},
+     "custom_config['save_checkpoints_steps']=150 is not a multiple of "
+     "custom_config['iterations_per_loop']=100"),
+    ({'per_host_input': 'PER_HOST_V1',
+      'experimental_allow_per_host_v2_parallel_get_next': True},
+     'it acts only on PER_HOST_V2 input'),
+    ({'params': {'iterations_per_loop': 10}},
+     "custom_config['params'] sets 'iterations_per_loop'=10"),
+    ({'params': {'train_steps': 1}}, None),
 ])
 def test_the_compile_accepts_what_the_executor_accepts(tmp_path,
                                                         custom_config,
@@ -224,9 +242,15 @@ def test_the_compile_accepts_what_the_executor_accepts(tmp_path,
     config_lib.TrainerConfig.from_custom_config(custom_config, environ={})
     assert output.exists()
     return
+  # The definition refuses it (component.py); so does the compile, for a
+  # config changed after the definition.
+  with pytest.raises(config_lib.ConfigError, match=re.escape(refused)):
+    _pipeline(custom_config=custom_config)
+  pipeline = _pipeline()
+  for trainer in pipeline.components[-len(TRAINERS):]:
+    trainer.exec_properties['custom_config'] = json.dumps(custom_config)
   with pytest.raises(compiler.CompileError, match=re.escape(refused)):
-    compiler.compile_pipeline(_pipeline(custom_config=custom_config),
-                              str(output), _options())
+    compiler.compile_pipeline(pipeline, str(output), _options())
   with pytest.raises(config_lib.ConfigError, match=re.escape(refused)):
     config_lib.TrainerConfig.from_custom_config(custom_config, environ={})
   assert not output.exists()
@@ -272,3 +296,31 @@ def test_compiling_leaves_the_callers_pipeline_as_it_was(tmp_path):
   again = compiler.compile_pipeline(pipeline, str(tmp_path / 'again.tar.gz'),
                                     _options(tpu_check=True))
   assert again.tpu_check_id == 'TPUCheck'
+
+
+def test_warm_start_keys_without_a_base_model_are_refused_at_compile(
+    tmp_path):
+  output = tmp_path / 'p.tar.gz'
+  with pytest.raises(compiler.CompileError) as error:
+    compiler.compile_pipeline(
+        _pipeline(custom_config={'vars_to_warm_start': 'dense/.*'}),
+        str(output), _options())
+  assert str(error.value).startswith(
+      "TPUTrainer 'TrainerA': custom_config['vars_to_warm_start'] select "
+      'variables of the base model to warm-start from, but the TPUTrainer '
+      'has no base_model input.')
+  assert not output.exists()
+
+
+def test_params_that_disagree_with_the_train_args_are_refused_at_compile(
+    tmp_path):
+  output = tmp_path / 'p.tar.gz'
+  with pytest.raises(compiler.CompileError) as error:
+    compiler.compile_pipeline(
+        _pipeline(custom_config={'params': {'train_steps': 5000}}),
+        str(output), _options())
+  assert str(error.value).startswith(
+      "TPUTrainer 'TrainerA': custom_config['params'] sets "
+      "'train_steps'=5000, but TPUTrainer sets params['train_steps']=1 from "
+      'train_args.num_steps')
+  assert not output.exists()

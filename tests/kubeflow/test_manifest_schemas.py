@@ -7,53 +7,24 @@ The group checked is the one a compiled v1 step creates.
 """
 
 import copy
-import json
 
 import jsonschema
 import pytest
-from tfx import v1 as tfx
 
-from tfx_tpu_trainer.kubeflow import compiled_files
-from tfx_tpu_trainer.kubeflow import compiler
-from tfx_tpu_trainer.kubeflow import scheduling
-from tfx_tpu_trainer.kubeflow import tpu_slices
 from tfx_tpu_trainer.tpu import worker_group
 
-from tests.fixtures.k8s_schemas import generate
+from tests.fixtures import kube_api_server
+from tests.fixtures import slice_steps
 
-with open(generate.OUTPUT) as _f:
-  SCHEMAS = json.load(_f)
-
-
-def _validate(manifest):
-  kind = manifest['kind']
-  schema = dict(SCHEMAS['kinds'][kind], definitions=SCHEMAS['definitions'])
-  jsonschema.Draft7Validator(schema).validate(manifest)
+_validate = kube_api_server.validate
 
 
 def _compiled_group(tmp_path, accelerator, topology):
-  from tfx_tpu_trainer import TPUTrainer  # pylint: disable=g-import-not-at-top
-  with compiler.user_modules_not_packaged():
-    example_gen = tfx.components.CsvExampleGen(input_base='gs://b/data')
-    trainer = TPUTrainer(module_file='/m.py',
-                         examples=example_gen.outputs['examples'],
-                         train_args=tfx.proto.TrainArgs(num_steps=1),
-                         eval_args=tfx.proto.EvalArgs(num_steps=1))
-  result = compiler.compile_pipeline(
-      tfx.dsl.Pipeline(pipeline_name='slice', pipeline_root='gs://b/root',
-                       components=[example_gen, trainer]),
-      str(tmp_path / 'slice.tar.gz'),
-      compiler.KubeflowOptions(
-          trainer_pod=scheduling.TrainerPod(
-              tpu=tpu_slices.tpu_request(accelerator, topology)),
-          trainer_image='gcr.io/p/tpu-{runtime}:1'))
-  step = compiled_files.argo_step(
-      compiled_files.read_argo_workflow(result.path), 'TPUTrainer')
+  step = slice_steps.compiled_driver_step(tmp_path, accelerator, topology)
   (namespace_file := tmp_path / 'namespace').write_text('kubeflow')
-  environ = {e['name']: e['value'] for e in step['container']['env']
-             if 'value' in e}
-  environ[worker_group.POD_NAME_ENV] = 'slice-abcde-3141592653'
-  return worker_group.plan(environ, str(namespace_file))
+  return worker_group.plan(
+      slice_steps.step_environ(step, 'slice-abcde-3141592653'),
+      str(namespace_file))
 
 
 @pytest.mark.parametrize('accelerator,topology,hosts', [

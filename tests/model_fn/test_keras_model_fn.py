@@ -133,6 +133,33 @@ def test_cpu_train_step_updates_weights_and_batch_norm_statistics():
         session.run(variables['probabilities/kernel']) != kernel_before)
 
 
+def test_bfloat16_builds_the_keras_model_under_mixed_bfloat16():
+  model_fn = _keras_model_fn(_build)
+  graph, spec = model_fn_graphs.call_in_graph(
+      model_fn, ModeKeys.TRAIN, FEATURES, LABELS,
+      params={'use_bfloat16': True})
+  # The math in bfloat16, the variables and the loss in float32; the
+  # global Keras policy as it was.
+  assert any(op.type == 'MatMul' and op.outputs[0].dtype == tf.bfloat16
+             for op in graph.get_operations())
+  with graph.as_default():
+    assert {v.dtype.base_dtype for v in tf.compat.v1.global_variables()
+            if 'global_step' not in v.op.name} == {tf.float32}
+  assert spec.loss.dtype == tf.float32
+  assert tf.keras.mixed_precision.global_policy().name == 'float32'
+  with graph.as_default(), tf.compat.v1.Session() as session:
+    session.run(tf.compat.v1.global_variables_initializer())
+    losses = [session.run([spec.train_op, spec.loss])[1] for _ in range(3)]
+  assert np.isfinite(losses).all()
+  _, predict = model_fn_graphs.call_in_graph(
+      model_fn, ModeKeys.PREDICT, FEATURES, None,
+      params={'use_bfloat16': True})
+  assert predict.predictions['probabilities'].dtype == tf.float32
+  float_graph, _ = _call(model_fn, ModeKeys.TRAIN)
+  assert not any(t.dtype == tf.bfloat16 for op in float_graph.get_operations()
+                 for t in op.outputs)
+
+
 def test_graphs_with_the_same_params_share_one_built_model():
   calls = []
 

@@ -74,6 +74,12 @@ def test_ready_module_passes(capsys, schema_file):
 
 
 ALSO = ' (Also in the eval and export steps.)'
+HOST_CALL_FIX = (
+    'Write summaries from the host: return the TPUEstimatorSpec with '
+    "host_call=tfx_tpu_trainer.scalar_summaries_host_call({'name': scalar, "
+    "...}, params['model_dir']) (tf.summary on the CPU after the steps, as "
+    "tensorflow/tpu's ResNet does; docs/guide/your_model.md, \"Summaries on "
+    'a TPU").')
 
 
 @pytest.mark.parametrize('module_name,errors,line', [
@@ -82,13 +88,14 @@ ALSO = ' (Also in the eval and export steps.)'
      'the train step; a TPU program cannot hold strings. Do string work in '
      'the input_fn or the preprocessing_fn (e.g. turn strings into ids).' +
      ALSO),
-    # The float64 'mul' of the cast is folded under it (a knock-on).
-    ('preflight_float64_module.py', 3,
+    # The float64 'mul' of the cast and its gradient are folded under it (a
+    # knock-on); the constant 0.5 it multiplies by, which XLA folds, is none.
+    ('preflight_float64_module.py', 2,
      "ERROR   [train/float64] op 'Cast' (Cast) computes float64 in the train "
      'step; TPUs have no float64 (XLA on CPU accepts it). Use float32 or '
      'bfloat16: cast the inputs, and pass dtype=tf.float32 where a constant '
      "or variable is made. (Knock-on findings of this cause, folded here: "
-     "float64 at 'mul'.)" + ALSO),
+     "float64 at 'mul', float64 at 'gradients/Cast_1_grad/Cast'.)" + ALSO),
     ('preflight_unique_module.py', 1,
      "ERROR   [train/dynamic-shape] op 'Unique' (Unique) makes tensor "
      "'Unique:0' of shape (None,) from inputs of static shape: its size "
@@ -111,8 +118,13 @@ ALSO = ' (Also in the eval and export steps.)'
     ('preflight_summary_module.py', 1,
      "ERROR   [train/v1-summary] op 'mean_logit' (ScalarSummary) is a v1 "
      'summary inside the train step; TPU computations reject v1 summaries. '
-     'Remove it, or write summaries from a TPUEstimatorSpec host_call with '
-     'tf.summary (v2).' + ALSO),
+     'Remove it. ' + HOST_CALL_FIX + ALSO),
+    ('preflight_tf2_summary_module.py', 1,
+     "ERROR   [train/tf2-summary] op 'mean_logit/write_summary' "
+     '(WriteSummary) writes a tf2 summary inside the train step; XLA cannot '
+     'compile summary ops, so this step cannot be checked (on a TPU, '
+     'TensorFlow may run them on the host by automatic outside compilation, '
+     'a host round trip in every step). ' + HOST_CALL_FIX + ALSO),
     ('preflight_scalar_metric_module.py', 1,
      "ERROR   [eval/eval-metric-tensor-shape] eval_metrics tensor '0' "
      '(Mean:0) is a scalar: the TPU outfeed concatenates these tensors '
@@ -128,6 +140,53 @@ def test_broken_module_fails_naming_the_problem(capsys, schema_file,
   assert lines[0] == (f'TPU preflight of {path}: NOT TPU-ready: {errors} '
                       'error(s)')
   assert line in lines
+
+
+def test_summaries_from_a_host_call_helper_pass(capsys, schema_file):
+  code, lines, _ = _preflight(
+      capsys, '--module-file', _module('preflight_host_call_module.py'),
+      '--schema', schema_file)
+  assert code == 0, lines
+  assert any(line.startswith('INFO    [train/train-step] one train step '
+                             'compiled with XLA and ran on the sample')
+             for line in lines)
+
+
+def test_export_api_v2_without_tpu_inference_is_not_ready(capsys,
+                                                           schema_file):
+  path = _module('preflight_ready_module.py')
+  code, lines, _ = _preflight(
+      capsys, '--module-file', path, '--schema', schema_file,
+      '--custom-config', '{"export_saved_model_api_version": 2}')
+  assert code == 1, lines
+  assert lines[0] == f'TPU preflight of {path}: NOT TPU-ready: 1 error(s)'
+  assert any(line.startswith(
+      'ERROR   [export/no-tpu-inference] the model_fn does no TPU '
+      "inference: with custom_config['export_saved_model_api_version']=2")
+             for line in lines), lines
+
+
+def test_export_api_v2_with_the_module_s_own_tpu_inference_is_ready(
+    capsys, schema_file):
+  # Its PREDICT computation is its own: the preflight's would nest it.
+  code, lines, _ = _preflight(
+      capsys, '--module-file', _module('tpu_inference_module.py'),
+      '--schema', schema_file,
+      '--custom-config', '{"export_saved_model_api_version": 2}')
+  assert code == 0, lines
+  assert ('INFO    [export/export] the {serve} and {serve, tpu} SavedModel '
+          'exported.') in lines
+
+
+def test_bfloat16_the_model_fn_ignores_is_not_ready(capsys, schema_file):
+  code, lines, _ = _preflight(
+      capsys, '--module-file', _module('preflight_ready_module.py'),
+      '--schema', schema_file, '--custom-config', '{"bfloat16": true}')
+  assert code == 1, lines
+  assert any(line.startswith(
+      "ERROR   [train/bfloat16-unused] custom_config['bfloat16'] is true, "
+      'but the train step the model_fn built computes nothing in bfloat16')
+             for line in lines), lines
 
 
 def test_dynamic_input_shapes_name_each_feature(capsys):
@@ -524,6 +583,7 @@ def test_folding_and_merging_read_the_findings_op_not_their_text():
   assert len(cast) == 1
   assert (cast[0].code, cast[0].phase, cast[0].where) == (
       'float64', 'train', "op 'Cast' (Cast)")
-  assert cast[0].knock_on == ("float64 at 'mul'",)
+  assert cast[0].knock_on == ("float64 at 'mul'",
+                              "float64 at 'gradients/Cast_1_grad/Cast'")
   assert cast[0].also_in == ('eval', 'export')
   assert cast[0].fix.startswith('Use float32 or bfloat16')

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import tensorflow as tf
 from tfx.types import standard_artifacts
 from tfx.utils import path_utils
@@ -14,6 +15,7 @@ from tfx_tpu_trainer.publishing import pusher
 from tfx_tpu_trainer.publishing import versions
 
 from tests.conftest import REPO_ROOT
+from tests.fixtures import full_disk
 
 
 def _saved_model(model_uri, value):
@@ -216,3 +218,29 @@ def test_stock_pushers_of_a_user_pipeline_each_get_their_own_version(
         'pushed_destination'))
   assert destinations[0] != destinations[1]
   assert [_served_value(d) for d in destinations] == [1.0, 2.0]
+
+
+@pytest.mark.parametrize('left_before', [
+    # A killed push's staging folder and its lock: the cleanup's lock of it
+    # is the first write.
+    'mkdir -p {base}/.push-0123abcd && touch {base}/.push-0123abcd.lock',
+    'mkdir -p {base}/.push-0123abcd',  # Its lock file gone too.
+    'mkdir -p {base}',  # Nothing left: the push's own lock is the first.
+])
+def test_a_read_only_serving_folder_is_the_push_s_one_clear_error(
+    tmp_path, left_before):
+  mount = tmp_path / 'read_only'
+  mount.mkdir()
+  if not full_disk.can_mount_tmpfs(str(mount)):
+    pytest.skip('unshare -rm cannot mount a tmpfs here (no user namespaces)')
+  base = str(mount / 'serving')
+  model_path = _saved_model(str(tmp_path / 'model'), 5)
+  result = full_disk.run_on_tmpfs(
+      '1m', str(mount), ['push', model_path, base],
+      read_only_after=left_before.format(base=base))
+  assert result['error_type'] == 'PushError', result
+  assert result['message'] == (
+      f'Cannot push the model to {base}: the serving directory is not '
+      'writable (Read-only file system). No version was published. Make it '
+      'writable, or set the Pusher\'s push_destination to a directory this '
+      'process can write, then run the pipeline again.'), result['message']

@@ -5,6 +5,9 @@ TPU requirement then names every host without a TPU, and a host that does
 not answer is named by the wait.
 """
 
+import os
+import re
+import signal
 import subprocess
 import sys
 
@@ -42,12 +45,61 @@ def test_hosts_without_a_tpu_are_named(local_slice):
     assert f'worker {task} ({address}): 1 CPU' in str(raised.value)
 
 
+def _tpu_check(*args):
+  return subprocess.run(
+      [sys.executable, '-m', 'tfx_tpu_trainer_cli', 'tpu-check'] + list(args),
+      cwd=REPO_ROOT, capture_output=True, text=True)
+
+
 def test_the_cli_names_the_host_that_did_not_answer(local_slice):
   absent = f'localhost:{slice_workers.free_ports(1)[0]}'
-  result = subprocess.run(
-      [sys.executable, '-m', 'tfx_tpu_trainer_cli', 'tpu-check', '--timeout',
-       '3', '--workers', ','.join(local_slice.addresses[:1] + [absent])],
-      cwd=REPO_ROOT, capture_output=True, text=True)
+  result = _tpu_check('--timeout', '3', '--workers',
+                      ','.join(local_slice.addresses[:1] + [absent]))
   assert result.returncode == 1
+  # Whom it waits for and until when, before it waits.
+  assert re.search(
+      r'tpu-check: Waiting up to 3 s \(until \d\d:\d\d:\d\d; --timeout sets '
+      r'it\) for the 2 TPU workers of the slice: worker 0 \(localhost:\d+\), '
+      + re.escape(f'worker 1 ({absent}).'), result.stdout)
+  assert re.search(r'tpu-check: TPU worker 0 \(localhost:\d+\) answered',
+                   result.stdout)
   assert ('1 of the 2 TPU workers of the slice did not answer within 3 s: '
           f'worker 1 ({absent}): ConnectionRefusedError') in result.stderr
+  assert result.stderr.rstrip().endswith('--timeout sets the wait.')
+  assert 'TFX_TPU_TRAINER_WORKER_WAIT_SECS' not in result.stderr
+
+
+def test_a_name_that_does_not_resolve_fails_at_once(local_slice):
+  result = _tpu_check('--workers', 'tpu-workers-0.nowhere.invalid,' +
+                      local_slice.addresses[0])
+  assert result.returncode == 1
+  assert ("worker 0 (tpu-workers-0.nowhere.invalid:8470): the name "
+          "'tpu-workers-0.nowhere.invalid' does not resolve from here") in (
+              result.stderr)
+  assert 'Waiting up to' not in result.stdout  # Not the 900 s default wait.
+
+
+def test_a_frozen_worker_is_named(local_slice):
+  frozen = local_slice.processes[1].pid
+  os.kill(frozen, signal.SIGSTOP)
+  try:
+    result = _tpu_check('--timeout', '30', '--workers',
+                        ','.join(local_slice.addresses))
+  finally:
+    os.kill(frozen, signal.SIGCONT)
+  assert result.returncode == 1
+  assert (f'worker 1 ({local_slice.addresses[1]}): ') in result.stderr
+  assert ('no answer within 10 s (the worker took the connection: is its '
+          'process stopped or overloaded?)') in result.stderr
+  assert f'worker 0 ({local_slice.addresses[0]}):' not in result.stderr
+
+
+def test_hostnames_not_separated_by_commas_are_a_usage_error():
+  result = subprocess.run(
+      [sys.executable, '-m', 'tfx_tpu_trainer_cli', 'tpu-check'],
+      cwd=REPO_ROOT, capture_output=True, text=True,
+      env=dict(os.environ, TPU_WORKER_HOSTNAMES='h0;h1'))
+  assert result.returncode == 2
+  assert ("TPU_WORKER_HOSTNAMES: 'h0;h1' is not a worker address" in
+          result.stderr)
+  assert "Separate the hosts with commas, not ';'." in result.stderr

@@ -51,9 +51,10 @@ def _train(tmp_path, strategy, train_steps=100, eval_every_steps=20):
       eval_every_steps=eval_every_steps, eval_strategy=strategy,
       show_progress=False))
   model_dir = str(tmp_path / 'model_run')
+  # As the executor builds it: the loop ends at every point of the curves.
   estimator = estimator_builder.build_estimator(
       _model_fn, config, estimator_builder.build_run_config(config, model_dir),
-      {})
+      {}, train_steps=train_steps)
   schedule.train_and_evaluate(estimator, config, _input_fn,
                               _slow_eval_input_fn, train_steps, eval_steps=1)
   return training_events.read_scalars(model_dir)
@@ -64,16 +65,17 @@ def test_loss_to_the_last_step_and_speed_without_evaluations(tmp_path,
                                                              strategy):
   scalars = _train(tmp_path, strategy)
   loss_steps = [step for step, _ in scalars.series[curves.LOSS_TAG]]
-  # The cadence of a 100-step run is 10 steps; loops of 20 end at 20, 40...
+  # The cadence of a 100-step run is 10 steps, and the loop ends there:
+  # a tenth of the training, as TensorBoard's 100 steps for longer ones.
   assert curves.cadence_steps(100, 100) == 10
-  assert loss_steps == [20, 40, 60, 80, 100]
+  assert loss_steps == list(range(10, 101, 10))
   rates = scalars.series[curves.STEP_RATE_TAG]
   # From the second point of each session on (no rate across a start-up).
   assert [step for step, _ in rates][-1] == 100
-  assert len(rates) >= 2
-  # Every interval of 20 steps held an evaluation of >= EVAL_SECONDS: a
-  # rate above 20 / EVAL_SECONDS shows the evaluations were left out.
-  assert min(rate for _, rate in rates) > 2 * 20 / EVAL_SECONDS, rates
+  assert len(rates) >= 5
+  # Every other interval of 10 steps held an evaluation of >= EVAL_SECONDS:
+  # a rate above 10 / EVAL_SECONDS shows the evaluations were left out.
+  assert min(rate for _, rate in rates) > 2 * 10 / EVAL_SECONDS, rates
   examples = dict(scalars.series[curves.EXAMPLE_RATE_TAG])
   for step, rate in rates:
     assert examples[step] == pytest.approx(4 * rate, rel=1e-5)
@@ -87,6 +89,32 @@ def test_loss_to_the_last_step_and_speed_without_evaluations(tmp_path,
     (1000, None, 100)])
 def test_cadence(train_steps, summary_steps, expected):
   assert curves.cadence_steps(train_steps, summary_steps) == expected
+
+
+@pytest.mark.parametrize('train_steps', [30, 100, 150, 400, 999, 1000, 5000])
+@pytest.mark.parametrize('custom_config', [
+    {}, {'eval_every_steps': 20}, {'save_checkpoints_steps': 250}])
+def test_the_automatic_loop_ends_at_every_point_of_the_curves(train_steps,
+                                                             custom_config):
+  config = config_lib.TrainerConfig.from_custom_config(
+      dict(custom_config, use_tpu=False))
+  cadence = curves.cadence_steps(train_steps)
+  length = config.host_loop_length(cadence)
+  # Points every `cadence` steps: at least MIN_POINTS, or one every 100.
+  assert cadence % length == 0 and 100 % length == 0
+  assert train_steps // cadence >= min(curves.MIN_POINTS, train_steps // 100)
+  for key in config_lib.HOST_LOOP_END_KEYS:
+    steps = getattr(config, key)
+    assert steps is None or steps % length == 0
+  # Longer trainings keep the loop of 100 steps (no more session runs).
+  if train_steps >= 1000 and not custom_config:
+    assert length == 100
+
+
+def test_an_explicit_loop_length_is_kept():
+  config = config_lib.TrainerConfig.from_custom_config(
+      {'host_iterations_per_loop': 50, 'use_tpu': False})
+  assert config.host_loop_length(curves.cadence_steps(100)) == 50
 
 
 def test_training_clock_leaves_out_stopped_time():

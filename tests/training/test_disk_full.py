@@ -154,3 +154,29 @@ def test_full_model_run_is_emptied(taxi_artifacts, tmp_path):
       r'and no model was exported\.', result['message']), result['message']
   assert result['files'][dirs['model_run']] == [], result['files']
   assert not os.path.exists(path_utils.serving_model_dir(run.model.uri))
+
+
+def _small_model(tmp_path):
+  model = tmp_path / 'model'
+  (model / 'variables').mkdir(parents=True)
+  (model / 'saved_model.pb').write_bytes(b'p' * 1024)
+  for name in ('variables.data-00000-of-00001', 'variables.index'):
+    (model / 'variables' / name).write_bytes(b'v' * 1024)
+  return str(model)
+
+
+def test_a_disk_out_of_inodes_is_reported_as_inodes(tmpfs_dir, tmp_path):
+  # A megabyte of room but five inodes: the mount point, the serving
+  # folder, the push's lock and staging folder, its variables folder; the
+  # next file finds no inode left with the bytes all free.
+  base = os.path.join(tmpfs_dir, 'serving')
+  result = full_disk.run_on_tmpfs('1m', tmpfs_dir,
+                                  ['push', _small_model(tmp_path), base],
+                                  inodes=5)
+  assert result['error_type'] == 'DiskFullError', result
+  assert re.match(
+      r'The file system ran out of inodes while pushing the model: writing '
+      r'\S+ failed with "No space left on device"\. Its file system has 0 '
+      r'of 5 inodes free \(too many files, not too many bytes: [\d.]+ KB '
+      r'of 1\.0 MB are free\)', result['message']), result['message']
+  assert result['files'] == {base: []}

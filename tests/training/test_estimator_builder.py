@@ -104,3 +104,70 @@ def test_iterations_per_loop_as_a_time_reaches_tpu_config(tmp_path, loop,
   # TPUEstimator reads it back as a time per loop.
   assert tpu_util.parse_iterations_per_loop(
       run_config.tpu_config.iterations_per_loop) == (seconds, 'seconds')
+
+
+def test_tpu_estimator_knobs_reach_tpu_config_and_run_config(tmp_path):
+  config = _config(tpu={'name': 'tpu-a'}, tf_random_seed=7,
+                   initial_infeed_sleep_secs=30,
+                   experimental_host_call_every_n_steps=10,
+                   experimental_allow_per_host_v2_parallel_get_next=True)
+  run_config = estimator_builder.build_run_config(
+      config, str(tmp_path), resolver_factory=StandInResolver)
+  tpu_config = run_config.tpu_config
+  assert tpu_config.initial_infeed_sleep_secs == 30
+  assert tpu_config.experimental_host_call_every_n_steps == 10
+  assert tpu_config.experimental_allow_per_host_v2_parallel_get_next is True
+  assert run_config.tf_random_seed == 7
+  defaults = estimator_builder.build_run_config(_config(), str(tmp_path))
+  assert defaults.tf_random_seed is None
+  assert defaults.tpu_config.initial_infeed_sleep_secs is None
+  assert defaults.tpu_config.experimental_host_call_every_n_steps == 1
+  assert not (
+      defaults.tpu_config.experimental_allow_per_host_v2_parallel_get_next)
+
+
+class TwoHostResolver(StandInResolver):
+  """A Cloud TPU pod named by name: two hosts in its cluster spec."""
+
+  def cluster_spec(self):
+    return tf.train.ClusterSpec({'worker': ['10.0.0.2:8470',
+                                            '10.0.0.3:8470']})
+
+
+def test_named_tpu_of_two_hosts_refuses_an_input_mode_it_cannot_evaluate(
+    tmp_path):
+  config = _config(tpu='pod-a', per_host_input='PER_HOST_V1')
+  with pytest.raises(config_lib.ConfigError) as error:
+    estimator_builder.build_run_config(config, str(tmp_path),
+                                       resolver_factory=TwoHostResolver)
+  assert str(error.value).startswith(
+      "custom_config['per_host_input']='PER_HOST_V1' cannot evaluate on a "
+      'TPU slice of 2 hosts')
+  accepted = estimator_builder.build_run_config(
+      _config(tpu='pod-a'), str(tmp_path), resolver_factory=TwoHostResolver)
+  assert len(accepted.session_config.cluster_def.job[0].tasks) == 2
+
+
+def test_warm_start_settings_select_and_rename_from_the_base_model(tmp_path):
+  saved_model = tmp_path / 'Format-Serving'
+  (saved_model / 'variables').mkdir(parents=True)
+  (saved_model / 'variables' / 'variables.index').write_bytes(b'')
+  base = str(saved_model)
+  # No selection: the path, as TPUEstimator takes it (all trainable vars).
+  assert estimator_builder.warm_start_settings(_config(), base) == base
+  assert estimator_builder.warm_start_settings(_config(), None) is None
+  settings = estimator_builder.warm_start_settings(
+      _config(vars_to_warm_start=['dense/.*', 'global_step'],
+              var_name_to_prev_var_name={'dense/kernel': 'old/kernel'}),
+      base)
+  assert settings.ckpt_to_initialize_from == str(
+      saved_model / 'variables' / 'variables')
+  assert settings.vars_to_warm_start == ['dense/.*', 'global_step']
+  assert settings.var_name_to_prev_var_name == {'dense/kernel': 'old/kernel'}
+  renamed_only = estimator_builder.warm_start_settings(
+      _config(var_name_to_prev_var_name={'w': 'v'}), str(tmp_path / 'ckpt'))
+  assert renamed_only.ckpt_to_initialize_from == str(tmp_path / 'ckpt')
+  assert renamed_only.vars_to_warm_start == '.*'
+  with pytest.raises(config_lib.ConfigError, match='has no base_model input'):
+    estimator_builder.warm_start_settings(
+        _config(vars_to_warm_start='dense'), None)

@@ -133,10 +133,11 @@ def test_checkpoint_steps_must_be_a_multiple_of_the_loop():
   config = config_lib.TrainerConfig.from_custom_config(
       {'host_iterations_per_loop': 100, 'save_checkpoints_steps': 300})
   assert config.host_loop_iterations == 100
-  # On TPU the key is ignored: iterations_per_loop is TPU's own loop.
+  # On TPU the key is ignored: iterations_per_loop is TPU's own loop (which
+  # the checkpoint steps must be a multiple of: tests/test_config.py).
   on_tpu = config_lib.TrainerConfig.from_custom_config(
       {'host_iterations_per_loop': 100, 'save_checkpoints_steps': 250,
-       'use_tpu': True})
+       'iterations_per_loop': 50, 'use_tpu': True})
   assert on_tpu.host_loop_iterations == 1
 
 
@@ -287,6 +288,63 @@ def test_default_config_runs_training_hooks_of_the_model_fn_every_step(
   # The scratch graph's hook never runs; the training graph's runs 12 times.
   assert [len(recorder.losses) for recorder in recorders] == [0, 12]
   assert all(np.isfinite(recorders[-1].losses))
+
+
+def _warm_model_fn(checkpoint):
+  """_model_fn, its weights initialized from `checkpoint`, never trained.
+
+  As tensorflow/tpu's MnasNet warm-starts off TPU: init_from_checkpoint in
+  the model_fn.
+  """
+
+  def model_fn(features, labels, mode, params):
+    spec = _model_fn(features, labels, mode, params)
+    tf.compat.v1.train.init_from_checkpoint(checkpoint, {'w': 'w'})
+    if mode != tf.estimator.ModeKeys.TRAIN:
+      return spec
+    return spec._replace(train_op=tf.compat.v1.assign_add(
+        tf.compat.v1.train.get_global_step(), 1))
+
+  return model_fn
+
+
+@pytest.fixture(scope='module')
+def trained_checkpoint(tmp_path_factory):
+  model_dir = tmp_path_factory.mktemp('trained')
+  _estimator(model_dir, host_iterations_per_loop=1).train(_input_fn(),
+                                                          max_steps=5)
+  return tf.train.latest_checkpoint(str(model_dir))
+
+
+def test_default_config_trains_a_model_fn_that_inits_from_a_checkpoint(
+    tmp_path, trained_checkpoint, absl_info):
+  estimator = _estimator(tmp_path,
+                         model_fn=_warm_model_fn(trained_checkpoint))
+  counter = _RunCounter()
+  estimator.train(_input_fn(), max_steps=3, hooks=[counter])
+  # One step per session.run, from the checkpoint's weights.
+  assert counter.runs == 3
+  np.testing.assert_array_equal(
+      estimator.get_variable_value('w'),
+      tf.train.load_variable(trained_checkpoint, 'w'))
+  assert ('host_iterations_per_loop=\'auto\': the model_fn calls '
+          'tf.compat.v1.train.init_from_checkpoint, whose initializers cannot '
+          'be built inside the loop, so training runs one step per '
+          'session.run.') in absl_info.text
+
+
+def test_init_from_checkpoint_with_a_loop_length_names_the_key(
+    tmp_path, trained_checkpoint):
+  estimator = _estimator(tmp_path, model_fn=_warm_model_fn(
+      trained_checkpoint), host_iterations_per_loop=4)
+  with pytest.raises(host_loop.HostLoopError) as error:
+    estimator.train(_input_fn(), max_steps=3)
+  assert str(error.value) == (
+      'The model_fn calls tf.compat.v1.train.init_from_checkpoint, which '
+      "custom_config['host_iterations_per_loop'] > 1 cannot run (it would "
+      'build the variable initializers inside the loop). Set '
+      "host_iterations_per_loop to 1 or 'auto' (one step per session.run for "
+      'such a model_fn), or warm-start from base_model instead.')
 
 
 @pytest.mark.slow

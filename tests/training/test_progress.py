@@ -1,9 +1,12 @@
 """Live training progress: the bar, the plain lines, and the hook's fetches."""
 
+import fcntl
 import io
 import os
 import pty
 import select
+import struct
+import termios
 
 import numpy as np
 import pytest
@@ -284,33 +287,108 @@ def _read_all(descriptor):
   return b''.join(chunks).decode()
 
 
-def test_terminal_of_zero_columns_gets_plain_lines():
-  """`script` started from a non-terminal: a terminal of 0 x 0, on which
-  tqdm would draw nothing at all."""
+def _on_pty(columns, drive):
+  """What `drive(terminal)` writes to a pty of `columns` (0: no size)."""
   primary, secondary = pty.openpty()
+  if columns:
+    fcntl.ioctl(secondary, termios.TIOCSWINSZ,
+                struct.pack('HHHH', 24, columns, 0, 0))
   try:
     with os.fdopen(secondary, 'w', closefd=False) as terminal:
       assert terminal.isatty()
-      assert os.get_terminal_size(secondary).columns == 0
-      clock = _ManualClock()
-      reporter = progress.ProgressReporter(100, 8, stream=terminal,
-                                           clock=clock)
-      reporter.start(0)
-      clock.now = 1.0
-      reporter.update(50, 0.5)
-      clock.now = 2.0
-      reporter.update(100, 0.25, final=True)
-      reporter.close()
+      assert os.get_terminal_size(secondary).columns == columns
+      drive(terminal)
       terminal.flush()
-      written = _read_all(primary)
+      return _read_all(primary).replace('\r\n', '\n')
   finally:
     os.close(primary)
     os.close(secondary)
-  lines = written.replace('\r\n', '\n').splitlines()
-  assert lines == [
+
+
+def test_terminal_of_zero_columns_gets_plain_lines():
+  """`script` started from a non-terminal: a terminal of 0 x 0, on which
+  tqdm would draw nothing at all."""
+
+  def drive(terminal):
+    clock = _ManualClock()
+    reporter = progress.ProgressReporter(100, 8, stream=terminal, clock=clock)
+    reporter.start(0)
+    clock.now = 1.0
+    reporter.update(50, 0.5)
+    clock.now = 2.0
+    reporter.update(100, 0.25, final=True)
+    reporter.close()
+
+  assert _on_pty(0, drive).splitlines() == [
       'Training: step 50/100 (50%), loss 0.5',
       'Training: step 100/100 (100%), 50 steps/s (400 examples/s), loss '
       '0.25, ETA 0:00:00']
+
+
+def _bar_frames(columns, steps_per_update, batch_size=64, train_steps=1000):
+  """The bar's frames on a pty of `columns` (the last one is the final)."""
+
+  def drive(terminal):
+    clock = _ManualClock()
+    reporter = progress.ProgressReporter(train_steps, batch_size,
+                                         stream=terminal, clock=clock)
+    reporter.start(0)
+    for step in range(steps_per_update, train_steps + 1, steps_per_update):
+      clock.now += 0.32
+      reporter.update(step, 0.1942, final=step == train_steps)
+    reporter.close()
+
+  return [frame.strip('\n') for frame in _on_pty(columns, drive).split('\r')
+          if frame.strip()]
+
+
+def test_an_80_column_terminal_gets_whole_bar_lines():
+  frames = _bar_frames(80, 500)
+  # tqdm draws the bar to the terminal's width; nothing is cut off.
+  assert all(len(frame) <= 80 for frame in frames), frames
+  final = frames[-1]
+  assert '1000/1000' in final and final.endswith(
+      ', 1,562 steps/s, loss 0.1942, ETA 0:00:00]'), final
+  halfway = [frame for frame in frames if '500/1000' in frame][-1]
+  assert halfway.endswith(', loss 0.1942]'), halfway  # No rate yet.
+
+
+@pytest.mark.parametrize('columns,postfix', [
+    (200, ', 1,562 steps/s (100,000 examples/s), loss 0.1942, ETA 0:00:00]'),
+    (70, ', loss 0.1942, ETA 0:00:00]'),
+    (55, ', ETA 0:00:00]'),
+])
+def test_a_narrower_terminal_leaves_out_the_least_needed_first(columns,
+                                                               postfix):
+  final = _bar_frames(columns, 500)[-1]
+  assert final.endswith(postfix), final
+  assert len(final) <= columns
+
+
+def test_the_final_line_is_not_repeated_after_the_last_run():
+  """A session whose last run was fetched: its end says nothing new."""
+  stream = io.StringIO()
+  clock = _ManualClock()
+  reporter = progress.ProgressReporter(100, 8, stream=stream, clock=clock)
+  reporter.start(0)
+  clock.now = 1.0
+  reporter.update(50, 0.5)
+  clock.now = 2.0
+  reporter.update(100, 0.25)  # The run foreseen to be the last.
+  reporter.update(100, None, final=True)  # The session's end.
+  reporter.close()
+  assert stream.getvalue().splitlines() == [
+      'Training: step 50/100 (50%), loss 0.5',
+      'Training: step 100/100 (100%), 50 steps/s (400 examples/s), loss '
+      '0.25, ETA 0:00:00']
+  stream = io.StringIO()
+  reporter = progress.ProgressReporter(100, 8, stream=stream, clock=clock)
+  reporter.start(0)
+  clock.now = 100.0
+  reporter.update(100, 0.25)  # A line (the interval passed) ...
+  reporter.update(100, None, final=True)  # ... not repeated.
+  assert stream.getvalue().splitlines() == [
+      'Training: step 100/100 (100%), loss 0.25']
 
 
 def test_console_context_sends_progress_to_the_given_stream():

@@ -2,8 +2,10 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 
 import pytest
 import tensorflow as tf
@@ -51,6 +53,38 @@ def test_gke_hostnames_make_a_slice_only_with_several_hosts():
   assert tpu_slice.worker_addresses(single, {'TPU_WORKER_HOSTNAMES': 'h0'}) == ()
   with pytest.raises(tpu_slice.SliceError, match='TPU_WORKER_HOSTNAMES'):
     tpu_slice.worker_addresses(single, {'TPU_WORKER_HOSTNAMES': 'h0,h 1'})
+
+
+@pytest.mark.parametrize('hostnames,separator', [
+    ('h0;h1', ';'), ('h0 h1', ' '), ('h0|h1:8471', '|')])
+def test_hosts_not_separated_by_commas_are_not_one_host(hostnames, separator):
+  environ = {'TPU_WORKER_HOSTNAMES': hostnames}
+  config = from_custom_config({}, environ=environ)
+  with pytest.raises(tpu_slice.SliceError) as raised:
+    tpu_slice.worker_addresses(config, environ)
+  assert f"TPU_WORKER_HOSTNAMES: '{hostnames}' is not a worker address" in (
+      str(raised.value))
+  assert f'Separate the hosts with commas, not {separator!r}.' in str(
+      raised.value)
+
+
+@pytest.mark.parametrize('port', ['\u00b2', '\u0668\u0664\u0667\u0660'])
+def test_a_non_ascii_port_is_a_config_error(port):
+  with pytest.raises(config_lib.ConfigError) as raised:
+    from_custom_config({'tpu_workers': [f'h0:{port}']}, environ={})
+  assert f"'h0:{port}' is not a worker address" in str(raised.value)
+
+
+@pytest.mark.parametrize('name', [tpu_slice.WAIT_SECS_ENV,
+                                  tpu_slice.LOST_SECS_ENV])
+@pytest.mark.parametrize('value', ['nan', 'inf', '-1', 'soon'])
+def test_waits_are_positive_finite_seconds(name, value):
+  read = (tpu_slice.wait_secs if name == tpu_slice.WAIT_SECS_ENV
+          else tpu_slice.lost_secs)
+  with pytest.raises(tpu_slice.SliceError) as raised:
+    read({name: value})
+  assert f"{name}='{value}' is not a positive, finite number" in str(
+      raised.value)
 
 
 def test_tensorflow_resolves_the_grpc_list_to_worker_0_and_every_worker():
@@ -141,6 +175,46 @@ def test_the_wait_names_the_worker_that_did_not_answer(tmp_path,
   assert f'worker 1 ({absent})' in message
   assert f'worker 0 ({workers.addresses[0]})' not in message
   assert 'python -m tfx_tpu_trainer.tpu.worker' in message
+  assert f'{tpu_slice.WAIT_SECS_ENV} sets the wait.' in message
+
+
+def test_one_worker_named_twice_is_refused(tmp_path):
+  # localhost:P and 127.0.0.1:P are different strings for one server; a
+  # slice of them fails in training and then hangs in its session's close.
+  workers = slice_workers.LocalSlice(str(tmp_path), count=1)
+  port = workers.ports[0]
+  try:
+    workers.wait_until_serving()
+    with pytest.raises(tpu_slice.SliceError) as raised:
+      with tpu_slice.driving([f'localhost:{port}', f'127.0.0.1:{port}'],
+                             str(tmp_path)):
+        pass
+    assert workers.wait() == [0]  # Told the driver is done.
+  finally:
+    workers.stop()
+  assert (f'worker 0 (localhost:{port}) and worker 1 (127.0.0.1:{port}) are '
+          'one worker process') in str(raised.value)
+
+
+def test_the_wait_says_whom_it_waits_for_and_until_when(tmp_path):
+  workers = slice_workers.LocalSlice(str(tmp_path), count=1)
+  lines = []
+  try:
+    workers.wait_until_serving()
+    links = [tpu_slice.WorkerLink(0, workers.addresses[0])]
+    tpu_slice.wait_for_workers(links, 600, wait_set_by='--timeout',
+                               report=lines.append)
+    links[0].send(tpu_slice.DONE)
+    links[0].close()
+    assert workers.wait() == [0]
+  finally:
+    workers.stop()
+  assert re.fullmatch(
+      r'Waiting up to 600 s \(until \d\d:\d\d:\d\d; --timeout sets it\) '
+      r'for the 1 TPU workers of the slice: worker 0 \(localhost:\d+\)\.',
+      lines[0])
+  assert re.fullmatch(r'TPU worker 0 \(localhost:\d+\) answered after '
+                      r'[\d.]+ s\.', lines[1])
 
 
 def _worker(args, env=None):
@@ -153,7 +227,14 @@ def _worker(args, env=None):
 @pytest.mark.parametrize('args,env,message', [
     (['--port', '0'], {}, "argument --port: '0' is not a port"),
     (['--driver-timeout', '-5'], {},
-     "argument --driver-timeout: '-5' is not a positive number"),
+     "argument --driver-timeout: '-5' is not a positive, finite number"),
+    (['--driver-timeout', 'nan'], {},
+     "argument --driver-timeout: 'nan' is not a positive, finite number"),
+    (['--driver-start-timeout', 'inf'], {},
+     "argument --driver-start-timeout: 'inf' is not a positive, finite"),
+    (['--port', '\u00b2'], {}, "argument --port: '\u00b2' is not a port"),
+    ([], {'TPU_WORKER_ID': '\u00b9'},
+     "TPU_WORKER_ID='\u00b9' is not a task index"),
     (['--task-index', '-1'], {}, '--task-index -1 is negative'),
     ([], {'JOB_COMPLETION_INDEX': 'x'},
      "JOB_COMPLETION_INDEX='x' is not a task index"),
@@ -164,10 +245,54 @@ def test_bad_worker_arguments_exit_2_naming_them(args, env, message):
   assert message in result.stderr
 
 
-def test_a_worker_whose_driver_is_gone_ends(tmp_path):
+def test_a_worker_whose_driver_never_comes_ends(tmp_path):
   port = slice_workers.free_ports(1)[0]
-  result = _worker(['--port', str(port), '--driver-timeout', '1'],
+  result = _worker(['--port', str(port), '--driver-start-timeout', '1'],
                    {'JOB_COMPLETION_INDEX': '3'})
   assert result.returncode == 3
   assert 'TPU worker 3 serving at' in result.stderr
-  assert 'no word from the driver' in result.stderr
+  assert ('no driver came within 1 s of this worker\'s start '
+          '(--driver-start-timeout 1)') in result.stderr
+
+
+def test_the_driver_timeout_counts_from_the_drivers_last_word(tmp_path):
+  workers = slice_workers.LocalSlice(str(tmp_path), count=1,
+                                     driver_timeout=2)
+  try:
+    workers.wait_until_serving()
+    time.sleep(4)  # A driver that reaches its trainer late.
+    link = tpu_slice.WorkerLink(0, workers.addresses[0])
+    assert link.send(tpu_slice.ALIVE) is None  # The worker still serves.
+    link.close()
+    # Then 2 s without a word: the driver is gone.
+    assert workers.wait() == [3]
+  finally:
+    workers.stop()
+  log = workers.log(0)
+  assert 'the driver is here' in log
+  assert 'no word from the driver for' in log
+  assert '(--driver-timeout 2): the driver is gone' in log
+
+
+@pytest.mark.parametrize('error,described', [
+    # What a session on the same server named twice raised here.
+    (tf.errors.InvalidArgumentError(
+        None, None, 'Graph execution error:\n\n/job:worker/replica:0/task:1/'
+        'device:CPU:0 unknown device.\nAdditional GRPC error information from '
+        'remote target /job:worker/replica:0/task:1 while calling '
+        '/tensorflow.WorkerService/RegisterGraph:\n:{"created":"@1796440424"}'),
+     'InvalidArgumentError: /job:worker/replica:0/task:1/device:CPU:0 unknown '
+     'device.'),
+    # What a probe of a stopped worker raised here.
+    (tf.errors.DeadlineExceededError(
+        None, None, 'Graph execution error:\n\nDeadline Exceeded'),
+     'DeadlineExceededError: no answer within 10 s (the worker took the '
+     'connection: is its process stopped or overloaded?)'),
+    (tf.errors.UnavailableError(
+        None, None, "Graph execution error:\n\nDetected at node 'x' defined "
+        'at (most recent call last):\n  File "a.py", line 1, in <module>\n'
+        "    x = read()\nNode: 'x'\nfailed to connect to all addresses"),
+     'UnavailableError: failed to connect to all addresses'),
+])
+def test_worker_errors_say_what_happened(error, described):
+  assert tpu_slice.describe_error(error) == described

@@ -6,11 +6,17 @@ localhost; the driver is the trainer's `Executor.Do()` in this process with
 workers (variables spread over all of them, training/tpu_slice.py).
 """
 
+import datetime
 import glob
 import json
 import os
+import re
+import signal
+import subprocess
+import sys
 import threading
 import time
+import traceback
 
 import pytest
 from tfx.dsl.components.base import base_executor
@@ -20,12 +26,18 @@ from tfx.utils import path_utils
 from tfx_tpu_trainer import executor
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
 from tfx_tpu_trainer.training import checkpoints
+from tfx_tpu_trainer.training import slice_exit
 from tfx_tpu_trainer.training import tpu_slice
 
+from tests import test_reliability as reliability
+from tests.conftest import REPO_ROOT
 from tests.fixtures import pipeline_outputs
 from tests.fixtures import slice_workers
 from tests.fixtures.run_settings import LINEAR_MODULE
 from tests.fixtures.run_settings import SMALL_BATCHES
+
+# A guard against a test that would hang, not a time the test expects.
+HANG_GUARD_SECS = 900
 
 
 def _context(run_id):
@@ -106,6 +118,8 @@ def test_killed_worker_is_named_and_a_retry_resumes_from_its_checkpoint(
   finally:
     workers.stop()
   message = str(raised.value)
+  assert 'MISMATCH' not in ''.join(traceback.format_exception(
+      raised.type, raised.value, raised.tb))  # pybind11's, not ours.
   assert f'worker 1 ({workers.addresses[1]})' in message
   assert f'worker 0 ({workers.addresses[0]})' not in message
   assert f'resumes from the last checkpoint in {model_dir}' in message
@@ -125,3 +139,81 @@ def test_killed_worker_is_named_and_a_retry_resumes_from_its_checkpoint(
                          metrics_lib.METRICS_FILE_NAME)) as f:
     assert json.load(f)['global_step'] == resumed_from + 100
   assert os.path.isdir(path_utils.serving_model_dir(run.model.uri))
+
+
+def _log_text(path):
+  with open(path) as f:
+    return f.read()
+
+
+@pytest.mark.slow
+@pytest.mark.heavy
+def test_a_frozen_worker_fails_the_driver_naming_it(taxi_artifacts, tmp_path):
+  # A stopped worker process (SIGSTOP: a hung host) takes its connections
+  # and never answers; TensorFlow's step then waits for it without a
+  # deadline, where no exception raised into the training thread lands.
+  base = str(tmp_path / 'checkpoints')
+  model_dir = os.path.join(base, 'taxi', 'run-1', 'TPUTrainer')
+  workers = slice_workers.LocalSlice(str(tmp_path / 'workers'), count=2)
+  run = pipeline_outputs.trainer_run(
+      taxi_artifacts, str(tmp_path / 'out'), LINEAR_MODULE,
+      custom_config=dict(SMALL_BATCHES, use_tpu=False,
+                         tpu_workers=workers.addresses, checkpoint_dir=base,
+                         save_checkpoints_steps=50),
+      train_steps=1000000, eval_steps=2)
+  log_path = str(tmp_path / 'driver.log')
+  with open(log_path, 'w') as log:
+    driver = subprocess.Popen(
+        [sys.executable, '-m', 'tests.fixtures.executor_subprocess',
+         reliability._write_spec(tmp_path / 'spec.json', run, 'run-1')],  # pylint: disable=protected-access
+        cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
+        env=dict(os.environ, **{tpu_slice.LOST_SECS_ENV: '20'}))
+  try:
+    while checkpoints.latest_step(model_dir) < 50:
+      assert driver.poll() is None, _log_text(log_path)[-3000:]
+      time.sleep(0.5)
+    os.kill(workers.processes[1].pid, signal.SIGSTOP)
+    status = driver.wait(timeout=HANG_GUARD_SECS)
+    assert workers.processes[0].wait() == 0  # Told the driver is done.
+  finally:
+    if driver.poll() is None:
+      driver.kill()
+    os.kill(workers.processes[1].pid, signal.SIGCONT)
+    workers.stop()
+  log = _log_text(log_path)
+  assert status == 1, log[-3000:]
+  assert re.search(
+      r'TPU worker 1 \(localhost:\d+\) took no heartbeat for \d+ s', log)
+  assert re.search(
+      r'WorkerLostError: The TPU slice lost worker 1 \(localhost:\d+\): '
+      r'.*, so training stopped \(no heartbeat for 20 s\)\. A retry of this '
+      r'step \(with every worker running again\) resumes from the last '
+      rf'checkpoint in {re.escape(model_dir)} \(step \d+\)', log)
+  assert 'worker 0 (' not in log.split('The TPU slice lost')[-1].split(
+      'resumes from')[0]
+  assert 'MISMATCH' not in log
+
+
+@pytest.mark.slow
+def test_the_driver_exits_when_a_session_close_would_wait_for_ever(tmp_path):
+  workers = slice_workers.LocalSlice(str(tmp_path), count=2)
+  try:
+    workers.wait_until_serving()
+    result = subprocess.run(
+        [sys.executable, '-m', 'tests.fixtures.slice_exit_driver',
+         str(workers.processes[0].pid), ','.join(workers.addresses)],
+        cwd=REPO_ROOT, capture_output=True, text=True,
+        timeout=HANG_GUARD_SECS)
+    assert workers.processes[1].wait() == 0  # Told the driver is done.
+  finally:
+    os.kill(workers.processes[0].pid, signal.SIGCONT)
+    workers.stop()
+  assert result.returncode == 1, result.stderr[-3000:]
+  assert 'RuntimeError: training failed with the session open' in (
+      result.stderr)
+  assert (f'this process ends within {slice_exit.EXIT_GRACE_SECS} s even if '
+          'TensorFlow\'s session close waits') in result.stderr
+  # Where it waited, from faulthandler: the session's close at exit.
+  assert f'Timeout ({datetime.timedelta(seconds=slice_exit.EXIT_GRACE_SECS)})!' in (
+      result.stderr)
+  assert 'in close' in result.stderr

@@ -20,6 +20,8 @@ from tensorflow_serving.apis import prediction_log_pb2
 from tfx_tpu_trainer.bulk_inferrer import inference_config
 from tfx_tpu_trainer.bulk_inferrer import model_checks
 from tfx_tpu_trainer.bulk_inferrer import model_handler
+from tfx_tpu_trainer.bulk_inferrer import run_failures
+from tfx_tpu_trainer.publishing import secrets
 
 __all__ = ['CUSTOM_CONFIG_KEY', 'Executor', 'RunInferenceOnTPU']
 
@@ -45,6 +47,12 @@ class Executor(stock_executor.Executor):
   `_get_inference_spec` (the tag set chosen here) and `_run_model_inference`
   (checks before any work, then the stock graph with our inference step).
   """
+
+  def __init__(self, context: Optional[Any] = None):
+    # Beam logs the Beam args it discards (a `--some_token=...`) as soon as
+    # the executor is made (TFX's BaseBeamExecutor parses them): masked.
+    secrets.mask_logs()
+    super().__init__(context)
 
   def Do(self, input_dict: Dict[str, List[types.Artifact]],
          output_dict: Dict[str, List[types.Artifact]],
@@ -80,7 +88,8 @@ class Executor(stock_executor.Executor):
     The stock method applies its module's `_RunInference` (tfx_bsl's
     handlers) inside; that is the step replaced here, so the method is
     rewritten around the stock helpers (`_MakeParseFn`, `_WriteExamples`,
-    file names) rather than patched.
+    file names) rather than patched. A run that fails leaves the outputs as
+    they were and names the record behind it (run_failures.py).
     """
     example_uris = model_checks.selected_splits(examples, data_spec)
     payload_format, _ = tfxio_utils.resolve_payload_format_and_data_view_uri(
@@ -95,6 +104,21 @@ class Executor(stock_executor.Executor):
     if output_examples:
       output_examples.split_names = artifact_utils.encode_split_names(
           sorted(example_uris))
+    outputs = [a.uri for a in (output_examples, inference_result) if a]
+    with run_failures.explained_failures(outputs, example_uris,
+                                         payload_format, inference_endpoint):
+      self._run_pipeline(example_uris, tfxio_factory, payload_format,
+                         handler, output_example_spec, output_examples,
+                         inference_result)
+    for name, artifact in (('Output examples', output_examples),
+                           ('Inference result', inference_result)):
+      if artifact:
+        logging.info('%s written to %s.', name, artifact.uri)
+
+  def _run_pipeline(self, example_uris, tfxio_factory, payload_format,
+                    handler, output_example_spec, output_examples,
+                    inference_result) -> None:
+    """Read, infer, write: the stock graph with our inference step."""
     with self._make_beam_pipeline() as pipeline:
       data_list = []
       for split, example_uri in example_uris.items():
@@ -117,7 +141,3 @@ class Executor(stock_executor.Executor):
                  file_name_suffix='.gz',
                  coder=beam.coders.ProtoCoder(
                      prediction_log_pb2.PredictionLog)))
-    for name, artifact in (('Output examples', output_examples),
-                           ('Inference result', inference_result)):
-      if artifact:
-        logging.info('%s written to %s.', name, artifact.uri)

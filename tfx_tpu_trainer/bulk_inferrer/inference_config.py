@@ -8,13 +8,17 @@ from typing import Any, Mapping, Optional, Union
 from tfx_tpu_trainer import config as config_lib
 
 __all__ = ['USE_TPU_KEY', 'TPU_KEY', 'BATCH_SIZE_KEY', 'DEFAULT_BATCH_SIZE',
-           'KEYS', 'InferenceConfig', 'keys_table']
+           'MAX_BATCH_SIZE', 'KEYS', 'InferenceConfig', 'keys_table']
 
 USE_TPU_KEY, TPU_KEY, BATCH_SIZE_KEY = 'use_tpu', 'tpu', 'batch_size'
 KEYS = (USE_TPU_KEY, TPU_KEY, BATCH_SIZE_KEY)
-# Every batch the model sees has this many examples (the last one padded):
-# the TPU graph compiles once. benchmarks/bulk_inference.py measured it.
+# The examples of a full model call (benchmarks/bulk_inference.py measured
+# it); a bundle's last call is padded to the next power of two below it.
 DEFAULT_BATCH_SIZE = 256
+# The most examples one call takes: a call holds its serialized examples and
+# their outputs in memory (and a batch of 2**16 is past where larger batches
+# score faster: benchmarks/bulk_inference.py).
+MAX_BATCH_SIZE = 2**16
 # Each key's default as users read it and what it does (markdown), as
 # docs/reference/custom_config.md shows them (`keys_table`).
 _KEY_DOCS = {
@@ -29,9 +33,10 @@ _KEY_DOCS = {
         '`{name, zone, project}` for `TPUClusterResolver`, or just the name'),
     BATCH_SIZE_KEY: (
         f'`{DEFAULT_BATCH_SIZE}`',
-        'examples per model call; every call gets exactly this many (the last '
-        'batch of a bundle is padded and the padding\'s predictions dropped), '
-        'so XLA compiles the TPU graph once'),
+        'examples per model call, at most `65536`; a full call gets exactly '
+        'this many, the last batch of a bundle is padded to the next power '
+        'of two (at most this many) and the padding\'s predictions dropped, '
+        'so XLA compiles the TPU graph for a few sizes only'),
 }
 
 
@@ -51,9 +56,10 @@ class InferenceConfig:
       `KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS`), as for the TPUTrainer.
     tpu: `{name, zone, project}` for `TPUClusterResolver`, or just the name
       (`local` on a TPU VM).
-    batch_size: examples per model call; every call gets exactly this many
-      (the last batch of a bundle is padded, the padding's predictions
-      dropped), so XLA compiles the TPU graph once.
+    batch_size: examples per model call, at most `MAX_BATCH_SIZE`; a
+      smaller batch (the end of a bundle) is padded to the next power of
+      two (at most `batch_size`), the padding's predictions dropped, so XLA
+      compiles the TPU graph for a few shapes only.
   """
   use_tpu: bool = False
   tpu: Optional[config_lib.TPUSpec] = None
@@ -97,6 +103,13 @@ class InferenceConfig:
       use_tpu = tpu is not None
     batch_size = _trainer_check('train_batch_size')(
         BATCH_SIZE_KEY, raw.get(BATCH_SIZE_KEY, DEFAULT_BATCH_SIZE))
+    if batch_size > MAX_BATCH_SIZE:
+      raise config_lib.ConfigError(
+          f'custom_config[{BATCH_SIZE_KEY!r}]={batch_size} is over the most '
+          f'examples one model call takes ({MAX_BATCH_SIZE}): a call holds '
+          'its batch of serialized examples and their outputs in memory. '
+          f'Use a batch_size of at most {MAX_BATCH_SIZE} (default '
+          f'{DEFAULT_BATCH_SIZE}).')
     return cls(use_tpu=use_tpu, tpu=tpu, batch_size=batch_size)
 
 

@@ -1,7 +1,7 @@
 """What the TPUBulkInferrer checks before any work: model, signatures, splits."""
 
 import os
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 from tensorflow.python.tools import saved_model_utils  # pylint: disable=g-direct-tensorflow-import
@@ -18,7 +18,7 @@ from tfx_tpu_trainer.bulk_inferrer import inference_config
 from tfx_tpu_trainer.publishing import export
 
 __all__ = ['BulkInferenceError', 'default_tags', 'check_model',
-           'selected_splits', 'first_records', 'check_examples',
+           'selected_splits', 'first_records', 'cpu_spec', 'check_examples',
            'tensorflow_reason']
 
 
@@ -170,16 +170,28 @@ def check_examples(example_uris: Dict[str, str], payload_format: int,
     firsts[split] = records[0]
   if not firsts:
     raise BulkInferenceError('The examples have no split to score.')
-  cpu_spec = model_spec_pb2.InferenceSpecType()
-  cpu_spec.CopyFrom(spec)
-  tags = tuple(sorted(spec.saved_model_spec.tag))
-  if export.SERVE_TPU_TAGS[1] in tags:
+  scored_on_cpu = cpu_spec(spec)
+  if scored_on_cpu is not None:
+    _score_first_examples(firsts, payload_format, scored_on_cpu)
+
+
+def cpu_spec(spec: model_spec_pb2.InferenceSpecType
+            ) -> Optional[model_spec_pb2.InferenceSpecType]:
+  """`spec` as scored on CPU in this process, or None if it cannot be.
+
+  The tag set asked for; for `{serve, tpu}`, the model's `{serve}` graph
+  (it parses examples with the same serving input); None for a TPU-only
+  model.
+  """
+  result = model_spec_pb2.InferenceSpecType()
+  result.CopyFrom(spec)
+  if export.SERVE_TPU_TAGS[1] in spec.saved_model_spec.tag:
     if export.SERVE_TAGS not in export.saved_model_tag_sets(
         spec.saved_model_spec.model_path):
-      return
-    del cpu_spec.saved_model_spec.tag[:]
-    cpu_spec.saved_model_spec.tag.extend(export.SERVE_TAGS)
-  _score_first_examples(firsts, payload_format, cpu_spec)
+      return None
+    del result.saved_model_spec.tag[:]
+    result.saved_model_spec.tag.extend(export.SERVE_TAGS)
+  return result
 
 
 def tensorflow_reason(error: Exception) -> str:

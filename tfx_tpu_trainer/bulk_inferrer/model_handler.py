@@ -10,11 +10,23 @@ from tfx_bsl.public.proto import model_spec_pb2
 from tfx_tpu_trainer.bulk_inferrer import inference_config
 from tfx_tpu_trainer.bulk_inferrer import saved_model_session
 
-__all__ = ['pad_batch', 'unpad_outputs', 'create_model_handler']
+__all__ = ['padded_size', 'pad_batch', 'unpad_outputs',
+           'create_model_handler']
+
+
+def padded_size(count: int, batch_size: int) -> int:
+  """The rows a call of `count` examples gets: the next power of two, at
+  most `batch_size`.
+
+  A full batch is `batch_size`; a smaller one (the end of a bundle) is
+  padded by fewer rows than it has, and a TPU compiles one graph per size
+  (at most log2(batch_size) + 1 of them).
+  """
+  return min(batch_size, 1 << max(0, count - 1).bit_length())
 
 
 def pad_batch(serialized: Sequence[bytes], batch_size: int) -> List[bytes]:
-  """`serialized` filled up to `batch_size` with copies of its last example.
+  """`serialized` filled up to `padded_size` with copies of its last example.
 
   Copies of a real example parse as the model expects, so the padding
   cannot fail where the batch would not.
@@ -24,7 +36,8 @@ def pad_batch(serialized: Sequence[bytes], batch_size: int) -> List[bytes]:
   if len(serialized) > batch_size:
     raise ValueError(f'{len(serialized)} examples do not fit a batch of '
                      f'{batch_size}.')
-  return list(serialized) + [serialized[-1]] * (batch_size - len(serialized))
+  size = padded_size(len(serialized), batch_size)
+  return list(serialized) + [serialized[-1]] * (size - len(serialized))
 
 
 def unpad_outputs(outputs: Mapping[str, np.ndarray],
@@ -40,7 +53,7 @@ class _FixedBatchMixin:
   PredictionLogs of classify/regress/predict/multi-inference); what changes:
   the `{serve, tpu}` tag set is accepted, the session is opened on the TPU
   with its system initialised, and every model call gets `batch_size`
-  examples.
+  examples, or the end of a bundle padded to `padded_size`.
   """
 
   def __init__(self, inference_spec_type: model_spec_pb2.InferenceSpecType,

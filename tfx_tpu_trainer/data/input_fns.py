@@ -16,6 +16,7 @@ from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import user_module as user_module_lib
 from tfx_tpu_trainer.data import data_checks
+from tfx_tpu_trainer.data import disk_cache
 from tfx_tpu_trainer.data import schemas as schemas_lib
 from tfx_tpu_trainer.data import shared_cache
 
@@ -24,8 +25,7 @@ __all__ = ['InputFn', 'CACHE_MODES', 'CACHE_MAX_COMPRESSED_BYTES',
            'ROWS_PER_GATHER', 'SIZE_SAMPLE_BYTES', 'SHUFFLE_MODES',
            'STREAM_CHUNK_ROWS', 'STREAM_CHUNK_BUFFER', 'STREAM_WINDOW_ROWS',
            'STREAM_PARSE_ROWS', 'READ_BUFFER_BYTES', 'DISK_CACHE_MAX_BYTES',
-           'DISK_CACHE_HEADROOM_BYTES', 'DISK_BLOCK_ROWS', 'DISK_COMPLETE_FILE', 'DISK_CHUNK_ROWS',
-           'DISK_CHUNK_BUFFER',
+           'DISK_CACHE_HEADROOM_BYTES', 'DISK_CHUNK_ROWS', 'DISK_CHUNK_BUFFER',
            'InputCacheError', 'estimated_record_count', 'check_cache_mode',
            'choose_cache', 'default_dataset', 'make_input_fn']
 
@@ -52,18 +52,15 @@ STREAM_CHUNK_BUFFER = 64
 STREAM_WINDOW_ROWS = 16384
 # Records parsed per `parse_example` call of a streamed window.
 STREAM_PARSE_ROWS = 2048
-# input_cache="disk": the most parsed bytes one input invocation writes (a
-# larger share streams); rows per block file; the marker of a finished
-# cache; and, every epoch, chunks of `DISK_CHUNK_ROWS` rows shuffled in a
-# buffer of `DISK_CHUNK_BUFFER` before rows are permuted per window.
+# input_cache="disk" (its blocks: disk_cache.py): the most parsed bytes one
+# input invocation writes (a larger share streams); and, in the first epoch,
+# chunks of `DISK_CHUNK_ROWS` rows shuffled in a buffer of
+# `DISK_CHUNK_BUFFER` before they are cut into blocks.
 DISK_CACHE_MAX_BYTES = 64 * 1024**3
 # Free space a local disk keeps beyond the cache, else the split streams.
 DISK_CACHE_HEADROOM_BYTES = 2 * 1024**3
-DISK_BLOCK_ROWS = 65536
-DISK_COMPLETE_FILE = 'COMPLETE'
 DISK_CHUNK_ROWS = STREAM_CHUNK_ROWS
 DISK_CHUNK_BUFFER = STREAM_CHUNK_BUFFER
-_DISK_FORMAT = 1
 # Records parsed per `parse_example` call while the parsed table is built.
 PARSE_CHUNK_SIZE = 4096
 # Rows a repeating parsed-table input gathers per call (whole batches).
@@ -623,103 +620,6 @@ def _window_rows(batch_size: int) -> int:
   return batch_size * max(1, -(-STREAM_WINDOW_ROWS // batch_size))
 
 
-def _cache_signature(layouts: Mapping[str, List[Tuple[str, tf.TensorShape]]]
-                    ) -> str:
-  """The columns a disk cache holds, as its completion marker records them."""
-  return ';'.join(
-      f'{dtype}:' + ','.join(f'{name}{shape.as_list()}'
-                             for name, shape in layout)
-      for dtype, layout in sorted(layouts.items())) + f';v{_DISK_FORMAT}'
-
-
-def _disk_cache_complete(cache_path: str, signature: str) -> bool:
-  """Whether a finished cache of these columns is in `cache_path`."""
-  marker = os.path.join(cache_path, DISK_COMPLETE_FILE)
-  if not tf.io.gfile.exists(marker):
-    return False
-  with tf.io.gfile.GFile(marker, 'r') as f:
-    return f.read() == signature
-
-
-def _written_blocks(parsed: tf.data.Dataset, cache_path: str,
-                    layouts: Mapping[str, List[Tuple[str, tf.TensorShape]]],
-                    signature: str) -> tf.data.Dataset:
-  """`parsed` in blocks of `DISK_BLOCK_ROWS` rows, each written as it passes.
-
-  Each block is one file per dtype (`block-<n>.<dtype>`, a serialized
-  tensor); after the last one, the marker `DISK_COMPLETE_FILE` (holding the
-  columns' `signature`) is written by a final element of no rows: tf.data
-  reaches it only when every block's write has returned.
-  """
-  prefix = os.path.join(cache_path, 'block-')
-
-  def write(index, blocks):
-    name = tf.strings.join([prefix, tf.strings.as_string(index, width=9,
-                                                         fill='0')])
-    writes = [tf.io.write_file(tf.strings.join([name, '.', dtype]),
-                               tf.io.serialize_tensor(block))
-              for dtype, block in blocks.items()]
-    with tf.control_dependencies(writes):
-      return {dtype: tf.identity(block) for dtype, block in blocks.items()}
-
-  def mark_complete(_):
-    with tf.control_dependencies([tf.io.write_file(
-        os.path.join(cache_path, DISK_COMPLETE_FILE), signature)]):
-      return _no_rows(layouts)
-
-  blocks = parsed.rebatch(DISK_BLOCK_ROWS).enumerate().map(
-      write, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
-  return blocks.concatenate(tf.data.Dataset.range(1).map(mark_complete))
-
-
-def _block_widths(layouts: Mapping[str, List[Tuple[str, tf.TensorShape]]]
-                 ) -> Dict[str, int]:
-  """The columns of each dtype's block: its features' values side by side."""
-  return {dtype: sum(shape.num_elements() for _, shape in layout)
-          for dtype, layout in layouts.items()}
-
-
-def _no_rows(layouts: Mapping[str, List[Tuple[str, tf.TensorShape]]]
-            ) -> Dict[str, tf.Tensor]:
-  """Per-dtype blocks of no rows."""
-  return {dtype: tf.zeros([0, width], tf.dtypes.as_dtype(dtype))
-          for dtype, width in _block_widths(layouts).items()}
-
-
-def _read_blocks(cache_path: str,
-                 layouts: Mapping[str, List[Tuple[str, tf.TensorShape]]],
-                 repeat: bool) -> tf.data.Dataset:
-  """The cached blocks: each epoch, read in parallel in a fresh order.
-
-  The files are listed when each epoch starts (the first input_fn call
-  writes them during its first epoch).
-  """
-  dtypes = sorted(layouts)
-  pattern = os.path.join(cache_path, f'block-*.{dtypes[0]}')
-  suffix = f'\\.{dtypes[0]}$'
-  widths = _block_widths(layouts)
-
-  def epoch(_):
-    files = tf.data.Dataset.from_tensor_slices(
-        tf.random.shuffle(tf.io.matching_files(pattern)))
-    return files.map(read, num_parallel_calls=tf.data.AUTOTUNE,
-                     deterministic=False)
-
-  def read(path):
-    blocks = {}
-    for dtype in dtypes:
-      block = tf.io.parse_tensor(
-          tf.io.read_file(tf.strings.regex_replace(path, suffix,
-                                                   f'.{dtype}')),
-          tf.dtypes.as_dtype(dtype))
-      block.set_shape([None, widths[dtype]])
-      blocks[dtype] = block
-    return blocks
-
-  epochs = tf.data.Dataset.range(1).repeat(None if repeat else 1)
-  return epochs.flat_map(epoch)
-
-
 def _block_batches(blocks: tf.data.Dataset,
                    layouts: Mapping[str, List[Tuple[str, tf.TensorShape]]],
                    label_key: str, batch_size: int,
@@ -748,42 +648,42 @@ def _block_batches(blocks: tf.data.Dataset,
                   deterministic=False).unbatch()
 
 
-def _disk_cached_batches(chunks: tf.data.Dataset,
+def _disk_cached_batches(chunks: tf.data.Dataset, files: List[str],
                          feature_spec: Mapping[str, Any], label_key: str,
                          batch_size: int, repeat: bool,
                          cache_path: str) -> tf.data.Dataset:
   """Training batches of the split parsed once into blocks on disk.
 
   The first epoch of the first input_fn call streams (`chunks`, files in a
-  random order) and writes the parsed rows in blocks of `DISK_BLOCK_ROWS`
-  (`_written_blocks`); the marker written after the last block makes the
-  cache complete. Every later epoch, and a later input_fn call (a retry of
-  the execution), reads the blocks back in a fresh random order instead. A
-  cache without its marker (the process died, or training stopped
-  mid-epoch) is never read: it is removed and written again. The first
-  epoch's parsed rows are mixed as streaming mixes them (chunks of
+  random order) and writes the parsed rows in blocks of
+  `disk_cache.BLOCK_ROWS` (`disk_cache.written_blocks`); the marker written
+  after the last block makes the cache complete. Every later epoch, and a
+  later input_fn call (a retry of the execution), reads the blocks back in
+  a fresh random order instead. A cache that is unfinished (the process
+  died, or training stopped mid-epoch), built from other `files` or
+  schema, or whose blocks do not all read back whole is never read: it is
+  removed and written again (`disk_cache.open_cache`). The first epoch's
+  parsed rows are mixed as streaming mixes them (chunks of
   `DISK_CHUNK_ROWS` shuffled in a buffer of `DISK_CHUNK_BUFFER`) before
   they are cut into blocks; every epoch permutes the rows of each block
-  (`_block_batches`: windows of `DISK_BLOCK_ROWS`, 4x streaming's).
+  (`_block_batches`: windows of a block's rows, 4x streaming's).
   """
   layouts = _column_layouts(feature_spec)
-  signature = _cache_signature(layouts)
-  if _disk_cache_complete(cache_path, signature):
-    logging.info('Reading the parsed training split cached in %s.',
-                 cache_path)
-    blocks = _read_blocks(cache_path, layouts, repeat)
+  key = disk_cache.inputs_key(files, feature_spec)
+  block_files = disk_cache.open_cache(cache_path, key)
+  if block_files is not None:
+    logging.info('Reading the parsed training split cached in %s (%d '
+                 'blocks, checked).', cache_path, len(block_files))
+    blocks = disk_cache.read_blocks(cache_path, layouts, repeat, block_files)
   else:
-    if tf.io.gfile.exists(cache_path):
-      logging.info('Removing the unfinished input cache %s.', cache_path)
-      tf.io.gfile.rmtree(cache_path)
-    tf.io.gfile.makedirs(cache_path)
     parsed = _parsed_chunks(chunks, feature_spec, layouts,
                             deterministic=False)
-    blocks = _written_blocks(
+    blocks = disk_cache.written_blocks(
         parsed.rebatch(DISK_CHUNK_ROWS).shuffle(DISK_CHUNK_BUFFER),
-        cache_path, layouts, signature)
+        cache_path, layouts, key)
     if repeat:
-      blocks = blocks.concatenate(_read_blocks(cache_path, layouts, True))
+      blocks = blocks.concatenate(
+          disk_cache.read_blocks(cache_path, layouts, True))
   return _block_batches(blocks, layouts, label_key, batch_size, repeat)
 
 
@@ -844,7 +744,7 @@ def default_dataset(file_pattern: List[str],
   if disk_path is not None:
     dataset = _disk_cached_batches(
         _records(files, True, invocation_index, invocation_count,
-                 STREAM_CHUNK_ROWS),
+                 STREAM_CHUNK_ROWS), files,
         feature_spec, label_key, batch_size, repeat, disk_path)
   elif chosen == 'parsed' and training and not table_first:
     dataset = _table_after_first_epoch(

@@ -5,11 +5,12 @@ import re
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set
 
 from tfx_tpu_trainer import errors
+from tfx_tpu_trainer.publishing import secrets
 
 __all__ = ['CLUSTER_DEFAULTS', 'DIRECT_RUNNER', 'DATAFLOW_RUNNER',
            'DATAFLOW_REQUIRED', 'HELP', 'BeamArgError', 'name',
            'runner_class_name', 'runner', 'is_direct', 'pipeline_args',
-           'validate', 'beam_component_ids', 'strip_from_other_executors']
+           'merged', 'validate', 'beam_component_ids', 'strip_from_other_executors']
 
 # Beam's DirectRunner over the pod's cores; dropped when another runner is
 # named, and each one replaced by a --beam-arg of the same name.
@@ -79,6 +80,29 @@ def pipeline_args(beam_args: Sequence[str]) -> List[str]:
   return defaults + list(beam_args)
 
 
+def merged(beam_args: Sequence[Any], existing: Sequence[Any] = (),
+           cluster_defaults: bool = True,
+           defaults: Sequence[str] = CLUSTER_DEFAULTS) -> List[Any]:
+  """The cluster `defaults`, then `existing`, then `beam_args`.
+
+  A later argument replaces an earlier one of the same name; a `--runner`
+  other than the DirectRunner (by Beam's own name resolution: `direct`,
+  `directrunner` ...) drops the DirectRunner defaults. Arguments that are
+  not strings (placeholders) are kept as they are.
+
+  Raises:
+    BeamArgError: a `--runner` Beam does not know.
+  """
+  given = list(existing) + list(beam_args)
+  names = [name(a) if isinstance(a, str) else None for a in given]
+  direct = is_direct([a for a in given if isinstance(a, str)])
+  kept_defaults = [a for a in defaults
+                   if cluster_defaults and direct and name(a) not in names]
+  kept = [a for i, (a, n) in enumerate(zip(given, names))
+          if n is None or n not in names[i + 1:]]
+  return kept_defaults + kept
+
+
 def _option_parser() -> argparse.ArgumentParser:
   """Every option Beam's PipelineOptions classes define, with their checks."""
   from apache_beam.options import pipeline_options  # pylint: disable=g-import-not-at-top
@@ -86,7 +110,7 @@ def _option_parser() -> argparse.ArgumentParser:
   class _Parser(argparse.ArgumentParser):
 
     def error(self, message):
-      raise BeamArgError(f'--beam-arg: {message}')
+      raise BeamArgError(f'--beam-arg: {secrets.mask_text(message)}')
 
   parser = _Parser(add_help=False, allow_abbrev=False)
   classes, seen = [pipeline_options.PipelineOptions], set()
@@ -122,26 +146,28 @@ def validate(values: Sequence[str], on_cluster: bool = True,
   parser = _option_parser()
   known = set(parser._option_string_actions)  # pylint: disable=protected-access
   for value in values:
+    # What an error may show of the value: a secret's is masked.
+    shown = secrets.mask_text(secrets.masked_arg(value))
     if not _BEAM_ARG.match(value):
       raise BeamArgError(
-          f'--beam-arg {value!r} is not one Beam argument of the form '
+          f'--beam-arg {shown!r} is not one Beam argument of the form '
           '--name=value or --flag (write --beam-arg=--runner=DataflowRunner).')
     if _SECOND_OPTION.search(value):
       raise BeamArgError(
-          f'--beam-arg {value!r} holds more than one option; give one per '
+          f'--beam-arg {shown!r} holds more than one option; give one per '
           '--beam-arg (e.g. ' + ' '.join(
-              f'--beam-arg={part}' for part in value.split()
-              if part.startswith('-')) + ').')
+              f'--beam-arg={secrets.masked_arg(part)}'
+              for part in value.split() if part.startswith('-')) + ').')
     option = value.split('=', 1)[0]
     if option not in known:
       if f'--{name(value)}' in known:
         # Beam's parser discards it ("Discarding unparseable args").
         raise BeamArgError(
-            f'--beam-arg {value!r}: Beam reads --{name(value)} (underscores) '
+            f'--beam-arg {shown!r}: Beam reads --{name(value)} (underscores) '
             f'and would discard {option}: write --beam-arg=--{name(value)}' +
-            (f'={_value(value)}' if '=' in value else '') + '.')
+            (f'={_value(shown)}' if '=' in value else '') + '.')
       raise BeamArgError(
-          f'--beam-arg {value!r}: {name(value)!r} is not a Beam pipeline '
+          f'--beam-arg {shown!r}: {name(value)!r} is not a Beam pipeline '
           'option.')
   parser.parse_known_args(values)
   from tfx_tpu_trainer.kubeflow import beam_runners  # pylint: disable=g-import-not-at-top

@@ -2,12 +2,15 @@
 
 import re
 import shutil
+import socket
 from typing import Any, List, Optional, Sequence
 
 from tfx_tpu_trainer.kubeflow import beam_args as beam_args_lib
 
-__all__ = ['PORTABLE_RUNNERS', 'ENVIRONMENT_TYPES', 'options', 'check',
-           'cluster_defaults']
+__all__ = ['PORTABLE_RUNNERS', 'ENVIRONMENT_TYPES', 'ANSWER_TIMEOUT_SECS',
+           'JOB_SERVER_COMMAND', 'WORKER_POOL_COMMAND',
+           'JOB_SERVER_TIMEOUT_SECS', 'options', 'check',
+           'check_services_answer', 'job_defaults', 'cluster_defaults']
 
 # Beam's portable runners (runners/portability): FlinkRunner and SparkRunner
 # are PortableRunners that can start their own Java job server.
@@ -25,6 +28,19 @@ _SPARK_MASTER = re.compile(
     r'^(local(\[.+\])?|spark://[A-Za-z0-9_.,:-]+|k8s://\S+|yarn|mesos://\S+)$')
 _JOB_SERVER = ('--beam-arg=--job_endpoint=HOST:PORT (the Beam job server '
                'your cluster runs, e.g. the Flink job server Service')
+# How long a job server or worker pool named for a run here may take to
+# answer (one on this machine answers in milliseconds).
+ANSWER_TIMEOUT_SECS = 10.0
+# Beam's own job server and worker pool, in Python (no Java, no Docker).
+JOB_SERVER_COMMAND = ('python -m apache_beam.runners.portability.'
+                      'local_job_service_main --port {port}')
+WORKER_POOL_COMMAND = ('python -m apache_beam.runners.worker.'
+                       'worker_pool_main --service_port={port}')
+# Beam 2.59's portable runners make --job_server_timeout (default 60 s) the
+# deadline of the job's state and message streams too, not only of its
+# requests (portable_runner.py, JobServiceHandle.run): a Beam job that runs
+# longer fails with DEADLINE_EXCEEDED ("Stream removed"). A day, unless given.
+JOB_SERVER_TIMEOUT_SECS = 86400
 _WORKERS = (
     'use --beam-arg=--environment_type=EXTERNAL with '
     '--beam-arg=--environment_config=localhost:50000 (a Beam worker pool '
@@ -267,6 +283,97 @@ def _check_local_workers(parsed: Any, runner: str, pipeline_root: str) -> None:
         'compile the pipeline with a gs:// pipeline root.')
 
 
+def check_services_answer(values: Sequence[Any],
+                          timeout_secs: float = ANSWER_TIMEOUT_SECS) -> None:
+  """For a run on this machine: the job server and worker pool answer now.
+
+  Beam connects to `--job_endpoint` only when the first Beam component
+  starts, and gives up after `--job_server_timeout` (60 s) with a
+  `FutureTimeoutError` that says nothing; an EXTERNAL worker pool that is
+  not running fails later still. Asked here, before any component. `values`
+  are checked options (`beam_args.validate`); placeholders are skipped.
+
+  Raises:
+    BeamArgError: naming the address, the option and how to start one.
+  """
+  values = [v for v in values if isinstance(v, str)]
+  given = beam_args_lib.runner(values)
+  if given is None:
+    return
+  runner = beam_args_lib.runner_class_name(given)
+  if runner not in PORTABLE_RUNNERS:
+    return
+  from apache_beam.options import pipeline_options  # pylint: disable=g-import-not-at-top
+  portable = options(values).view_as(pipeline_options.PortableOptions)
+  endpoint = portable.job_endpoint
+  if endpoint and endpoint != 'embed':
+    start = (f'Start Beam\'s own job server: {JOB_SERVER_COMMAND}' if
+             runner == 'PortableRunner' else
+             f'Start the {runner[:-6]} job server')
+    _check_answers(endpoint, 'Beam job server', f'--job_endpoint={endpoint}',
+                   f'{start} (docs/guide/your_pipeline.md, "Another Beam '
+                   'runner for the local run"), or drop '
+                   '--beam-arg=--runner for the DirectRunner', timeout_secs)
+  if portable.environment_type == 'EXTERNAL':
+    address = (portable.environment_config or
+               portable.lookup_environment_option('external_service_address'))
+    _check_answers(address, 'Beam worker pool',
+                   f'--environment_config={address}',
+                   f'Start one: {WORKER_POOL_COMMAND}', timeout_secs)
+
+
+def _check_answers(address: str, what: str, option: str, fix: str,
+                   timeout_secs: float) -> None:
+  """A gRPC server answers at HOST:PORT `address` within `timeout_secs`."""
+  match = _HOST_PORT.match(address or '')
+  if not match:
+    return  # Not HOST:PORT: `check` refuses it.
+  host, port = match.group(2).strip('[]'), int(match.group(3))
+  where = f'no {what} answers at {address} ({option})'
+  try:
+    with socket.create_connection((host, port), timeout=timeout_secs):
+      pass
+  except OSError as e:
+    raise _error(f'{where}: {_reason(e)}. {fix.format(port=port)}.') from e
+  import grpc  # pylint: disable=g-import-not-at-top
+  channel = grpc.insecure_channel(address)
+  try:
+    grpc.channel_ready_future(channel).result(timeout=timeout_secs)
+  except grpc.FutureTimeoutError:
+    raise _error(
+        f'{where}: the port accepts connections, but no gRPC server '
+        f'answered within {timeout_secs:g} s (another kind of server?). '
+        f'{fix.format(port=port)}.') from None
+  finally:
+    channel.close()
+
+
+def _reason(error: OSError) -> str:
+  if isinstance(error, socket.gaierror):
+    return f'the name does not resolve ({error.strerror})'
+  if isinstance(error, ConnectionRefusedError):
+    return 'the connection was refused (nothing listens on that port)'
+  if isinstance(error, socket.timeout):
+    return 'the connection timed out'
+  return error.strerror or str(error)
+
+
+def job_defaults(values: Sequence[Any]) -> List[str]:
+  """What a portable runner's job needs to outlive a minute.
+
+  `--job_server_timeout` (`JOB_SERVER_TIMEOUT_SECS`) unless `values` give
+  one; nothing for other runners. Placeholders are skipped.
+  """
+  values = [v for v in values if isinstance(v, str)]
+  given = beam_args_lib.runner(values)
+  if given is None or (beam_args_lib.runner_class_name(given) not in
+                       PORTABLE_RUNNERS):
+    return []
+  if any(beam_args_lib.name(v) == 'job_server_timeout' for v in values):
+    return []
+  return [f'--job_server_timeout={JOB_SERVER_TIMEOUT_SECS}']
+
+
 def cluster_defaults(values: Sequence[Any], image: str) -> List[str]:
   """Beam args a portable runner gets on a cluster: workers in `image`.
 
@@ -293,4 +400,4 @@ def cluster_defaults(values: Sequence[Any], image: str) -> List[str]:
     added = [f'--environment_config={image}']
   if parsed.view_as(pipeline_options.WorkerOptions).sdk_container_image is None:
     added.append(f'--sdk_container_image={image}')
-  return added
+  return added + job_defaults(values)

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
@@ -17,7 +18,10 @@ from tfx.dsl.components.base import executor_spec
 from tfx.orchestration.kubeflow import kubeflow_dag_runner
 from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
 from tfx.orchestration.kubeflow.v2 import pipeline_builder
+from tfx.proto import trainer_pb2
+from tfx.types import standard_component_specs
 from tfx.utils import json_utils
+from tfx.utils import proto_utils
 
 from tfx_tpu_trainer import component as component_lib
 from tfx_tpu_trainer import config as config_lib
@@ -77,7 +81,22 @@ COMPILED_WORKER_WAIT_SECS = 1800
 
 
 class CompileError(errors.TPUTrainerError, ValueError):
-  """The pipeline or the options cannot be compiled; nothing was written."""
+  """The pipeline or the options cannot be compiled; nothing was written.
+
+  Attributes:
+    option: the `KubeflowOptions` field the message is about, or None; the
+      message names it where `{option}` stands, so a caller that set it
+      another way (a command-line flag) names it as its user wrote it.
+  """
+
+  def __init__(self, message: str, option: Optional[str] = None):
+    self._template = message
+    self.option = option
+    super().__init__(self.naming(option) if option else message)
+
+  def naming(self, name: str) -> str:
+    """The message with the option called `name` (e.g. `--tpu-check`)."""
+    return self._template.format(option=name) if self.option else str(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,28 +215,21 @@ def beam_arg_name(arg: str) -> str:
 
 def beam_pipeline_args(beam_args: Sequence[str],
                        existing: Sequence[Any] = (),
-                       cluster_defaults: bool = True) -> List[Any]:
-  """The cluster defaults, then `existing`, then `beam_args`.
+                       cluster_defaults: bool = True,
+                       defaults: Sequence[str] = CLUSTER_BEAM_PIPELINE_ARGS
+                      ) -> List[Any]:
+  """The cluster `defaults`, then `existing`, then `beam_args`.
 
-  A later argument replaces an earlier one of the same name; a `--runner`
-  other than the DirectRunner (by Beam's own name resolution: `direct`,
-  `directrunner` ...) drops the DirectRunner defaults. Arguments that are
-  not strings (placeholders) are kept as they are.
+  As `beam_args.merged` merges them.
 
   Raises:
     CompileError: a `--runner` Beam does not know.
   """
-  given = list(existing) + list(beam_args)
-  names = [beam_arg_name(a) if isinstance(a, str) else None for a in given]
   try:
-    direct = beam_args_lib.is_direct([a for a in given if isinstance(a, str)])
+    return beam_args_lib.merged(beam_args, existing, cluster_defaults,
+                                defaults)
   except beam_args_lib.BeamArgError as e:
     raise CompileError(str(e)) from e
-  defaults = [a for a in CLUSTER_BEAM_PIPELINE_ARGS
-              if cluster_defaults and direct and beam_arg_name(a) not in names]
-  kept = [a for i, (a, n) in enumerate(zip(given, names))
-          if n is None or n not in names[i + 1:]]
-  return defaults + kept
 
 
 def default_output_file(runner: str, pipeline_name: str) -> str:
@@ -310,13 +322,13 @@ def check_cluster_options(options: KubeflowOptions
   tpu = options.trainer_pod.tpu
   if options.tpu_check and tpu is None:
     raise CompileError(
-        'tpu_check needs a TPU (trainer_pod.tpu): it checks the trainer\'s '
-        'TPU.')
+        '{option} needs a TPU (trainer_pod.tpu): it checks the trainer\'s '
+        'TPU.', option='tpu_check')
   if options.tpu_check and isinstance(tpu, tpu_slices.TPUSliceScheduling):
     raise CompileError(
-        'tpu_check checks the TPU of one host; a multi-host slice has no '
+        '{option} checks the TPU of one host; a multi-host slice has no '
         'pipeline step on its hosts (the trainer creates them). Compile '
-        'without tpu_check.')
+        'without {option}.', option='tpu_check')
   if not options.vertex_job and options.runner != KUBEFLOW_V2:
     raise CompileError('vertex_job=False needs runner kubeflow_v2.')
   runtime = tpu_runtime(options)
@@ -360,11 +372,19 @@ def check_options(options: KubeflowOptions, pipeline_name: str
 
 def tpu_custom_config(custom_config: Mapping[str, Any],
                       options: KubeflowOptions,
-                      trainer_id: str = 'TPUTrainer') -> Dict[str, Any]:
+                      trainer_id: str = 'TPUTrainer',
+                      has_base_model: Optional[bool] = None,
+                      steps: Optional[Tuple[Optional[int], Optional[int]]]
+                      = None) -> Dict[str, Any]:
   """A trainer's custom_config for the compiled pipeline.
 
   With a TPU request, `use_tpu: true` and the TPU to resolve are added where
   the trainer does not set them; without one, it is returned unchanged.
+  Checked as the executor checks it, and against what only the compile
+  knows: the hosts of a multi-host slice, and (when given) whether the
+  trainer has a base model to warm-start from (`has_base_model`) and its
+  train and eval steps (`steps`), which `params` may repeat only as they
+  are.
 
   Raises:
     CompileError: the trainer sets `use_tpu: false` on a TPU compile, or the
@@ -384,7 +404,13 @@ def tpu_custom_config(custom_config: Mapping[str, Any],
                                              options.tpu_project)
   try:
     # The executor's own check of the same dict (no TPU_NAME at compile).
-    config_lib.TrainerConfig.from_custom_config(config, environ={})
+    checked = config_lib.TrainerConfig.from_custom_config(config, environ={})
+    if isinstance(options.trainer_pod.tpu, tpu_slices.TPUSliceScheduling):
+      checked.check_input_mode(options.trainer_pod.tpu.hosts)
+    if has_base_model is not None:
+      checked.check_warm_start(has_base_model)
+    if steps is not None:
+      checked.check_params_steps(*steps)
   except config_lib.ConfigError as e:
     raise CompileError(f'TPUTrainer {trainer_id!r}: {e}') from e
   return config
@@ -425,7 +451,11 @@ def compile_pipeline(pipeline: tfx.dsl.Pipeline, output_path: str,
         f'{options.runner}.')
   trainers = component_lib.tpu_trainers(pipeline)
   custom_configs = {
-      t.id: tpu_custom_config(_custom_config(t), options, t.id)
+      t.id: tpu_custom_config(
+          _custom_config(t), options, t.id,
+          has_base_model=(standard_component_specs.BASE_MODEL_KEY in
+                          t.inputs),
+          steps=_trainer_steps(t))
       for t in trainers}
   vertex_type = (vertex_accelerator_type(options)
                  if options.runner == KUBEFLOW_V2 and options.vertex_job
@@ -456,7 +486,7 @@ def compile_pipeline(pipeline: tfx.dsl.Pipeline, output_path: str,
   for trainer in trainers:
     trainer.exec_properties[CUSTOM_CONFIG_KEY] = json_utils.dumps(
         custom_configs[trainer.id])
-  beam_args = _set_beam_args(pipeline, options)
+  beam_args = _set_beam_args(pipeline, options, tpu_steps.inferrer_ids)
   try:
     inferrer_steps.check_inferrer_beam_args(
         pipeline, list(tpu_steps.inferrer_ids), options.use_tpu)
@@ -577,7 +607,8 @@ def _slice_driver(options: KubeflowOptions, tpu_steps: 'TPUSteps'
   pod = options.trainer_pod
   spec = pod.tpu.worker_group_spec(
       image=tpu_steps.image or options.image, env=tpu_steps.env,
-      node_selector=pod.node_selector, tolerations=pod.tolerations)
+      node_selector=pod.node_selector, tolerations=pod.tolerations,
+      driver_wait_secs=COMPILED_WORKER_WAIT_SECS)
   driver_pod = dataclasses.replace(pod, node_selector=(), tolerations=())
   # GKE may have to create the slice's nodes first: the driver waits for
   # the worker pods longer than by default.
@@ -598,10 +629,25 @@ def _add_tpu_check(pipeline: tfx.dsl.Pipeline) -> str:
            if c.id == tpu_check_step.COMPONENT_ID]
   if taken:
     raise CompileError(
-        f'tpu_check: pipeline {pipeline.pipeline_info.pipeline_name!r} has a '
+        f'{{option}}: pipeline {pipeline.pipeline_info.pipeline_name!r} has a '
         f'component {tpu_check_step.COMPONENT_ID!r} already; rename it, or '
-        'compile without tpu_check.')
+        'compile without {option}.', option='tpu_check')
   return tpu_check_step.add_first(pipeline).id
+
+
+def _trainer_steps(trainer: Any
+                  ) -> Optional[Tuple[Optional[int], Optional[int]]]:
+  """A trainer's train and eval steps (None: a runtime parameter)."""
+  steps = []
+  for key, proto in ((standard_component_specs.TRAIN_ARGS_KEY,
+                      trainer_pb2.TrainArgs()),
+                     (standard_component_specs.EVAL_ARGS_KEY,
+                      trainer_pb2.EvalArgs())):
+    value = trainer.exec_properties.get(key)
+    if not isinstance(value, str):
+      return None
+    steps.append(proto_utils.json_to_proto(value, proto).num_steps or None)
+  return steps[0], steps[1]
 
 
 def _custom_config(trainer: Any) -> Dict[str, Any]:
@@ -609,18 +655,27 @@ def _custom_config(trainer: Any) -> Dict[str, Any]:
                                                CompileError)
 
 
-def _set_beam_args(pipeline: tfx.dsl.Pipeline,
-                   options: KubeflowOptions) -> List[Any]:
-  """Sets every Beam component's arguments; returns the pipeline's."""
+def _set_beam_args(pipeline: tfx.dsl.Pipeline, options: KubeflowOptions,
+                   inferrer_ids: Sequence[str] = ()) -> List[Any]:
+  """Sets every Beam component's arguments; returns the pipeline's.
+
+  The inferrers run on the trainer's pod, often a TPU host of hundreds of
+  vCPUs: their DirectRunner gets a bounded number of worker processes
+  (`inferrer_steps.beam_defaults`), not one per vCPU.
+  """
   pipeline_args = _on_cluster(beam_pipeline_args(
       options.beam_args, pipeline.beam_pipeline_args,
       options.cluster_beam_defaults), pipeline, options)
+  inferrer_defaults = inferrer_steps.beam_defaults(
+      options.trainer_pod.cpu_request)
   for component in pipeline.components:
     spec = component.executor_spec
     if isinstance(spec, executor_spec.BeamExecutorSpec):
       spec.beam_pipeline_args = _on_cluster(beam_pipeline_args(
           options.beam_args, spec.beam_pipeline_args,
-          options.cluster_beam_defaults), pipeline, options)
+          options.cluster_beam_defaults,
+          inferrer_defaults if component.id in inferrer_ids
+          else CLUSTER_BEAM_PIPELINE_ARGS), pipeline, options)
   return pipeline_args
 
 
@@ -632,6 +687,41 @@ def _on_cluster(args: List[Any], pipeline: tfx.dsl.Pipeline,
     return args + beam_runners.cluster_defaults(args, options.image)
   except beam_args_lib.BeamArgError as e:
     raise CompileError(str(e)) from e
+
+
+@contextlib.contextmanager
+def _packaging_output_logged() -> Iterator[None]:
+  """What the runner's subprocesses print goes to the log, not the caller's.
+
+  TFX packages each module file with `setup.py bdist_wheel` in a
+  subprocess whose output (about 100 lines a module) would land on the
+  terminal of whoever compiles from Python. It is logged at INFO instead,
+  and written to stderr when the compile fails, for the reason.
+  """
+  sys.stdout.flush()
+  sys.stderr.flush()
+  saved = os.dup(1), os.dup(2)
+  with tempfile.TemporaryFile() as capture:
+    os.dup2(capture.fileno(), 1)
+    os.dup2(capture.fileno(), 2)
+    failed = True
+    try:
+      yield
+      failed = False
+    finally:
+      sys.stdout.flush()
+      sys.stderr.flush()
+      for descriptor, original in zip((1, 2), saved):
+        os.dup2(original, descriptor)
+        os.close(original)
+      capture.seek(0)
+      text = capture.read().decode('utf-8', errors='replace')
+      if failed:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+      elif text.strip():
+        logging.info('While compiling, TFX and its packaging of module files '
+                     'printed:\n%s', text)
 
 
 def _compile_v1(options: KubeflowOptions, pipeline: tfx.dsl.Pipeline,
@@ -652,10 +742,11 @@ def _compile_v1(options: KubeflowOptions, pipeline: tfx.dsl.Pipeline,
       tfx_image=options.image,
       kubeflow_metadata_config=(
           kubeflow_dag_runner.get_default_kubeflow_metadata_config()))
-  kubeflow_dag_runner.KubeflowDagRunner(
-      output_dir=os.path.dirname(output_file),
-      output_filename=os.path.basename(output_file),
-      config=config).run(pipeline)
+  with _packaging_output_logged():
+    kubeflow_dag_runner.KubeflowDagRunner(
+        output_dir=os.path.dirname(output_file),
+        output_filename=os.path.basename(output_file),
+        config=config).run(pipeline)
   for op in step_ops:
     if len(op.applied_to) != 1:
       raise CompileError(
@@ -678,9 +769,10 @@ def _compile_v2(options: KubeflowOptions, vertex_type: Optional[str],
   config = kubeflow_v2_dag_runner.KubeflowV2DagRunnerConfig(
       default_image=default_image, use_pipeline_spec_2_1=True)
   runner_output = 'runner-pipeline-job.json'
-  kubeflow_v2_dag_runner.KubeflowV2DagRunner(
-      config=config, output_dir=staging,
-      output_filename=runner_output).run(pipeline)
+  with _packaging_output_logged():
+    kubeflow_v2_dag_runner.KubeflowV2DagRunner(
+        config=config, output_dir=staging,
+        output_filename=runner_output).run(pipeline)
   with open(os.path.join(staging, runner_output)) as f:
     job = json.load(f)
   trainer_executors = [

@@ -1,6 +1,6 @@
 """TPUBulkInferrer steps in a Kubeflow compile: their custom_config and checks."""
 
-from typing import Any, Dict, List, Mapping, Optional, Type
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Type
 
 from tfx.types import standard_component_specs
 from tfx.utils import json_utils
@@ -11,10 +11,18 @@ from tfx_tpu_trainer.bulk_inferrer import component as inferrer_component
 from tfx_tpu_trainer.bulk_inferrer import executor as inferrer_executor
 from tfx_tpu_trainer.bulk_inferrer import inference_config
 from tfx_tpu_trainer.kubeflow import beam_args as beam_args_lib
+from tfx_tpu_trainer.kubeflow import scheduling
 
-__all__ = ['InferrerCompileError', 'compiled_custom_config',
-           'inferrer_custom_configs',
-           'check_inferrer_beam_args']
+__all__ = ['MAX_BEAM_WORKERS', 'InferrerCompileError',
+           'compiled_custom_config', 'inferrer_custom_configs',
+           'beam_workers', 'beam_defaults', 'check_inferrer_beam_args']
+
+# The most DirectRunner worker processes an inferrer step starts: each
+# imports TensorFlow and parses examples; on a TPU host they all call the one
+# process that holds the model (docs/guide/batch_inference.md), and a TPU host has
+# up to 224 vCPUs (`ct5lp-hightpu-8t`), which `--direct_num_workers=0` would
+# turn into as many processes.
+MAX_BEAM_WORKERS = 8
 
 
 class InferrerCompileError(errors.TPUTrainerError, ValueError):
@@ -84,6 +92,25 @@ def inferrer_custom_configs(pipeline: Any, use_tpu: bool,
     inferrer.exec_properties[inferrer_executor.CUSTOM_CONFIG_KEY] = json_utils.dumps(config)
     configs[inferrer.id] = config
   return configs
+
+
+def beam_workers(cpu_request: Optional[str]) -> int:
+  """An inferrer's DirectRunner workers: the CPUs its pod asks for, capped.
+
+  Without a CPU request, `MAX_BEAM_WORKERS`.
+  """
+  if not cpu_request:
+    return MAX_BEAM_WORKERS
+  cores = int(scheduling.quantity_value(cpu_request))
+  return max(1, min(cores, MAX_BEAM_WORKERS))
+
+
+def beam_defaults(cpu_request: Optional[str]) -> Tuple[str, ...]:
+  """The cluster's Beam defaults for an inferrer step (`beam_workers`)."""
+  return tuple(
+      f'--direct_num_workers={beam_workers(cpu_request)}'
+      if beam_args_lib.name(arg) == 'direct_num_workers' else arg
+      for arg in beam_args_lib.CLUSTER_DEFAULTS)
 
 
 def check_inferrer_beam_args(pipeline: Any, inferrer_ids: List[str],

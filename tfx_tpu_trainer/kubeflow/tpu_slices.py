@@ -2,12 +2,12 @@
 step (the driver, a CPU pod) carries."""
 
 import dataclasses
-import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from kfp import dsl
 
 from tfx_tpu_trainer import config as config_lib
+from tfx_tpu_trainer.kubeflow import pod_requests
 from tfx_tpu_trainer.kubeflow import scheduling
 from tfx_tpu_trainer.tpu import facts
 from tfx_tpu_trainer.tpu import worker_group
@@ -15,18 +15,12 @@ from tfx_tpu_trainer.tpu import worker_group
 __all__ = ['CHIPS_PER_HOST', 'RBAC_MANIFEST', 'MULTI_HOST_TOPOLOGIES',
            'TPUSliceScheduling', 'is_multi_host', 'tpu_slice', 'tpu_request']
 
-CHIPS_PER_HOST = 4
+CHIPS_PER_HOST = pod_requests.CHIPS_PER_HOST
 # The Role the trainer step's service account needs (rendered from
 # worker_group.rbac_manifests; a test keeps them equal).
-RBAC_MANIFEST = 'tfx_tpu_trainer/kubeflow/rbac/tpu-worker-group.yaml'
-# Multi-host topologies of each accelerator (GKE's tables, the common ones).
-MULTI_HOST_TOPOLOGIES: Dict[str, Tuple[str, ...]] = {
-    'tpu-v4-podslice': ('2x2x2', '2x2x4', '2x4x4', '4x4x4', '4x4x8',
-                        '4x8x8', '8x8x8'),
-    'tpu-v5-lite-podslice': ('4x4', '4x8', '8x8', '8x16', '16x16'),
-    'tpu-v5p-slice': ('2x2x2', '2x2x4', '2x4x4', '4x4x4', '4x4x8',
-                      '4x8x8', '8x8x8'),
-}
+RBAC_MANIFEST = worker_group.RBAC_MANIFEST
+MULTI_HOST_TOPOLOGIES = pod_requests.MULTI_HOST_TOPOLOGIES
+is_multi_host = pod_requests.is_multi_host
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,9 +59,14 @@ class TPUSliceScheduling:
 
   def worker_group_spec(self, image: str, env: Dict[str, str],
                         node_selector: Sequence[Tuple[str, str]] = (),
-                        tolerations: Sequence[scheduling.Toleration] = ()
+                        tolerations: Sequence[scheduling.Toleration] = (),
+                        driver_wait_secs: int = 0
                        ) -> worker_group.WorkerGroupSpec:
-    """The spec of the worker pods (what the driver creates per attempt)."""
+    """The spec of the worker pods (what the driver creates per attempt).
+
+    A worker waits for the driver's first word the driver's whole wait for
+    its workers (`driver_wait_secs`) plus its usual driver timeout.
+    """
     selector = dict(self.node_selector)
     selector.update(dict(node_selector))
     all_tolerations: List[scheduling.Toleration] = [scheduling.TPU_TOLERATION]
@@ -77,39 +76,19 @@ class TPUSliceScheduling:
         node_selector=tuple(sorted(selector.items())),
         tolerations=tuple(tuple(t.to_dict().items()) for t in all_tolerations),
         env=tuple(sorted(env.items())),
-        port=config_lib.TPU_WORKER_PORT)
-
-
-def is_multi_host(accelerator: str, topology: Optional[str]) -> bool:
-  """Whether `topology` of `accelerator` spans more than one host."""
-  spec = scheduling.GKE_TPU_ACCELERATORS.get(accelerator)
-  if spec is None or topology is None:
-    return False
-  try:
-    dims = tuple(int(d) for d in topology.split('x'))
-  except ValueError:
-    return False
-  return (len(dims) == spec.dimensions and
-          math.prod(dims) > spec.max_chips_per_host)
+        port=config_lib.TPU_WORKER_PORT,
+        driver_start_timeout=(driver_wait_secs +
+                              worker_group.WorkerGroupSpec.driver_timeout))
 
 
 def tpu_slice(accelerator: str, topology: str) -> TPUSliceScheduling:
-  """Validates a multi-host slice request.
+  """Validates a multi-host slice request (`pod_requests.tpu_slice_request`).
 
   Raises:
     scheduling.TPUSchedulingError: naming the accepted topologies.
   """
-  accepted = MULTI_HOST_TOPOLOGIES.get(accelerator)
-  if accepted is None:
-    raise scheduling.TPUSchedulingError(
-        f'accelerator {accelerator!r} has no multi-host slices this compiler '
-        f'schedules; accepted: {", ".join(sorted(MULTI_HOST_TOPOLOGIES))}.')
-  if topology not in accepted:
-    raise scheduling.TPUSchedulingError(
-        f'topology {topology!r} is not a multi-host topology of '
-        f'{accelerator}; accepted values: {", ".join(accepted)} (single-host: '
-        f'{", ".join(scheduling.GKE_TPU_ACCELERATORS[accelerator].single_host_topologies)}).')
-  chips = math.prod(int(d) for d in topology.split('x'))
+  accelerator, topology, chips = pod_requests.tpu_slice_request(accelerator,
+                                                                topology)
   return TPUSliceScheduling(accelerator=accelerator, topology=topology,
                             chips=chips)
 
@@ -121,12 +100,10 @@ def tpu_request(accelerator: str, topology: Optional[str] = None,
   Raises:
     scheduling.TPUSchedulingError: naming the bad option.
   """
-  if not is_multi_host(accelerator, topology):
-    return scheduling.tpu_vm(accelerator, topology, chips)
-  request = tpu_slice(accelerator, topology)
-  if chips is not None and chips != CHIPS_PER_HOST:
-    raise scheduling.TPUSchedulingError(
-        f'chips {chips} does not fit the multi-host slice {topology} of '
-        f'{accelerator}: each of its {request.hosts} worker pods requests its '
-        f'host\'s {CHIPS_PER_HOST} chips; leave --chips out.')
-  return request
+  multi_host, accelerator, topology, chips = pod_requests.tpu_request(
+      accelerator, topology, chips)
+  if multi_host:
+    return TPUSliceScheduling(accelerator=accelerator, topology=topology,
+                              chips=chips)
+  return scheduling.TPUVMScheduling(accelerator=accelerator,
+                                    topology=topology, chips=chips)

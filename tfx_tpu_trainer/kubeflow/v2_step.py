@@ -7,22 +7,24 @@ from typing import Any, List, Mapping, Optional, Sequence
 
 import yaml
 
-from tfx_tpu_trainer import errors
+from tfx_tpu_trainer.kubeflow import step_args
+from tfx_tpu_trainer.publishing import secrets
 
-__all__ = ['KFP_V2_ENTRYPOINT', 'STEP_ENTRYPOINT', 'INVOCATION_FLAG',
-           'INPUTS_SPEC_FLAG', 'InputTypeError', 'step_command',
-           'typed_inputs', 'run']
+__all__ = ['KFP_V2_ENTRYPOINT', 'STEP_ENTRYPOINT', 'EXECUTOR_CLASS_FLAG',
+           'INVOCATION_FLAG', 'INPUTS_SPEC_FLAG', 'EXIT_BAD_INPUT',
+           'InputTypeError', 'step_command', 'typed_inputs', 'run']
 
 KFP_V2_ENTRYPOINT = 'tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor'
 # This module, which compiled specs run in place of KFP_V2_ENTRYPOINT.
 STEP_ENTRYPOINT = 'tfx_tpu_trainer.kubeflow.v2_step'
-# The flags of TFX's v2 entrypoint that carry the ExecutorInput and the
-# compiled input definitions (kubeflow_v2_run_executor._parse_flags).
-INVOCATION_FLAG = '--json_serialized_invocation_args'
-INPUTS_SPEC_FLAG = '--json_serialized_inputs_spec_args'
+EXECUTOR_CLASS_FLAG = step_args.EXECUTOR_CLASS_FLAG
+INVOCATION_FLAG = step_args.INVOCATION_FLAG
+INPUTS_SPEC_FLAG = step_args.INPUTS_SPEC_FLAG
+# The exit status of a step whose arguments TFX cannot read (argparse's).
+EXIT_BAD_INPUT = 2
 
 
-class InputTypeError(errors.TPUTrainerError, ValueError):
+class InputTypeError(step_args.StepArgumentError):
   """An input artifact of the step has no type anywhere."""
 
 
@@ -43,7 +45,7 @@ def step_command(command: Sequence[str],
   return list(command[:-1]) + [entrypoint]
 
 
-def _flag_value(argv: Sequence[str], flag: str) -> Optional[int]:
+def _flag_index(argv: Sequence[str], flag: str) -> Optional[int]:
   """The index in `argv` of `flag`'s value (`--flag value` or `--flag=v`)."""
   for i, arg in enumerate(argv):
     if arg == flag and i + 1 < len(argv):
@@ -53,13 +55,20 @@ def _flag_value(argv: Sequence[str], flag: str) -> Optional[int]:
   return None
 
 
-def _has_title(type_schema: Mapping[str, Any]) -> bool:
+def _has_title(type_schema: Mapping[str, Any], key: str) -> bool:
+  """Whether an artifact's type names its class (`key`: for the error)."""
   title = type_schema.get('schemaTitle', type_schema.get('schema_title'))
   if title:
     return True
   schema = type_schema.get('instanceSchema',
                            type_schema.get('instance_schema')) or ''
-  loaded = yaml.safe_load(schema) if schema.strip() else None
+  try:
+    loaded = yaml.safe_load(schema) if schema.strip() else None
+  except yaml.YAMLError as e:
+    problem = ' '.join(str(e).split())
+    raise step_args.StepArgumentError(
+        f'{INVOCATION_FLAG}: input artifact {key!r}: its instanceSchema is '
+        f'not YAML ({problem}); {step_args.ADVICE}') from e
   return isinstance(loaded, dict) and bool(loaded.get('title'))
 
 
@@ -85,10 +94,12 @@ def typed_inputs(argv: Sequence[str]) -> List[str]:
   Raises:
     InputTypeError: an input artifact without a type whose key the compiled
       input definitions do not name either.
+    StepArgumentError: an instanceSchema that is not YAML (the arguments'
+      JSON is checked first: step_args.check_json).
   """
   argv = list(argv)
-  invocation_at = _flag_value(argv, INVOCATION_FLAG)
-  spec_at = _flag_value(argv, INPUTS_SPEC_FLAG)
+  invocation_at = _flag_index(argv, INVOCATION_FLAG)
+  spec_at = _flag_index(argv, INPUTS_SPEC_FLAG)
   if invocation_at is None or spec_at is None:
     return argv
 
@@ -103,7 +114,7 @@ def typed_inputs(argv: Sequence[str]) -> List[str]:
   for key, listed in executor_input.get('inputs', {}).get(
       'artifacts', {}).items():
     for runtime_artifact in listed.get('artifacts', []):
-      if _has_title(runtime_artifact.get('type') or {}):
+      if _has_title(runtime_artifact.get('type') or {}, key):
         continue
       artifact_type = declared.get(key, {}).get(
           'artifactType', declared.get(key, {}).get('artifact_type'))
@@ -122,9 +133,28 @@ def typed_inputs(argv: Sequence[str]) -> List[str]:
   return argv
 
 
-def run() -> None:
-  """Completes this process's input types, then runs TFX's v2 entrypoint."""
-  sys.argv = typed_inputs(sys.argv)
+def run(argv: Optional[Sequence[str]] = None) -> None:
+  """Checks and types this process's arguments, then runs TFX's v2 entrypoint.
+
+  Arguments TFX could not read (step_args) end the process with one line
+  on stderr naming the argument, and exit status `EXIT_BAD_INPUT`.
+
+  Args:
+    argv: the arguments (default: sys.argv).
+  """
+  argv = list(sys.argv if argv is None else argv)
+  # TFX logs the exec properties (a custom_config's token), Beam the args
+  # it discards: every record, and an uncaught error, masked.
+  secrets.mask_logs(uncaught=True)
+  try:
+    step_args.check_json(argv)
+    argv = typed_inputs(argv)
+    step_args.check_parsed(argv)
+  except step_args.StepArgumentError as e:
+    sys.stderr.write(f'{STEP_ENTRYPOINT}: {secrets.mask_text(str(e))}\n')
+    sys.stderr.flush()
+    sys.exit(EXIT_BAD_INPUT)
+  sys.argv = argv
   # pylint: disable-next=g-import-not-at-top
   from absl import app
   from tfx.orchestration.kubeflow.v2.container import kubeflow_v2_run_executor  # pylint: disable=g-import-not-at-top

@@ -1,8 +1,9 @@
 """A TPU model_fn built from a module's compiled Keras model."""
 
 import concurrent.futures
+import contextlib
 import dataclasses
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, Iterator, List, Mapping, Optional
 
 import tensorflow as tf
 from tensorflow import estimator as tf_estimator
@@ -13,12 +14,17 @@ from tfx_tpu_trainer.model_fn import keras_compile
 from tfx_tpu_trainer.model_fn import sparse_columns
 
 __all__ = ['KerasModelError', 'ModelFn', 'SERVING_SIGNATURE', 'KerasTemplate',
+           'BFLOAT16_PARAM', 'MIXED_BFLOAT16', 'bfloat16_policy',
            'build_template', 'conform', 'conform_features',
            'make_keras_model_fn']
 
 KerasModelError = keras_compile.KerasModelError
 ModelFn = checked.ModelFn
 SERVING_SIGNATURE = 'serving_default'
+# The param that asks for bfloat16 (custom_config['bfloat16']), and the Keras
+# policy a Keras model is then built under.
+BFLOAT16_PARAM = 'use_bfloat16'
+MIXED_BFLOAT16 = 'mixed_bfloat16'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +62,8 @@ def build_template(build_keras_model: user_module_lib.ModuleFunction,
 
   def build():
     tf.keras.backend.reset_uids()
-    model = build_keras_model(params=dict(params))
+    with bfloat16_policy(bool(params.get(BFLOAT16_PARAM))):
+      model = build_keras_model(params=dict(params))
     if not isinstance(model, tf.keras.Model):
       raise KerasModelError(
           'must return a compiled tf.keras Model, got '
@@ -72,6 +79,30 @@ def build_template(build_keras_model: user_module_lib.ModuleFunction,
   with build_keras_model.blamed(), concurrent.futures.ThreadPoolExecutor(
       max_workers=1, thread_name_prefix='build_keras_model') as pool:
     return pool.submit(build).result()
+
+
+@contextlib.contextmanager
+def bfloat16_policy(enabled: bool) -> Iterator[None]:
+  """Keras layers built in the block compute in bfloat16 when `enabled`.
+
+  The `mixed_bfloat16` policy (variables float32, math bfloat16) is the
+  global Keras policy while the block runs; the one before is restored.
+  """
+  if not enabled:
+    yield
+    return
+  before = tf.keras.mixed_precision.global_policy()
+  tf.keras.mixed_precision.set_global_policy(MIXED_BFLOAT16)
+  try:
+    yield
+  finally:
+    tf.keras.mixed_precision.set_global_policy(before)
+
+
+def _float32_outputs(outputs: List[tf.Tensor]) -> List[tf.Tensor]:
+  """bfloat16 outputs as float32, for the loss, the metrics and serving."""
+  return [tf.cast(output, tf.float32) if output.dtype == tf.bfloat16
+          else output for output in outputs]
 
 
 def _clone_in_graph(template: KerasTemplate) -> tf.keras.Model:
@@ -293,7 +324,7 @@ def _keras_model_fn(template: KerasTemplate, features, labels, mode, params,
         f'mode {mode!r}: {type(e).__name__}: {e}') from e
   if not isinstance(outputs, (list, tuple)):
     outputs = [outputs]
-  predictions = dict(zip(template.output_names, outputs))
+  predictions = dict(zip(template.output_names, _float32_outputs(outputs)))
 
   if mode == tf_estimator.ModeKeys.PREDICT:
     served = {prediction_keys.get(name, name): tensor

@@ -33,7 +33,17 @@ _COLUMN_FUNCTIONS = {
     'SharedEmbeddingColumn': 'shared_embedding_column',
     'WeightedCategoricalColumn': 'weighted_categorical_column',
     'SequenceCategoricalColumn': 'sequence_categorical_column',
+    '_TPUEmbeddingColumnV2': 'tpu.experimental.embedding_column',
+    '_TPUSharedEmbeddingColumnV2': 'tpu.experimental.shared_embedding_columns',
 }
+# What a Keras model cannot do with TPU embedding columns, and why.
+_TPU_EMBEDDING_IN_KERAS = (
+    ' TPU embedding columns (tf.compat.v1.tpu.experimental.embedding_column) '
+    'are looked up by TPU embedding only for a model_fn module that lists '
+    'them in embedding_config_spec(params); TPUTrainer turns a Keras model '
+    'into a model_fn without that path, so put such tables in a model_fn '
+    'module (components/taxi_embedding_module.py, '
+    'docs/guide/tpu_embeddings.md).')
 
 
 def column_kind(column: Any) -> str:
@@ -86,7 +96,9 @@ def dense_features_message(columns: Sequence[Tuple[str, str, str]]) -> str:
       '(tf.one_hot, or tf.keras.layers.CategoryEncoding) or embed it '
       '(tf.keras.layers.Embedding), as components/taxi_keras_module.py does; '
       'keep DenseFeatures for numeric_column only. Or train on CPU with '
-      "custom_config['use_tpu']=False.")
+      "custom_config['use_tpu']=False." +
+      (_TPU_EMBEDDING_IN_KERAS if any(kind.startswith('tpu.') for _, kind, _
+                                      in columns) else ''))
 
 
 def column_of_op(op_name: str) -> Optional[Tuple[str, Optional[str]]]:
@@ -104,7 +116,9 @@ SPARSE_OP_FIX = (
     'feature, one-hot encoded (tf.one_hot, tf.keras.layers.CategoryEncoding) '
     'or embedded (tf.keras.layers.Embedding), as '
     'components/taxi_keras_module.py does; keep DenseFeatures or input_layer '
-    'for numeric_column only.')
+    'for numeric_column only. Or, in a model_fn module, give the ids to TPU '
+    'embedding: a tf.compat.v1.tpu.experimental.embedding_column listed in '
+    'embedding_config_spec(params) (docs/guide/tpu_embeddings.md).')
 
 
 def sparse_op_cause(column: str, layer: Optional[str]) -> str:

@@ -11,25 +11,33 @@ import tensorflow as tf
 from tensorflow import estimator as tf_estimator
 
 from tfx_tpu_trainer import config as config_lib
+from tfx_tpu_trainer import errors
 from tfx_tpu_trainer import prepare
+from tfx_tpu_trainer.model_fn import embedding_spec
+from tfx_tpu_trainer.preflight import embedding_checks
 from tfx_tpu_trainer.preflight import graph as preflight_graph
+from tfx_tpu_trainer.preflight import precision
 from tfx_tpu_trainer.preflight import report as preflight_report
 from tfx_tpu_trainer.preflight import sample as preflight_sample
 from tfx_tpu_trainer.preflight import spec_checks
+from tfx_tpu_trainer.preflight import xla_flags
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.tpu import facts as tpu_facts
 from tfx_tpu_trainer.training import estimator_builder
 
 __all__ = ['DEFAULT_NUM_SHARDS', 'ERROR', 'WARNING', 'INFO', 'ModeKeys',
-           'resolve_num_shards', 'per_shard_batch_size', 'run_preflight',
-           'check_before_training']
+           'Progress', 'resolve_num_shards', 'per_shard_batch_size',
+           'run_preflight', 'check_before_training']
 
 DEFAULT_NUM_SHARDS = 8
 
 ERROR, WARNING, INFO = (preflight_report.ERROR, preflight_report.WARNING,
                         preflight_report.INFO)
+# The phases that build, compile and run a step (the slow ones), and how
+# their progress lines name the step.
+_STEPS = {'train': 'the train step', 'eval': 'the eval step',
+          'export': "the export's PREDICT step"}
 ModeKeys = tf_estimator.ModeKeys
-_TPU_SPEC = tf.compat.v1.estimator.tpu.TPUEstimatorSpec
 _INFEED_DTYPES_REJECTED = tpu_facts.INFEED_REJECTED_DTYPES
 
 
@@ -81,6 +89,20 @@ def _named_specs(structure: Any, what: str) -> Dict[str, Any]:
   return {what: structure}
 
 
+def _holds_batch(shape: tf.TensorShape, batch_size: int,
+                 sample_batch_size: int) -> bool:
+  """Whether a static shape holds a batch of `batch_size` examples.
+
+  Not on its first axis alone: with `transpose_input`, tensorflow/tpu's
+  image models infeed [height, width, channels, batch] (MnasNet) or that
+  flattened (ResNet), and their model_fns undo it; the labels keep the
+  batch first (SampleBatch.batch_size).
+  """
+  dims = shape.as_list()
+  return batch_size in dims or (sample_batch_size == batch_size and
+                                shape.num_elements() % batch_size == 0)
+
+
 def _input_findings(sample: preflight_sample.SampleBatch,
                     batch_size: int) -> List[preflight_report.Finding]:
   """The input's element_spec against what TPU infeed takes."""
@@ -120,7 +142,7 @@ def _input_findings(sample: preflight_sample.SampleBatch,
           'input', fix='Batch with drop_remainder=True (the default input '
           'does) and pad variable-length features to a fixed length.',
           where=name))
-    elif shape[0] != batch_size:
+    elif not _holds_batch(shape, batch_size, sample.batch_size):
       findings.append(preflight_report.Finding(
           'input-batch-size', WARNING,
           f'has {shape[0]} examples per batch, but each shard asks for '
@@ -263,11 +285,20 @@ class _HostCalls:
     return host_fn
 
 
+Progress = Callable[[str], None]
+
+
+def _log_progress(message: str) -> None:
+  logging.info('TPU preflight: %s', message)
+
+
 class _Phases:
   """Runs the phases of one preflight and collects their findings."""
 
-  def __init__(self, report: preflight_report.PreflightReport):
+  def __init__(self, report: preflight_report.PreflightReport,
+               progress: Progress):
     self.report = report
+    self.progress = progress
 
   def run(self, phase: str,
           fn: Callable[[], List[preflight_report.Finding]]) -> None:
@@ -283,16 +314,25 @@ class _Phases:
           f'the {phase} check failed: {type(e).__name__}: {e}', phase)]
     self.report.findings.extend(findings)
     self.report.seconds[phase] = round(time.time() - start, 2)
+    if phase in _STEPS:
+      self.progress(f'{phase}: done in {self.report.seconds[phase]:.1f}s.')
 
 
 class _Preflight:
   """The state shared by the phases of one preflight run."""
 
   def __init__(self, model_fn, config, params, sample, num_shards,
-               serving_input_receiver_fn, workdir):
+               serving_input_receiver_fn, workdir, embedding=None,
+               export_blocked=False, progress: Progress = _log_progress):
+    self.progress = progress
     self.model_fn = model_fn
+    self.embedding = embedding
+    # The TPU embedding checks failed: the export would fail the same way.
+    self.export_blocked = export_blocked
     self.config = config
+    # A module reads params['model_dir'] where ResNet reads FLAGS.model_dir.
     self.params = dict(params)
+    self.params.setdefault('model_dir', os.path.join(workdir, 'model'))
     self.sample = sample
     self.num_shards = num_shards
     self.serving_input_receiver_fn = serving_input_receiver_fn
@@ -309,11 +349,14 @@ class _Preflight:
       params['batch_size'] = self.sample.batch_size
     return params
 
-  def _build(self, mode, params, labels, outputs_fn, phase):
+  def _build(self, mode, params, labels, outputs_fn, phase, features=None):
     """Builds the step; a failing model_fn becomes a finding."""
+    self.progress(f'{phase}: building {_STEPS[phase]} (the model_fn, as on a '
+                  'TPU) ...')
     try:
       return preflight_graph.build_step(
-          self.model_fn, mode, params, self.run_config, self.features,
+          self.model_fn, mode, params, self.run_config,
+          self.features if features is None else features,
           labels, self.num_shards, outputs_fn, self.withheld)
     except spec_checks.SpecProblem:
       raise
@@ -326,6 +369,9 @@ class _Preflight:
 
   def _run(self, step, phase, **kwargs):
     """Runs the step; XLA errors as findings (minus ops already reported)."""
+    self.progress(
+        f'{phase}: XLA-compiling {_STEPS[phase]} for CPU and running it once '
+        f'({len(step.ops)} ops; the more ops, the longer the compile) ...')
     try:
       return preflight_graph.run_step(step, **kwargs), []
     except tf.errors.OpError as e:
@@ -343,15 +389,22 @@ class _Preflight:
 
     step = self._build(ModeKeys.TRAIN, self._step_params(), self.sample.labels,
                        outputs, phase)
+    if self.embedding is not None:
+      # As TPUEstimator adds them on a TPU: the step's checkpoint exports.
+      embedding_checks.add_table_variables(step.graph, self.embedding)
     findings = (_loss_findings(step.spec.loss, phase) +
                 _host_call_findings(step.spec.host_call, 'host_call', phase) +
+                precision.bfloat16_findings(step.ops, self.params, phase) +
                 preflight_graph.check_ops(step, phase) +
                 preflight_graph.check_cross_shard(step, self.num_shards,
                                                   phase))
     host = _HostCalls(phase)
     run, run_findings = self._run(
         step, phase, host_fn=host.train_host_fn(step.spec.host_call),
-        checkpoint_prefix=os.path.join(self.workdir, 'preflight', 'model.ckpt'))
+        # In config.model_dir: an export that reads the latest checkpoint
+        # there (MnasNet's moving averages) finds this one.
+        checkpoint_prefix=os.path.join(self.run_config.model_dir,
+                                       'model.ckpt'))
     findings = preflight_graph.fold_knock_on(
         step, findings + host.findings + run_findings)
     if run is not None:
@@ -392,22 +445,37 @@ class _Preflight:
     return findings
 
   def export(self) -> List[preflight_report.Finding]:
-    """The PREDICT computation of the TPU export, then the real export."""
+    """The PREDICT computation of the TPU export, then the real export.
+
+    Under export API v2 the model_fn rewrites its PREDICT computation for
+    the TPU itself (a TPU computation inside the preflight's would nest):
+    the real export builds it, and its `{serve, tpu}` graph must hold TPU ops.
+    """
     phase = 'export'
+    if self.config.export_saved_model_api_version == 2:
+      return [preflight_report.Finding(
+          'predict-step-own-rewrite', INFO,
+          'export_saved_model_api_version=2: the model_fn rewrites its '
+          'PREDICT computation for the TPU itself, so the preflight does not '
+          'compile it; the export below builds it.', phase)
+             ] + self._export_findings(phase)
 
     def outputs(spec):
-      if not isinstance(spec, (_TPU_SPEC, tf_estimator.EstimatorSpec)):
-        raise spec_checks.SpecProblem(preflight_report.Finding(
-            'spec', ERROR, f'the model_fn returned {type(spec).__name__} in '
-            "mode 'infer'; it must return a TPUEstimatorSpec.", phase))
-      if spec.predictions is None:
-        raise spec_checks.SpecProblem(preflight_report.Finding(
-            'spec', ERROR, "the TPUEstimatorSpec of mode 'infer' has no "
-            'predictions.', phase))
+      spec_checks.require(spec, ModeKeys.PREDICT, ('predictions',), phase)
       return [t for t in tf.nest.flatten(spec.predictions)]
 
+    features = None
+    if self.serving_input_receiver_fn is not None:
+      try:
+        features, _ = _infeedable(preflight_sample.serving_features(
+            self.serving_input_receiver_fn, self.features,
+            self.sample.batch_size))
+      except Exception:  # pylint: disable=broad-except
+        # The export below reports the serving input's failure.
+        logging.exception('The serving input failed; the PREDICT step is '
+                          'checked on the training sample.')
     step = self._build(ModeKeys.PREDICT, self._step_params(False), None,
-                       outputs, phase)
+                       outputs, phase, features)
     findings = preflight_graph.check_ops(step, phase)
     run, run_findings = self._run(step, phase)
     findings = preflight_graph.fold_knock_on(step, findings + run_findings)
@@ -421,28 +489,32 @@ class _Preflight:
 
   def _export_findings(self, phase: str) -> List[preflight_report.Finding]:
     """Exports the saved step as the executor would; checks both tag sets."""
-    if self.serving_input_receiver_fn is None or self.checkpoint is None:
+    if (self.serving_input_receiver_fn is None or self.checkpoint is None or
+        self.export_blocked):
       reason = ('no serving input was given (a transform graph, a schema or '
                 "the module's serving_input_receiver_fn)"
                 if self.serving_input_receiver_fn is None else
-                'the train step did not run')
+                'the TPU embedding findings come first' if self.export_blocked
+                else 'the train step did not run')
       return [preflight_report.Finding('export-skipped', INFO,
                       f'the dual-tag export was not tried: {reason}.', phase)]
-    export_config = dataclasses.replace(self.config, use_tpu=False, tpu=None,
-                                        export_to_tpu=True)
-    estimator = estimator_builder.build_estimator(
-        self.model_fn, export_config, self.run_config, self.params)
+    self.progress(f'{phase}: exporting the {{serve}} and {{serve, tpu}} '
+                  'SavedModel ...')
     try:
-      path = estimator.export_saved_model(
-          os.path.join(self.workdir, 'export'),
-          self.serving_input_receiver_fn,
-          checkpoint_path=self.checkpoint)
+      path = self._export(export_to_tpu=True)
     except Exception as e:  # pylint: disable=broad-except
-      return [preflight_report.Finding(
-          'export', ERROR,
-          f'exporting the {{serve}} and {{serve, tpu}} SavedModel failed: '
-          f'{type(e).__name__}: {e}', phase)]
+      if self.embedding is None:
+        return [preflight_report.Finding(
+            'export', ERROR,
+            f'exporting the {{serve}} and {{serve, tpu}} SavedModel failed: '
+            f'{type(e).__name__}: {e}', phase)]
+      return self._cpu_export_findings(e, phase)
     path = path.decode() if isinstance(path, bytes) else path
+    try:
+      export.check_tpu_graph(path)
+    except export.ExportError as e:
+      return [preflight_report.Finding('no-tpu-inference', ERROR, str(e),
+                                       phase)]
     tag_sets = export.saved_model_tag_sets(path)
     if tag_sets != [export.SERVE_TAGS, tuple(sorted(export.SERVE_TPU_TAGS))]:
       return [preflight_report.Finding(
@@ -452,6 +524,38 @@ class _Preflight:
     return [preflight_report.Finding('export', INFO,
                     'the {serve} and {serve, tpu} SavedModel exported.',
                     phase)]
+
+  def _export(self, export_to_tpu: bool) -> str:
+    """The SavedModel of the train step's checkpoint, as the executor's."""
+    export_config = dataclasses.replace(self.config, use_tpu=False, tpu=None,
+                                        export_to_tpu=export_to_tpu)
+    estimator = estimator_builder.build_estimator(
+        self.model_fn, export_config, self.run_config, self.params,
+        embedding_config_spec=(self.embedding.spec if self.embedding else
+                               None))
+    path = estimator.export_saved_model(
+        os.path.join(self.workdir, 'export'), self.serving_input_receiver_fn,
+        checkpoint_path=self.checkpoint)
+    return path.decode() if isinstance(path, bytes) else path
+
+  def _cpu_export_findings(self, error: Exception,
+                           phase: str) -> List[preflight_report.Finding]:
+    """A model with TPU embeddings whose {serve, tpu} graph fails: {serve}."""
+    refused = preflight_report.Finding(
+        'export-tpu-graph', WARNING,
+        'the {serve, tpu} graph of this model with TPU embeddings cannot be '
+        f'exported ({type(error).__name__}: {errors.first_line(error)}): '
+        'TPUTrainer exports '
+        '{serve} alone (the embeddings looked up on CPU); the TPUBulkInferrer '
+        'then scores it with use_tpu=false.', phase)
+    try:
+      self._export(export_to_tpu=False)
+    except Exception as e:  # pylint: disable=broad-except
+      return [refused, preflight_report.Finding(
+          'export', ERROR, f'exporting the {{serve}} SavedModel failed too: '
+          f'{type(e).__name__}: {e}', phase)]
+    return [refused, preflight_report.Finding(
+        'export', INFO, 'the {serve} SavedModel exported.', phase)]
 
 
 def _summary_findings(graph: tf.Graph, before, where: str,
@@ -477,8 +581,15 @@ def run_preflight(
     subject: str,
     num_shards: Optional[int] = None,
     serving_input_receiver_fn: Optional[Callable[[], Any]] = None,
+    embedding: Optional[embedding_spec.EmbeddingSpec] = None,
+    progress: Optional[Progress] = None,
 ) -> preflight_report.PreflightReport:
   """Checks on CPU that `model_fn` trains, evaluates and exports on TPU.
+
+  Most of its time is XLA's CPU compile of the train step, which grows with
+  the step's ops (the model's layers and their gradients), then the eval
+  and export steps; the batch and data sizes matter little. It compiles
+  with xla_flags.FAST_COMPILE_FLAGS.
 
   Args:
     model_fn: the TPU model_fn (e.g. `PreparedRun.model_fn`).
@@ -490,6 +601,11 @@ def run_preflight(
     num_shards: the TPU shard count (default: config.num_shards, else 8).
     serving_input_receiver_fn: when given, the export phase also runs the
       real dual-tag export.
+    embedding: the module's TPU embedding tables: checked against the
+      sample, the hosts and the columns the model_fn reads; the steps get
+      the activations TPU embedding would hand them.
+    progress: called with a line as each step starts and ends (default:
+      absl logging).
 
   Returns:
     The report; `report.ok` when no error was found.
@@ -497,8 +613,14 @@ def run_preflight(
   shards, assumed = resolve_num_shards(config, num_shards)
   report = preflight_report.PreflightReport(source=subject, num_shards=shards,
                            sample_origin=sample.origin)
-  phases = _Phases(report)
+  progress = progress or _log_progress
+  phases = _Phases(report, progress)
   phases.run('config', lambda: _config_findings(config, shards, assumed))
+  if embedding is not None:
+    phases.run(embedding_checks.PHASE, lambda: (
+        embedding_checks.findings_before_steps(embedding, model_fn, params,
+                                               config, sample, on_tpu=True)))
+    sample = embedding_checks.sample_on_tpu(sample, embedding)
   phases.run('input', lambda: _input_findings(
       sample, per_shard_batch_size(config, shards)))
   if not all(isinstance(spec, tf.TensorSpec)
@@ -507,9 +629,13 @@ def run_preflight(
         'skipped', INFO, 'the model checks need a dense sample; fix the '
         'input findings first.', 'input'))
     return report
-  with tempfile.TemporaryDirectory(prefix='tpu-preflight-') as workdir:
-    state = _Preflight(model_fn, config, params, sample, shards,
-                       serving_input_receiver_fn, workdir)
+  with tempfile.TemporaryDirectory(
+      prefix='tpu-preflight-') as workdir, xla_flags.fast_cpu_compiles():
+    state = _Preflight(
+        model_fn, config, params, sample, shards, serving_input_receiver_fn,
+        workdir, embedding, export_blocked=any(
+            f.phase == embedding_checks.PHASE for f in report.errors),
+        progress=progress)
     phases.run('train', state.train)
     phases.run('eval', state.evaluate)
     phases.run('export', state.export)
@@ -542,7 +668,8 @@ def check_before_training(
       'the first batch of the training input')
   report = run_preflight(
       run.model_fn, config, run.params, sample, run.module.module_file,
-      serving_input_receiver_fn=run.serving_input_receiver_fn)
+      serving_input_receiver_fn=run.serving_input_receiver_fn,
+      embedding=run.embedding)
   logging.info('%s', report.format())
   report.raise_if_not_ready()
   return report

@@ -38,6 +38,14 @@ _UNSUPPORTED_OP = re.compile(
     r"No registered '(\w+)' OpKernel for (XLA_\w+) devices compatible with "
     r'node \{\{node ([^}]+)\}\}')
 _NODE = re.compile(r'\{\{node ([^}]+)\}\}')
+# The ops of a tf.compat.v1.train.Saver.
+_CHECKPOINT_OPS = frozenset(['SaveV2', 'RestoreV2', 'MergeV2Checkpoints',
+                             'ShardedFilename'])
+_SAVER_FIX = (
+    'A tf.compat.v1.train.Saver built in the model_fn is inside the TPU '
+    'computation (e.g. for a Scaffold of an EstimatorSpec): build it in the '
+    "TPUEstimatorSpec's scaffold_fn, which TPUEstimator calls outside it "
+    "(as tensorflow/tpu's MnasNet does for its moving-average export).")
 
 
 @dataclasses.dataclass
@@ -187,9 +195,34 @@ def _capped(findings: List[preflight_report.Finding], code: str, count: int,
   return findings
 
 
+def _constant_folded(ops: Sequence[tf.Operation]) -> set:
+  """The ops XLA evaluates while it compiles: constants, static shapes.
+
+  Their values are known before the step runs (tensorflow/tpu's ResNet
+  computes its image size from `tf.shape` in float64 with
+  `transpose_input`), so the TPU never computes them. `ops` are in creation
+  order, inputs before the ops that read them.
+  """
+  folded = set()
+  for op in ops:
+    if op.op_def.is_stateful:
+      continue
+    if (op.type == 'Const' or
+        op.type in _SHAPE_OPS and all(t.shape.is_fully_defined()
+                                      for t in op.inputs) or
+        op.inputs and all(t.op in folded for t in op.inputs)):
+      folded.add(op)
+  return folded
+
+
 def _dtype_findings(ops: Sequence[tf.Operation],
                     phase: str) -> List[preflight_report.Finding]:
-  """float64/complex128 and string tensors computed inside the step."""
+  """float64/complex128 and string tensors computed inside the step.
+
+  float64 and complex128 that XLA folds into constants are not computed
+  on the TPU, so they are no findings.
+  """
+  folded = _constant_folded(ops)
   forward = set(forward_ops(ops))
   # Name the model's own ops first; their gradients follow from them.
   ordered = [op for op in ops if op in forward] + [
@@ -199,7 +232,7 @@ def _dtype_findings(ops: Sequence[tf.Operation],
   for op in ordered:
     dtypes = {output.dtype.base_dtype for output in op.outputs}
     for dtype, dtype_name in tpu_facts.TPU_UNSUPPORTED_DTYPES.items():
-      if dtype in dtypes:
+      if dtype in dtypes and op not in folded:
         code = 'float64' if dtype == tf.float64 else 'unsupported-dtype'
         counts[code] = counts.get(code, 0) + 1
         by_code.setdefault(code, []).append(preflight_report.Finding(
@@ -228,14 +261,35 @@ def _is_dynamic(tensor: tf.Tensor) -> bool:
           not tensor.shape.is_fully_defined())
 
 
+def _read_by_model(tensor: tf.Tensor, model_ops: set,
+                   outputs: set) -> bool:
+  """Whether the model itself reads `tensor` (or the step outputs it).
+
+  Reads by gradient ops do not count: an op's own gradient may take outputs
+  of unknown static shape that are buffers XLA sizes statically, such as
+  fused batch norm's reserve space (FusedBatchNormV3:5, read only by
+  FusedBatchNormGradV3, and by nothing in eval or predict).
+  """
+  return tensor in outputs or any(
+      consumer in model_ops for consumer in tensor.consumers())
+
+
 def _dynamic_shape_findings(ops: Sequence[tf.Operation],
-                            phase: str) -> List[preflight_report.Finding]:
-  """Ops of the model that make data-dependent shapes from static inputs."""
+                            phase: str,
+                            outputs: Sequence[tf.Tensor] = ()
+                            ) -> List[preflight_report.Finding]:
+  """Ops of the model that make data-dependent shapes from static inputs.
+
+  Only outputs that the model reads count (see _read_by_model).
+  """
   findings = []
-  for op in forward_ops(ops):
+  model_ops = forward_ops(ops)
+  model_op_set, output_set = set(model_ops), set(outputs)
+  for op in model_ops:
     if op.type in _SHAPE_OPS or not op.outputs:
       continue
-    dynamic = [t for t in op.outputs if _is_dynamic(t)]
+    dynamic = [t for t in op.outputs if _is_dynamic(t) and
+               _read_by_model(t, model_op_set, output_set)]
     if not dynamic or any(_is_dynamic(t) for t in op.inputs):
       continue
     column = sparse_columns.column_of_op(op.name)
@@ -266,8 +320,8 @@ def _rejected_op_findings(ops: Sequence[tf.Operation],
           'v1-summary', ERROR,
           f'is a v1 summary inside the {phase} step; TPU computations reject '
           'v1 summaries.', phase,
-          fix='Remove it, or write summaries from a TPUEstimatorSpec '
-          'host_call with tf.summary (v2).', op=op.name, where=_op_label(op)))
+          fix='Remove it. ' + tpu_facts.HOST_CALL_SUMMARY_FIX, op=op.name,
+          where=_op_label(op)))
     elif op.type == 'Print':
       findings.append(preflight_report.Finding(
           'print-op', ERROR,
@@ -315,7 +369,7 @@ def check_ops(step: StepGraph, phase: str) -> List[preflight_report.Finding]:
   compiled = reachable_ops(step)
   return (_rejected_op_findings(step.ops, phase) +
           _dtype_findings(compiled, phase) +
-          _dynamic_shape_findings(compiled, phase))
+          _dynamic_shape_findings(compiled, phase, step.outputs))
 
 
 def check_cross_shard(step: StepGraph, num_shards: int,
@@ -387,11 +441,15 @@ def xla_error_findings(
     if node in seen or node in reported_ops:
       continue
     seen.add(node)
+    if op_type in tpu_facts.V2_SUMMARY_OPS:
+      findings.append(_v2_summary_finding(op_type, node, phase))
+      continue
     findings.append(preflight_report.Finding(
         'xla-unsupported-op', ERROR,
         f'in the {phase} step cannot be compiled by XLA ({device} has no '
         'kernel for it), so the TPU cannot run it.', phase,
-        fix='Replace it, or move it to the input_fn/preprocessing_fn.',
+        fix=(_SAVER_FIX if op_type in _CHECKPOINT_OPS else
+             'Replace it, or move it to the input_fn/preprocessing_fn.'),
         op=node, where=f'op {node!r} ({op_type})'))
   if unsupported:
     return findings
@@ -406,6 +464,19 @@ def xla_error_findings(
       f'XLA said: {type(error).__name__}: {_error_lines(message)}', phase,
       fix=xla_errors.explanation(message),
       op=node.group(1) if node else None)]
+
+
+def _v2_summary_finding(op_type: str, node: str,
+                        phase: str) -> preflight_report.Finding:
+  """A tf2 summary (a writer's op) inside the step: to the host_call."""
+  return preflight_report.Finding(
+      'tf2-summary', ERROR,
+      f'writes a tf2 summary inside the {phase} step; XLA cannot compile '
+      'summary ops, so this step cannot be checked (on a TPU, TensorFlow '
+      'may run them on the host by automatic outside compilation, a host '
+      'round trip in every step).', phase,
+      fix=tpu_facts.HOST_CALL_SUMMARY_FIX, op=node,
+      where=f'op {node!r} ({op_type})')
 
 
 HostFn = Callable[[List[tf.Tensor]], Tuple[List[Any], List[Any]]]

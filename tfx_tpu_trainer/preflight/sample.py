@@ -7,7 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 __all__ = ['SampleBatch', 'from_dataset', 'from_input_fn', 'from_feature_spec',
-           'from_keras_model']
+           'from_keras_model', 'serving_features']
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,8 +28,17 @@ class SampleBatch:
 
   @property
   def batch_size(self) -> int:
-    first = tf.nest.flatten(self.features)[0]
-    return int(np.shape(first)[0]) if np.ndim(first) else 1
+    """Examples per batch: the first axis of the labels, else the features'.
+
+    The labels keep the batch first where an input lays the features out
+    for the TPU (tensorflow/tpu's `transpose_input`: images infed
+    [height, width, channels, batch], or flattened).
+    """
+    labels = [] if self.labels is None else tf.nest.flatten(self.labels)
+    for value in labels + tf.nest.flatten(self.features):
+      if np.ndim(value):
+        return int(np.shape(value)[0])
+    return 1
 
 
 def _split_element(element):
@@ -136,3 +145,55 @@ def from_keras_model(model: tf.keras.Model, batch_size: int,
     (labels,), (label_specs,) = labels.values(), label_specs.values()
   return SampleBatch(features=features, labels=labels,
                      element_spec=(specs, label_specs), origin=origin)
+
+
+def _fits(value: Any, spec: tf.TensorSpec) -> bool:
+  """Whether a sample value can stand for a tensor of `spec`."""
+  return (tf.as_dtype(np.asarray(value).dtype) == spec.dtype or
+          np.asarray(value).dtype.kind in 'OSU' and spec.dtype == tf.string
+          ) and spec.shape.is_compatible_with(np.shape(value))
+
+
+def serving_features(serving_input_receiver_fn: Callable[[], Any],
+                     features: Any, batch_size: int) -> Any:
+  """The features the export's PREDICT step gets, as the serving input has them.
+
+  The training sample's features when they have the serving features'
+  structure, dtypes and shapes; else zeros in the serving features'
+  structure, dtypes and shapes (unknown dimensions: `batch_size` first, 1
+  after). They differ when the input lays out features for the TPU (the
+  double-transpose trick of tensorflow/tpu's ResNet and MnasNet: images
+  infed HWCN) or a receiver wraps one tensor in a dict (`{'feature': x}`).
+  Sparse serving features keep the training sample.
+
+  Args:
+    serving_input_receiver_fn: the export's serving input.
+    features: the training sample's features.
+    batch_size: the sample's batch size.
+
+  Returns:
+    The features (numpy values).
+  """
+  with tf.Graph().as_default():
+    served = serving_input_receiver_fn().features
+    specs = tf.nest.map_structure(
+        lambda t: tf.TensorSpec(t.shape, t.dtype) if isinstance(
+            t, tf.Tensor) else None, served)
+  flat_specs = tf.nest.flatten(specs)
+  if any(spec is None for spec in flat_specs):
+    return features
+  try:
+    tf.nest.assert_same_structure(specs, features)
+    if all(_fits(value, spec) for value, spec in
+           zip(tf.nest.flatten(features), flat_specs)):
+      return features
+  except (ValueError, TypeError):
+    pass
+
+  def zeros(spec):
+    dims = spec.shape.as_list() if spec.shape.rank is not None else [None]
+    shape = [(d if d is not None else (batch_size if i == 0 else 1))
+             for i, d in enumerate(dims)]
+    return _zeros(shape, spec.dtype)
+
+  return tf.nest.map_structure(zeros, specs)

@@ -18,8 +18,17 @@ class SpecProblem(Exception):
     self.finding = finding
 
 
+def is_exported_estimator_spec(spec: Any, mode: str) -> bool:
+  """A PREDICT EstimatorSpec: TPUEstimator exports both tag sets from it."""
+  return (mode == tf_estimator.ModeKeys.PREDICT and
+          isinstance(spec, tf_estimator.EstimatorSpec))
+
+
 def require(spec: Any, mode: str, fields: Tuple[str, ...], phase: str) -> None:
-  """Raises SpecProblem unless `spec` is a TPUEstimatorSpec with `fields`.
+  """Raises SpecProblem unless TPUEstimator takes `spec`, with `fields`.
+
+  That is a TPUEstimatorSpec, or in PREDICT (the export) also an
+  EstimatorSpec.
 
   Args:
     spec: what the model_fn returned.
@@ -27,7 +36,8 @@ def require(spec: Any, mode: str, fields: Tuple[str, ...], phase: str) -> None:
     fields: the spec fields the mode needs (e.g. ('loss', 'train_op')).
     phase: the preflight phase, for the finding.
   """
-  if not isinstance(spec, _TPU_SPEC):
+  if not (isinstance(spec, _TPU_SPEC) or
+          is_exported_estimator_spec(spec, mode)):
     hint = (' Adapt an Estimator model_fn with '
             'tfx_tpu_trainer.estimator_adapter.to_tpu_model_fn.'
             if isinstance(spec, tf_estimator.EstimatorSpec) else '')
@@ -39,4 +49,5 @@ def require(spec: Any, mode: str, fields: Tuple[str, ...], phase: str) -> None:
     if getattr(spec, field) is None:
       raise SpecProblem(preflight_report.Finding(
           'spec', preflight_report.ERROR,
-          f'the TPUEstimatorSpec of mode {mode!r} has no {field}.', phase))
+          f'the {type(spec).__name__} of mode {mode!r} has no {field}.',
+          phase))

@@ -13,6 +13,7 @@ from tfx.types import standard_component_specs
 from tfx.utils import io_utils
 from tfx.utils import proto_utils
 
+from tfx_tpu_trainer.publishing import secrets
 from tfx_tpu_trainer.publishing import versions
 
 __all__ = ['Executor', 'own_versions_for_stock_pushers']
@@ -25,6 +26,7 @@ class Executor(pusher_executor.Executor):
          output_dict: Dict[str, List[types.Artifact]],
          exec_properties: Dict[str, Any]) -> None:
     """Pushes a blessed model to a version of its own (see the module doc)."""
+    secrets.mask_logs()
     push_destination = pusher_pb2.PushDestination()
     proto_utils.json_to_proto(
         exec_properties[standard_component_specs.PUSH_DESTINATION_KEY],

@@ -1,8 +1,10 @@
 """Pushing a SavedModel as a version of its own under a base directory."""
 
+import contextlib
+import errno
 import os
 import time
-from typing import List
+from typing import Iterator, List, Optional
 import uuid
 
 from absl import logging
@@ -10,14 +12,51 @@ from tfx.dsl.io import fileio
 from tfx.utils import io_utils
 
 from tfx_tpu_trainer import config as config_lib
+from tfx_tpu_trainer import errors
 from tfx_tpu_trainer.training import attempt_lock
 
-__all__ = ['STAGING_PREFIX', 'LOCK_SUFFIX', 'push_new_version',
+__all__ = ['STAGING_PREFIX', 'LOCK_SUFFIX', 'PushError', 'push_new_version',
            'remove_abandoned_staging']
 
 STAGING_PREFIX = '.push-'
 LOCK_SUFFIX = '.lock'
 _SAVED_MODEL_PB = 'saved_model.pb'
+# errno values of a destination this process may not write.
+_NOT_WRITABLE_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+class PushError(errors.TPUTrainerError, OSError):
+  """The push destination cannot be written."""
+
+
+def _not_writable_reason(error: BaseException) -> Optional[str]:
+  """`Read-only file system` (or permission denied) if `error` says so.
+
+  Python's writes raise OSError with the errno; TensorFlow's file system
+  (fileio on a local path) an OpError whose message ends in its strerror.
+  """
+  if isinstance(error, OSError) and error.errno in _NOT_WRITABLE_ERRNOS:
+    return os.strerror(error.errno)
+  return next((os.strerror(number) for number in _NOT_WRITABLE_ERRNOS
+               if os.strerror(number) in str(error)), None)
+
+
+@contextlib.contextmanager
+def _writable_destination(base_directory: str) -> Iterator[None]:
+  """A write the push destination refuses, as one PushError."""
+  try:
+    yield
+  except PushError:
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    reason = _not_writable_reason(e)
+    if reason is None:
+      raise
+    raise PushError(
+        f'Cannot push the model to {base_directory}: the serving directory '
+        f'is not writable ({reason}). No version was published. Make it '
+        "writable, or set the Pusher's push_destination to a directory this "
+        'process can write, then run the pipeline again.') from e
 
 
 def push_new_version(model_path: str, base_directory: str) -> str:
@@ -29,9 +68,20 @@ def push_new_version(model_path: str, base_directory: str) -> str:
 
   Returns:
     The version directory the model now lives in.
+
+  Raises:
+    PushError: the destination is read-only or not this process's to
+      write (nothing published).
+    DiskFullError: the destination filled (nothing published).
   """
-  fileio.makedirs(base_directory)
-  remove_abandoned_staging(base_directory)
+  with _writable_destination(base_directory):
+    fileio.makedirs(base_directory)
+    remove_abandoned_staging(base_directory)
+    return _push(model_path, base_directory)
+
+
+def _push(model_path: str, base_directory: str) -> str:
+  """Copies the model into a staging folder and claims a version for it."""
   name = f'{STAGING_PREFIX}{uuid.uuid4().hex}'
   staging = os.path.join(base_directory, name)
   lock = None

@@ -268,7 +268,8 @@ def round_trip(work_dir: str, use_tpu: bool = True,
   config = config_lib.TrainerConfig.from_custom_config(custom_config,
                                                        environ={})
   module = user_module_lib.load_user_module({'module_path': PROBE_MODULE})
-  run = prepare.prepare_run(config, module, schemas=None)
+  run = prepare.prepare_run(config, module, schemas=None,
+                            model_dir=os.path.join(work_dir, 'model_run'))
   train_input_fn = run.input_fn([], None, training=True, repeat=True,
                                 cache='none')
   eval_input_fn = run.input_fn([], None, training=False, repeat=True,

@@ -2,7 +2,9 @@
 slice's driver; it ends when the driver is done or gone."""
 
 import argparse
+import math
 import os
+import re
 import socket
 import sys
 import time
@@ -30,19 +32,23 @@ class WorkerArgumentError(errors.TPUTrainerError, ValueError):
   """A worker argument is invalid."""
 
 
+# ASCII digits only: str.isdigit() takes '²', which int() refuses.
+_NUMBER = re.compile(r'^[0-9]+$')
+
+
 def _positive(text: str) -> float:
   try:
     value = float(text)
   except ValueError:
-    value = 0
-  if value <= 0:
+    value = math.nan
+  if not math.isfinite(value) or value <= 0:
     raise argparse.ArgumentTypeError(
-        f'{text!r} is not a positive number of seconds')
+        f'{text!r} is not a positive, finite number of seconds')
   return value
 
 
 def _port(text: str) -> int:
-  if not text.isdigit() or not 0 < int(text) < 65536:
+  if not _NUMBER.match(text) or not 0 < int(text) < 65536:
     raise argparse.ArgumentTypeError(f'{text!r} is not a port (1-65535)')
   return int(text)
 
@@ -63,9 +69,16 @@ def parser() -> argparse.ArgumentParser:
   result.add_argument(
       '--driver-timeout', type=_positive,
       default=tpu_slice.DEFAULT_DRIVER_TIMEOUT_SECS, metavar='SECONDS',
-      help='end when the driver has sent nothing for this long (default '
-      f'{tpu_slice.DEFAULT_DRIVER_TIMEOUT_SECS}; the driver sends a heartbeat '
-      f'every {tpu_slice.HEARTBEAT_SECS} s while it trains)')
+      help='once the driver has been heard from, end when it has sent '
+      f'nothing for this long (default {tpu_slice.DEFAULT_DRIVER_TIMEOUT_SECS}'
+      f'; the driver sends a heartbeat every {tpu_slice.HEARTBEAT_SECS} s '
+      'while it trains)')
+  result.add_argument(
+      '--driver-start-timeout', type=_positive, default=None,
+      metavar='SECONDS',
+      help='end when no driver has been heard from this long after this '
+      'worker started (default: wait until a driver comes, however long '
+      'the pipeline takes to reach its trainer)')
   return result
 
 
@@ -80,7 +93,7 @@ def task_index(given: Optional[int], environ=None) -> Optional[int]:
     for name in TASK_INDEX_ENVS:
       text = environ.get(name)
       if text is not None:
-        if not text.strip().isdigit():
+        if not _NUMBER.match(text.strip()):
           raise WorkerArgumentError(
               f'{name}={text!r} is not a task index (an integer >= 0).')
         return int(text)
@@ -91,8 +104,14 @@ def task_index(given: Optional[int], environ=None) -> Optional[int]:
   return given
 
 
-def serve(port: int, driver_timeout: float, task: Optional[int]) -> int:
+def serve(port: int, driver_timeout: float, task: Optional[int],
+          driver_start_timeout: Optional[float] = None) -> int:
   """Runs the server until the driver is done (0) or gone.
+
+  `driver_timeout` counts from the driver's last word, once there was one;
+  before it, the worker waits `driver_start_timeout` from its own start
+  (None: for ever), so a driver that reaches its trainer late still finds
+  its workers.
 
   The server boots standalone (job `localhost`); the driver's cluster def
   names it `/job:worker/task:<i>`. TensorFlow refuses a session whose
@@ -117,29 +136,48 @@ def serve(port: int, driver_timeout: float, task: Optional[int]) -> int:
                   'is the port taken?', name, port, errors.first_line(e))
     return 1
   logging.info('TPU %s serving at %s:%d (%s); the driver names it '
-               'grpc://<this host>:%d.', name, socket.getfqdn(), port,
-               server.target, port)
+               'grpc://<this host>:%d. It waits for a driver %s.', name,
+               socket.getfqdn(), port, server.target, port,
+               f'{driver_start_timeout:.0f} s (--driver-start-timeout)'
+               if driver_start_timeout else 'however long it takes')
   graph = tf.Graph()
   with graph.as_default():
     receive = tpu_slice.signal_queue(tf).dequeue()
   session = tf.compat.v1.Session(server.target, graph=graph)
-  last_heard = time.monotonic()
+  started = time.monotonic()
+  last_heard = None
   while True:
+    limit = driver_timeout if last_heard else driver_start_timeout
+    poll = min(POLL_SECS, limit) if limit else POLL_SECS
     try:
       message = session.run(receive, options=tf.compat.v1.RunOptions(
-          timeout_in_ms=int(min(POLL_SECS, driver_timeout) * 1000)))
+          timeout_in_ms=int(poll * 1000)))
     except tf.errors.DeadlineExceededError:
-      silent = time.monotonic() - last_heard
-      if silent >= driver_timeout:
-        logging.error('TPU %s: no word from the driver for %.0f s '
-                      '(--driver-timeout %.0f): the driver is gone; ending.',
-                      name, silent, driver_timeout)
+      silent = time.monotonic() - (last_heard or started)
+      if limit and silent >= limit:
+        _log_driver_gone(name, silent, last_heard is not None, limit)
         return EXIT_DRIVER_GONE
       continue
+    if last_heard is None:
+      logging.info('TPU %s: the driver is here; it ends this worker by its '
+                   'done signal, or by %.0f s without a word '
+                   '(--driver-timeout).', name, driver_timeout)
     last_heard = time.monotonic()
     if message == tpu_slice.DONE:
       logging.info('TPU %s: the driver is done; ending.', name)
       return 0
+
+
+def _log_driver_gone(name: str, silent: float, heard: bool,
+                     limit: float) -> None:
+  if heard:
+    logging.error('TPU %s: no word from the driver for %.0f s '
+                  '(--driver-timeout %.0f): the driver is gone; ending.',
+                  name, silent, limit)
+  else:
+    logging.error('TPU %s: no driver came within %.0f s of this worker\'s '
+                  'start (--driver-start-timeout %.0f); ending.', name,
+                  silent, limit)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
@@ -152,7 +190,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   except WorkerArgumentError as e:
     print(f'python -m tfx_tpu_trainer.tpu.worker: {e}', file=sys.stderr)
     sys.exit(EXIT_BAD_ARGUMENTS)
-  status = serve(args.port, args.driver_timeout, task)
+  status = serve(args.port, args.driver_timeout, task,
+                 args.driver_start_timeout)
   sys.stdout.flush()
   sys.stderr.flush()
   # The gRPC server cannot be stopped (TensorFlow's Server has no stop):

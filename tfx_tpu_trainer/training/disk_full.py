@@ -13,7 +13,8 @@ import tensorflow as tf
 from tfx_tpu_trainer import errors
 
 __all__ = ['DISK_FULL_ERRNOS', 'DISK_FULL_MESSAGES', 'DiskFullError',
-           'is_disk_full', 'failed_path', 'free_space', 'bytes_under',
+           'is_disk_full', 'failed_path', 'free_space', 'free_inodes',
+           'bytes_under',
            'remove_partial_writes', 'describe', 'translate_disk_full']
 
 # errno values of a write that found no room.
@@ -64,20 +65,40 @@ def _is_local(path: str) -> bool:
   return '://' not in path
 
 
-def free_space(path: str) -> Optional[Tuple[int, int]]:
-  """(free, total) bytes of the file system of `path`, None if not local."""
-  if not _is_local(path):
-    return None
+def _existing(path: str) -> str:
+  """`path`, or its nearest folder that exists."""
   while path and not os.path.exists(path):
     parent = os.path.dirname(path.rstrip('/'))
     if parent == path:
       break
     path = parent
+  return path or '/'
+
+
+def free_space(path: str) -> Optional[Tuple[int, int]]:
+  """(free, total) bytes of the file system of `path`, None if not local."""
+  if not _is_local(path):
+    return None
   try:
-    usage = shutil.disk_usage(path or '/')
+    usage = shutil.disk_usage(_existing(path))
   except OSError:
     return None
   return usage.free, usage.total
+
+
+def free_inodes(path: str) -> Optional[Tuple[int, int]]:
+  """(free, total) inodes of the file system of `path`.
+
+  None if not local, or if the file system does not count inodes (it
+  reports a total of 0, as btrfs does).
+  """
+  if not _is_local(path):
+    return None
+  try:
+    usage = os.statvfs(_existing(path))
+  except OSError:
+    return None
+  return (usage.f_favail, usage.f_files) if usage.f_files else None
 
 
 def bytes_under(path: str) -> int:
@@ -122,6 +143,26 @@ def _size(count: float) -> str:
   return f'{count:.1f} {unit}'
 
 
+def _what_filled(path: str, reason: str) -> Tuple[str, str]:
+  """What filled (bytes, inodes, a quota, a file limit) and the room left.
+
+  ENOSPC with no inode left is the file system's inode table, not its
+  bytes: many small files, which freeing bytes would not help.
+  """
+  space, inodes = free_space(path), free_inodes(path)
+  if reason == os.strerror(errno.ENOSPC) and inodes and not inodes[0]:
+    return ('The file system ran out of inodes',
+            f'Its file system has 0 of {inodes[1]} inodes free (too many '
+            'files, not too many bytes' +
+            (f': {_size(space[0])} of {_size(space[1])} are free)'
+             if space else ')'))
+  filled = _WHAT_FILLED.get(reason, 'The disk filled')
+  if space:
+    return filled, (f'Its file system has {_size(space[0])} free of '
+                    f'{_size(space[1])}')
+  return filled, 'Its free space is not known (not a local path)'
+
+
 def describe(error: BaseException, what: str, directory: str,
              advice: str, written: Optional[int] = None) -> str:
   """The message of a DiskFullError.
@@ -142,12 +183,9 @@ def describe(error: BaseException, what: str, directory: str,
   if reason is None and isinstance(error, OSError) and error.errno:
     reason = os.strerror(error.errno)
   reason = reason or os.strerror(errno.ENOSPC)
-  space = free_space(path)
-  room = (f'Its file system has {_size(space[0])} free of {_size(space[1])}'
-          if space else 'Its free space is not known (not a local path)')
+  filled, room = _what_filled(path, reason)
   needed = (f'; {directory} held {_size(written)} when the write failed'
             if written else '')
-  filled = _WHAT_FILLED.get(reason, 'The disk filled')
   return (f'{filled} while {what}: writing {path} failed with "{reason}". '
           f'{room}{needed}. {advice}')
 

@@ -1,7 +1,7 @@
 """Off TPU, `host_iterations_per_loop` training steps per session run."""
 
 import inspect
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 from absl import logging
 import tensorflow as tf
@@ -18,6 +18,9 @@ CONFIG_KEY = 'host_iterations_per_loop'
 ITERATIONS_COLLECTION = 'tfx_tpu_trainer_host_loop_iterations'
 FINAL_STEP_COLLECTION = 'tfx_tpu_trainer_host_loop_final_step'
 _GET_NEXT_OPS = ('IteratorGetNext', 'IteratorGetNextSync')
+# What tf.compat.v1.train.init_from_checkpoint makes for each variable.
+_RESTORE_OP = 'RestoreV2'
+_CHECKPOINT_INITIALIZER = 'checkpoint_initializer'
 # Where training_util._get_or_create_global_step_read keeps the step that
 # hooks read.
 GLOBAL_STEP_READ_KEY = 'global_step_read_op_cache'
@@ -62,14 +65,25 @@ def _next_batch(get_next: tf.Operation, features, labels):
 
 
 def _scratch_spec(call: Callable[..., Any], features, labels, mode, params,
-                  config):
-  """The TRAIN spec of the model_fn, built in a throwaway graph."""
-  with tf.Graph().as_default():
+                  config) -> Tuple[Any, tf.Graph]:
+  """The TRAIN spec of the model_fn, built in a throwaway graph (returned)."""
+  with tf.Graph().as_default() as graph:
     tf.compat.v1.train.get_or_create_global_step()
     scratch_features, scratch_labels = tf.nest.map_structure(
         lambda tensor: tf.compat.v1.placeholder(tensor.dtype, tensor.shape),
         (features, labels))
-    return call(scratch_features, scratch_labels, mode, params, config)
+    return call(scratch_features, scratch_labels, mode, params, config), graph
+
+
+def _initializes_from_checkpoint(graph: tf.Graph) -> bool:
+  """Whether the model_fn called `tf.compat.v1.train.init_from_checkpoint`.
+
+  It gives variables initializers that restore from the checkpoint (ops
+  named `checkpoint_initializer`); made inside the loop's body graph, they
+  cannot assign the training graph's variables.
+  """
+  return any(op.type == _RESTORE_OP and op.name.rsplit('/', 1)[-1].startswith(
+      _CHECKPOINT_INITIALIZER) for op in graph.get_operations())
 
 
 def _loop_misfit(call: Callable[..., Any], features, labels, mode, params,
@@ -79,7 +93,10 @@ def _loop_misfit(call: Callable[..., Any], features, labels, mode, params,
     _get_next_op(features, labels)
   except HostLoopError:
     return 'the training input is not a tf.data.Dataset of dense tensors'
-  spec = _scratch_spec(call, features, labels, mode, params, config)
+  spec, graph = _scratch_spec(call, features, labels, mode, params, config)
+  if _initializes_from_checkpoint(graph):
+    return ('the model_fn calls tf.compat.v1.train.init_from_checkpoint, '
+            'whose initializers cannot be built inside the loop')
   if getattr(spec, 'host_call', None) is not None:
     return 'the model_fn returns a host_call'
   if spec.training_hooks:
@@ -150,13 +167,14 @@ def wrap_model_fn(model_fn: ModelFn, iterations: int,
     # of its own reads the step instead of training.
     count = tf.compat.v1.placeholder_with_default(
         tf.constant(0, tf.int32), shape=[], name='host_loop_count')
-    specs = []
+    specs, body_graphs = [], []
 
     def body(index, loss, finite):
       del loss, finite
       step_features, step_labels = _next_batch(get_next, features, labels)
       spec = call(step_features, step_labels, mode, params, config)
       specs.append(spec)
+      body_graphs.append(tf.compat.v1.get_default_graph())
       if spec.train_op is None or spec.loss is None:
         raise HostLoopError('The TRAIN TPUEstimatorSpec needs a loss and a '
                             'train_op.')
@@ -189,6 +207,13 @@ def wrap_model_fn(model_fn: ModelFn, iterations: int,
     # step before it, so they read the step after it.
     graph.clear_collection(GLOBAL_STEP_READ_KEY)
     graph.add_to_collection(GLOBAL_STEP_READ_KEY, final_step)
+    if _initializes_from_checkpoint(body_graphs[0]):
+      raise HostLoopError(
+          f'The model_fn calls tf.compat.v1.train.init_from_checkpoint, '
+          f'which custom_config[{CONFIG_KEY!r}] > 1 cannot run (it would '
+          'build the variable initializers inside the loop). Set '
+          f"{CONFIG_KEY} to 1 or 'auto' (one step per session.run for such "
+          'a model_fn), or warm-start from base_model instead.')
     spec = specs[0]
     if getattr(spec, 'host_call', None) is not None:
       raise HostLoopError(

@@ -7,7 +7,7 @@ import math
 import os
 import sys
 import time
-from typing import Any, Iterator, Mapping, Optional, TextIO
+from typing import Any, Callable, Iterator, Mapping, Optional, TextIO
 
 from absl import logging
 import tensorflow as tf
@@ -30,6 +30,9 @@ EXPORTER_NAME = 'tfx_tpu_trainer_progress'
 # the postfix carries the one rate and the ETA.
 _BAR_FORMAT = ('{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} '
                '[{elapsed}{postfix}]')
+# The narrowest bar drawn: on a narrow terminal the postfix gets shorter
+# (examples/s, then the rate, then the loss left out) rather than cut.
+_MIN_BAR_COLUMNS = 3
 
 # Where progress goes when no stream is given: set by `console()`.
 _console: Optional[TextIO] = None
@@ -105,6 +108,7 @@ class ProgressReporter:
     self._last_is_start = False
     self._loss = None
     self._last_line = -math.inf
+    self._last_line_step = None  # The step of the last progress line.
 
   @property
   def interval_secs(self) -> float:
@@ -156,10 +160,14 @@ class ProgressReporter:
     if loss is not None:
       self._loss = loss
     if self._bar is not None:
-      self._bar.set_postfix_str(self._postfix(step), refresh=False)
+      self._bar.set_postfix_str(self._postfix(step, self._fits_bar(step)),
+                                refresh=False)
       self._bar.update(max(0, step - self._bar.n))
+    if step == self._last_line_step:
+      return  # The last line said it (a session's end after its last run).
     if final or now - self._last_line >= LINE_INTERVAL_SECS:
       self._last_line = now
+      self._last_line_step = step
       self._line(self.progress_line(step))
 
   def progress_line(self, step: int) -> str:
@@ -190,18 +198,40 @@ class ProgressReporter:
                    first_step, last_step, _duration(self._last_time - start),
                    _duration(seconds))
 
-  def _postfix(self, step: int) -> str:
-    """`R steps/s (E examples/s), loss L, ETA H:MM:SS`, the known parts."""
-    parts = []
+  def _postfix(self, step: int,
+               fits: Callable[[str], bool] = lambda postfix: True) -> str:
+    """`R steps/s (E examples/s), loss L, ETA H:MM:SS`, the known parts.
+
+    The longest form that `fits`: without the examples/s, then without the
+    rate, then without the loss.
+    """
+    rate = examples = loss = eta = ''
     if self._steps_per_sec:
-      parts.append(f'{_rate(self._steps_per_sec)} steps/s '
-                   f'({self._steps_per_sec * self.batch_size:,.0f} '
-                   'examples/s)')
+      rate = f'{_rate(self._steps_per_sec)} steps/s'
+      examples = (f' ({self._steps_per_sec * self.batch_size:,.0f} '
+                  'examples/s)')
+      eta = f'ETA {_duration(self._eta(step))}'
     if self._loss is not None:
-      parts.append(f'loss {self._loss:.4g}')
-    if self._steps_per_sec:
-      parts.append(f'ETA {_duration(self._eta(step))}')
-    return ', '.join(parts)
+      loss = f'loss {self._loss:.4g}'
+    forms = [(rate + examples, loss, eta), (rate, loss, eta), (loss, eta),
+             (eta,)]
+    postfixes = [', '.join(part for part in form if part) for form in forms]
+    return next((p for p in postfixes if fits(p)), postfixes[-1])
+
+  def _fits_bar(self, step: int) -> Callable[[str], bool]:
+    """Whether a postfix leaves the bar line whole on the terminal's width."""
+    state = dict(self._bar.format_dict, n=step)
+    columns = state.get('ncols')
+
+    def fits(postfix: str) -> bool:
+      if not columns:
+        return True
+      line = tqdm.tqdm.format_meter(**dict(
+          state, postfix=postfix, ncols=None,
+          bar_format=_BAR_FORMAT.replace('{bar}', '')))
+      return len(line) + _MIN_BAR_COLUMNS <= columns
+
+    return fits
 
   def _eta(self, step: int) -> float:
     """The time left at the pace so far, evaluations and saves included.

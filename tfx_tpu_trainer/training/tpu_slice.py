@@ -3,6 +3,7 @@ heartbeats, the done signal (docs/guide/tpu_slices.md, "Multi-host slices")."""
 
 import contextlib
 import ctypes
+import math
 import os
 import re
 import socket
@@ -16,12 +17,14 @@ from absl import logging
 from tfx_tpu_trainer import config as config_lib
 from tfx_tpu_trainer import errors
 from tfx_tpu_trainer.training import cluster as cluster_lib
+from tfx_tpu_trainer.training import slice_exit
 
 __all__ = ['DEFAULT_PORT', 'JOB_NAME', 'HOSTNAMES_ENV', 'WAIT_SECS_ENV',
            'DEFAULT_WAIT_SECS', 'LOST_SECS_ENV', 'DEFAULT_LOST_SECS',
            'HEARTBEAT_SECS', 'DEFAULT_DRIVER_TIMEOUT_SECS',
            'SIGNAL_TIMEOUT_SECS', 'SIGNAL_QUEUE_NAME', 'SIGNAL_QUEUE_CAPACITY',
-           'LOCAL_HOSTS', 'SliceError', 'WorkerLostError', 'parse_addresses',
+           'ALIVE', 'DONE', 'STUCK_GRACE_SECS', 'PROGRESS_SECS', 'LOCAL_HOSTS',
+           'SliceError', 'WorkerLostError', 'describe_error', 'parse_addresses',
            'worker_addresses', 'grpc_list', 'all_on_this_machine',
            'is_local_path', 'check_shared_paths', 'check_driver',
            'check_cluster_spec', 'resolver_for', 'run_config_args',
@@ -42,6 +45,11 @@ HEARTBEAT_SECS = 5
 DEFAULT_DRIVER_TIMEOUT_SECS = 600
 # One probe or signal: how long a worker may take to take it.
 SIGNAL_TIMEOUT_SECS = 10
+# Once a lost worker is raised into the training thread: how long that
+# thread may take to get it before the process is ended (slice_exit.py).
+STUCK_GRACE_SECS = 30
+# How often the wait for the workers says whom it still waits for.
+PROGRESS_SECS = 30
 SIGNAL_QUEUE_NAME = 'tfx_tpu_trainer_driver_signals'
 SIGNAL_QUEUE_CAPACITY = 1000
 ALIVE, DONE = b'alive', b'done'
@@ -55,6 +63,43 @@ class SliceError(errors.TPUTrainerError, ValueError):
 
 class WorkerLostError(SliceError):
   """A worker of the slice stopped answering."""
+
+
+# Lines of a TensorFlow error that say where, not what: the graph-mode
+# header, gRPC's details; and the node's traceback, from `Detected at node`
+# to `Node:`.
+_NOT_A_REASON = re.compile(
+    r'^(Graph execution error:|Additional GRPC error information|'
+    r':?\{"created")')
+_TRACEBACK_START, _TRACEBACK_END = 'Detected at node', 'Node:'
+
+
+def describe_error(error: BaseException) -> str:
+  """`Type: what happened`, one line, for a worker's error.
+
+  TensorFlow 2.15's session errors start with `Graph execution error:`;
+  the first line that says what happened is further down.
+  """
+  if isinstance(error, _deadline_error()):
+    return (f'{type(error).__name__}: no answer within '
+            f'{SIGNAL_TIMEOUT_SECS} s (the worker took the connection: is '
+            'its process stopped or overloaded?)')
+  text = getattr(error, 'message', None) or str(error)
+  in_traceback = False
+  for line in text.splitlines():
+    line = line.strip()
+    if line.startswith(_TRACEBACK_START):
+      in_traceback = True
+    elif in_traceback:
+      in_traceback = not line.startswith(_TRACEBACK_END)
+    elif line and not _NOT_A_REASON.match(line):
+      return f'{type(error).__name__}: {line}'
+  return type(error).__name__
+
+
+def _deadline_error():
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return tf.errors.DeadlineExceededError
 
 
 def parse_addresses(values: Sequence[Any], where: str) -> Tuple[str, ...]:
@@ -76,14 +121,17 @@ def worker_addresses(config: config_lib.TrainerConfig,
 
   `custom_config['tpu_workers']` first, else `TPU_WORKER_HOSTNAMES` when it
   names more than one host (one host is the TPU attached to this VM).
+
+  Raises:
+    SliceError: a `TPU_WORKER_HOSTNAMES` entry that is no address (one host
+      too: `h0;h1` is not two hosts).
   """
   if config.tpu_workers:
     return tuple(config.tpu_workers)
   environ = os.environ if environ is None else environ
   hosts = [h for h in environ.get(HOSTNAMES_ENV, '').split(',') if h.strip()]
-  if len(hosts) < 2:
-    return ()
-  return parse_addresses(hosts, HOSTNAMES_ENV)
+  addresses = parse_addresses(hosts, HOSTNAMES_ENV)
+  return addresses if len(addresses) > 1 else ()
 
 
 def grpc_list(addresses: Sequence[str]) -> str:
@@ -224,6 +272,9 @@ class WorkerLink:
     with self._graph.as_default():
       self._message = tf.compat.v1.placeholder(tf.string, [])
       self._send = signal_queue(tf).enqueue([self._message])
+    # The session's operation timeout also bounds its close
+    # (GrpcSession::Close): without one, a close waits for ever for a
+    # worker that does not answer.
     self._config = tf.compat.v1.ConfigProto(
         operation_timeout_in_ms=SIGNAL_TIMEOUT_SECS * 1000)
     self._session = None
@@ -232,6 +283,15 @@ class WorkerLink:
   def describe(self) -> str:
     return f'worker {self.task} ({self.address})'
 
+  def unresolved(self) -> Optional[str]:
+    """Why the host's name does not resolve from here, or None."""
+    host, _, port = self.address.rpartition(':')
+    try:
+      socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+      return None
+    except socket.gaierror as e:
+      return f'the name {host!r} does not resolve from here ({e})'
+
   def send(self, message: bytes) -> Optional[str]:
     """Sends `message`; None when the worker took it, else why not."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -239,21 +299,44 @@ class WorkerLink:
     try:
       socket.create_connection((host, int(port)),
                                timeout=SIGNAL_TIMEOUT_SECS).close()
+    except socket.gaierror as e:
+      return f'the name {host!r} does not resolve ({e})'
     except OSError as e:
       return f'{type(e).__name__}: {e}'
     with self._lock:
       try:
-        if self._session is None:
-          self._session = tf.compat.v1.Session(
-              f'grpc://{self.address}', graph=self._graph, config=self._config)
-        self._session.run(
-            self._send, {self._message: message},
-            options=tf.compat.v1.RunOptions(
-                timeout_in_ms=SIGNAL_TIMEOUT_SECS * 1000))
+        self._run(self._send, {self._message: message})
         return None
       except tf.errors.OpError as e:
         self._close()
-        return f'{type(e).__name__}: {errors.first_line(e)}'
+        return describe_error(e)
+
+  def identity(self) -> Optional[frozenset]:
+    """The worker process's device incarnations (random per process start).
+
+    Two addresses of one server give the same; None when it did not answer.
+    """
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    with self._lock:
+      try:
+        self._open()
+        return frozenset(d.incarnation for d in self._session.list_devices())
+      except tf.errors.OpError:
+        self._close()
+        return None
+
+  def _open(self) -> None:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    if self._session is None:
+      self._session = tf.compat.v1.Session(
+          f'grpc://{self.address}', graph=self._graph, config=self._config)
+
+  def _run(self, fetches, feed_dict) -> Any:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    self._open()
+    return self._session.run(
+        fetches, feed_dict, options=tf.compat.v1.RunOptions(
+            timeout_in_ms=SIGNAL_TIMEOUT_SECS * 1000))
 
   def _close(self) -> None:
     if self._session is not None:
@@ -268,33 +351,103 @@ class WorkerLink:
       self._close()
 
 
+def _clock(seconds_from_now: float) -> str:
+  return time.strftime('%H:%M:%S', time.localtime(time.time() +
+                                                  seconds_from_now))
+
+
+def _refuse_unresolved(links: Sequence[WorkerLink]) -> None:
+  unresolved = [(link, link.unresolved()) for link in links]
+  unresolved = [(link, why) for link, why in unresolved if why]
+  if unresolved:
+    raise SliceError(
+        '; '.join(f'{link.describe()}: {why}' for link, why in unresolved) +
+        '. Check the name (on GKE a worker pod\'s name, '
+        '<group>-<i>.<group>.<namespace>.svc, resolves while its pod exists).')
+
+
+def _refuse_one_worker_twice(links: Sequence[WorkerLink]) -> None:
+  """Two addresses of one worker process make a slice that never trains."""
+  seen: Dict[frozenset, WorkerLink] = {}
+  for link in links:
+    identity = link.identity()
+    if not identity:
+      continue
+    if identity in seen:
+      raise SliceError(
+          f'{seen[identity].describe()} and {link.describe()} are one worker '
+          'process (the same TensorFlow server answers at both addresses): '
+          'each host of the slice runs its own worker; name each worker '
+          'once.')
+    seen[identity] = link
+
+
+class _Failures:
+  """Why a worker did not answer: the first reason and the last."""
+
+  def __init__(self):
+    self.first = self.last = None
+
+  def add(self, reason: str) -> None:
+    self.first = self.first or reason
+    self.last = reason
+
+  def __str__(self) -> str:
+    if self.last is None:
+      return 'no answer yet'
+    if self.first == self.last:
+      return self.last
+    return f'{self.last} (first: {self.first})'
+
+
 def wait_for_workers(links: Sequence[WorkerLink], wait_secs: float,
-                     poll_secs: float = 2.0) -> None:
+                     poll_secs: float = 2.0, *,
+                     wait_set_by: str = WAIT_SECS_ENV,
+                     report: Callable[[str], None] = logging.info,
+                     names_must_resolve: bool = False) -> None:
   """Returns once every worker took a probe; else names the missing ones.
 
   Every worker is probed on every round, those that answered already too:
   a probe is also their heartbeat while the others start (a worker ends
   after its driver timeout without one), and one that stops answering is
-  missing again.
+  missing again. `report` gets whom it waits for and until when, each
+  answer, and every `PROGRESS_SECS` whom it still waits for.
+
+  Args:
+    links: the workers.
+    wait_secs: how long to wait for all of them.
+    poll_secs: the pause between rounds.
+    wait_set_by: what set `wait_secs`, as the messages name it.
+    report: where the progress lines go.
+    names_must_resolve: fail at once on a host name that does not resolve
+      (a check of running workers; a driver waits for pods to appear).
 
   Raises:
-    SliceError: after `wait_secs`, naming each worker that did not answer
-      and its last error.
+    SliceError: a name that does not resolve (`names_must_resolve`); after
+      `wait_secs`, each worker that did not answer and its last error; two
+      addresses of one worker process.
   """
   start = time.monotonic()
-  missing = {link.task: 'no answer yet' for link in links}
+  if names_must_resolve:
+    _refuse_unresolved(links)
+  report(f'Waiting up to {wait_secs:.0f} s (until {_clock(wait_secs)}; '
+         f'{wait_set_by} sets it) for the {len(links)} TPU workers of the '
+         f'slice: {", ".join(link.describe() for link in links)}.')
+  missing = {link.task: _Failures() for link in links}
+  last_report = start
   while True:
     for link in links:
       reason = link.send(ALIVE)
       if reason is None and link.task in missing:
         del missing[link.task]
-        logging.info('TPU %s answered after %.1f s.', link.describe(),
-                     time.monotonic() - start)
+        report(f'TPU {link.describe()} answered after '
+               f'{time.monotonic() - start:.1f} s.')
       elif reason is not None:
-        missing[link.task] = reason
+        missing.setdefault(link.task, _Failures()).add(reason)
     if not missing:
-      return
-    if time.monotonic() - start >= wait_secs:
+      break
+    waited = time.monotonic() - start
+    if waited >= wait_secs:
       names = '; '.join(f'{links[t].describe()}: {reason}'
                         for t, reason in sorted(missing.items()))
       raise SliceError(
@@ -303,8 +456,15 @@ def wait_for_workers(links: Sequence[WorkerLink], wait_secs: float,
           '`python -m tfx_tpu_trainer.tpu.worker` on the port given, and its '
           'name must resolve from here (on GKE: the worker pods are '
           'scheduled and the headless Service exists; `kubectl get pods` '
-          f'shows why a pod is pending). {WAIT_SECS_ENV} sets the wait.')
+          f'shows why a pod is pending). {wait_set_by} sets the wait.')
+    if time.monotonic() - last_report >= PROGRESS_SECS:
+      last_report = time.monotonic()
+      report('Still waiting for ' + '; '.join(
+          f'{links[t].describe()} ({reason})'
+          for t, reason in sorted(missing.items())) +
+             f'; until {_clock(wait_secs - waited)}.')
     time.sleep(poll_secs)
+  _refuse_one_worker_twice(links)
 
 
 class _WorkerLost(BaseException):
@@ -321,14 +481,20 @@ class Heartbeats:
   go on without it, and TensorFlow's monitored sessions would retry the
   step for as long as it is gone (they take UnavailableError for a
   preemption). The driving thread then gets `_WorkerLost` raised into it,
-  which `driving` turns into a `WorkerLostError` naming the worker.
+  which `driving` turns into a `WorkerLostError` naming the worker. A
+  thread blocked inside TensorFlow gets it only when TensorFlow returns,
+  which for a stopped (not dead) worker is never: if it has not got it
+  `STUCK_GRACE_SECS` later, `on_stuck(lost)` is called (it ends the
+  process: slice_exit.py).
   """
 
   def __init__(self, links: Sequence[WorkerLink], lost_secs: float,
-               period_secs: float = HEARTBEAT_SECS):
+               period_secs: float = HEARTBEAT_SECS,
+               on_stuck: Optional[Callable[[Dict[int, str]], None]] = None):
     self._links = list(links)
     self._period = period_secs
     self._lost_secs = lost_secs
+    self._on_stuck = on_stuck
     self._stop = threading.Event()
     self._interrupt_lock = threading.Lock()
     self._driving_thread = threading.get_ident()
@@ -344,20 +510,32 @@ class Heartbeats:
   def _run(self) -> None:
     while not self._stop.wait(self._period):
       for link in self._links:
-        reason = link.send(ALIVE)
-        if reason is None:
-          self.failures.pop(link.task, None)
-          self._failing_since.pop(link.task, None)
-          continue
-        if link.task not in self.failures:
-          logging.warning('TPU %s did not take a heartbeat: %s',
-                          link.describe(), reason)
-        self.failures[link.task] = reason
-        since = self._failing_since.setdefault(link.task, time.monotonic())
-        if time.monotonic() - since >= self._lost_secs and not self.lost:
-          self.lost = {link.task: reason}
+        if self._beat(link):
           self._interrupt_driver()
+          if not self._stop.wait(STUCK_GRACE_SECS) and self._on_stuck:
+            self._on_stuck(dict(self.lost))
           return
+
+  def _beat(self, link: WorkerLink) -> bool:
+    """Sends one heartbeat; True when `link`'s worker is now lost."""
+    reason = link.send(ALIVE)
+    if reason is None:
+      self.failures.pop(link.task, None)
+      self._failing_since.pop(link.task, None)
+      return False
+    if link.task not in self.failures:
+      logging.warning('TPU %s did not take a heartbeat: %s',
+                      link.describe(), reason)
+    self.failures[link.task] = reason
+    silent = time.monotonic() - self._failing_since.setdefault(
+        link.task, time.monotonic())
+    if silent < self._lost_secs or self.lost:
+      return False
+    self.lost = {link.task: reason}
+    logging.error('TPU %s took no heartbeat for %.0f s (%s): it is lost; '
+                  'stopping the training.', link.describe(), silent,
+                  LOST_SECS_ENV)
+    return True
 
   def _interrupt_driver(self) -> None:
     """Raises `_WorkerLost` in the driving thread (at its next bytecode)."""
@@ -402,9 +580,10 @@ def _seconds(environ: Mapping[str, str], name: str, default: float) -> float:
   try:
     value = float(text)
   except ValueError:
-    value = -1
-  if value <= 0:
-    raise SliceError(f'{name}={text!r} is not a positive number of seconds.')
+    value = math.nan
+  if not math.isfinite(value) or value <= 0:
+    raise SliceError(f'{name}={text!r} is not a positive, finite number of '
+                     'seconds.')
   return value
 
 
@@ -438,7 +617,10 @@ def driving(addresses: Sequence[str], model_dir: str,
 
   A worker lost during training (an error naming it, or no heartbeat for
   `lost_secs`) becomes a `WorkerLostError` naming the worker and the
-  checkpoint a retry resumes from.
+  checkpoint a retry resumes from; when the training thread is blocked in
+  TensorFlow and cannot get it, the process ends with that message
+  (slice_exit.py). From here on, the process ends at most
+  `slice_exit.EXIT_GRACE_SECS` after it starts exiting.
 
   Args:
     addresses: the slice's workers (none: nothing to do).
@@ -451,41 +633,60 @@ def driving(addresses: Sequence[str], model_dir: str,
   if not addresses:
     yield
     return
+  slice_exit.bound_exit()
   links = [WorkerLink(task, address) for task, address in enumerate(addresses)]
   logging.info('Driving a %d-host TPU slice: %s.', len(links),
                grpc_list(addresses))
   step = lambda: latest_step(model_dir) if latest_step else None
+
+  def lost_error(lost: Mapping[int, str]) -> WorkerLostError:
+    return _lost_error([(links[t], reason) for t, reason in lost.items()],
+                       f'no heartbeat for {lost_secs():.0f} s', model_dir,
+                       step())
+
+  def end_stuck(lost: Mapping[int, str]) -> None:
+    error = lost_error(lost)
+    _send_done(links, skip=lost)
+    slice_exit.end_process(f'{type(error).__name__}: {error}')
+
   heartbeats = None
   try:
     wait_for_workers(links, wait_secs())
-    heartbeats = Heartbeats(links, lost_secs())
+    heartbeats = Heartbeats(links, lost_secs(), on_stuck=end_stuck)
     heartbeats.start()
     try:
       yield
     except BaseException as e:  # pylint: disable=broad-except
       _stop(heartbeats)
-      if heartbeats.lost:  # Raised into this thread, maybe inside TF's code.
-        lost = [(links[t], reason) for t, reason in heartbeats.lost.items()]
-        raise _lost_error(lost, f'no heartbeat for {lost_secs():.0f} s',
-                          model_dir, step()) from e
+      slice_exit.bound_exit(failed=True)
+      if heartbeats.lost:
+        # Raised into this thread, maybe inside TensorFlow's code, where
+        # pybind11 reports it as a "MISMATCH" of exception types: the
+        # chain says nothing the message does not.
+        raise lost_error(heartbeats.lost) from None
       cause = e if isinstance(e, _unavailable_errors()) else e.__cause__
       if not isinstance(cause, _unavailable_errors()):
         raise
       lost = lost_workers(cause, links, dict(heartbeats.failures))
       if not lost:
         raise
-      raise _lost_error(lost, f'{type(cause).__name__}: '
-                        f'{errors.first_line(cause)}', model_dir,
+      raise _lost_error(lost, describe_error(cause), model_dir,
                         step()) from e
   finally:
     if heartbeats is not None:
       _stop(heartbeats)
-    for link in links:
+    _send_done(links, skip=heartbeats.lost if heartbeats else {})
+
+
+def _send_done(links: Sequence[WorkerLink], skip: Mapping[int, str]) -> None:
+  """Tells every worker but the lost ones that the driver is done."""
+  for link in links:
+    if link.task not in skip:
       reason = link.send(DONE)
       if reason is not None:
         logging.info('TPU %s did not take the done signal: %s',
                      link.describe(), reason)
-      link.close()
+    link.close()
 
 
 def _stop(heartbeats: Heartbeats) -> None:

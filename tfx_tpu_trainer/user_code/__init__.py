@@ -1,1 +1,1 @@
-"""User code named by import path (`run_fn=`/`trainer_fn=`): found, packaged."""
+"""User code: named by import path (`run_fn=`/`trainer_fn=`), packaged as wheels."""

@@ -2,11 +2,9 @@
 
 import ast
 import dataclasses
-import hashlib
 import importlib.machinery
 import os
 import shutil
-import subprocess
 import sys
 import sysconfig
 import tempfile
@@ -17,14 +15,14 @@ from tfx.dsl.components.base import base_component
 from tfx.types import standard_component_specs
 
 from tfx_tpu_trainer import errors
+from tfx_tpu_trainer.user_code import wheels
 
 __all__ = ['FunctionPathError', 'FunctionLocation', 'parse', 'locate',
            'package', 'WheelDependency', 'WHEELS_DIR_NAME',
            'package_module_name']
 
 # Where TFX puts the wheels of packaged module files, under the pipeline root.
-WHEELS_DIR_NAME = '_wheels'
-_SETUP_PY = '_tfx_tpu_trainer_generated_setup.py'
+WHEELS_DIR_NAME = wheels.WHEELS_DIR_NAME
 
 
 class FunctionPathError(errors.TPUTrainerError, ValueError):
@@ -221,7 +219,6 @@ def package(location: FunctionLocation, component_id: str,
     FunctionPathError: the wheel could not be built.
   """
   from tfx.components.util import udf_utils  # pylint: disable=g-import-not-at-top
-  from tfx.dsl.io import fileio  # pylint: disable=g-import-not-at-top
   if not location.is_package_module:
     _, module_path = udf_utils.package_user_module_file(
         component_id, location.file, pipeline_root)
@@ -229,64 +226,19 @@ def package(location: FunctionLocation, component_id: str,
   source_dir = os.path.join(location.import_root, location.top_level)
   build_dir = tempfile.mkdtemp(prefix='tpu-trainer-wheel-')
   try:
-    files = _copy_sources(source_dir,
-                          os.path.join(build_dir, location.top_level))
-    digest = hashlib.sha256()
-    for relative in files:
-      digest.update(relative.encode())
-      with open(os.path.join(build_dir, relative), 'rb') as f:
-        digest.update(f.read())
-    with open(os.path.join(build_dir, _SETUP_PY), 'w') as f:
-      f.write(
-          'import setuptools\n'
-          'setuptools.setup(\n'
-          f'    name={("tfx-user-code-" + component_id)!r},\n'
-          f'    version={("0.0+" + digest.hexdigest())!r},\n'
-          '    packages=setuptools.find_namespace_packages(\n'
-          f'        include=[{location.top_level!r}, '
-          f'{location.top_level + ".*"!r}]),\n'
-          ')\n')
-    dist_dir = os.path.join(build_dir, '_dist')
-    try:
-      subprocess.run(
-          [sys.executable, _SETUP_PY, '-q', 'bdist_wheel', '--bdist-dir',
-           os.path.join(build_dir, '_bdist'), '--dist-dir', dist_dir],
-          cwd=build_dir, check=True, capture_output=True, text=True)
-    except subprocess.CalledProcessError as e:
-      raise FunctionPathError(
-          f'TPUTrainer({location.argument}={location.path!r}): packaging '
-          f'{source_dir} as a wheel failed: {e.stderr.strip()[-2000:]}'
-      ) from e
-    (wheel,) = os.listdir(dist_dir)
-    wheels_dir = os.path.join(pipeline_root, WHEELS_DIR_NAME)
-    fileio.makedirs(wheels_dir)
-    target = os.path.join(wheels_dir, wheel)
-    fileio.copy(os.path.join(dist_dir, wheel), target + '.tmp',
-                overwrite=True)
-    fileio.rename(target + '.tmp', target, overwrite=True)
+    files = wheels.copy_sources(source_dir,
+                                os.path.join(build_dir, location.top_level))
+    target = wheels.build(build_dir, files, component_id, [],
+                          [location.top_level], pipeline_root)
+  except wheels.WheelError as e:
+    raise FunctionPathError(
+        f'TPUTrainer({location.argument}={location.path!r}): packaging '
+        f'{source_dir} as a wheel failed: {e}') from e
   finally:
     shutil.rmtree(build_dir, ignore_errors=True)
   logging.info('Packaged %s (for %s=%r) as %s.', source_dir,
                location.argument, location.path, target)
   return f'{location.module_name}@{target}'
-
-
-def _copy_sources(source_dir: str, target_dir: str) -> List[str]:
-  """Copies the package's .py files; their paths relative to the build."""
-  copied = []
-  build_dir = os.path.dirname(target_dir)
-  for directory, subdirectories, files in os.walk(source_dir):
-    subdirectories[:] = sorted(d for d in subdirectories
-                               if not d.startswith(('.', '__pycache__')))
-    for name in sorted(files):
-      if not name.endswith('.py'):
-        continue
-      relative = os.path.relpath(os.path.join(directory, name), source_dir)
-      destination = os.path.join(target_dir, relative)
-      os.makedirs(os.path.dirname(destination), exist_ok=True)
-      shutil.copyfile(os.path.join(directory, name), destination)
-      copied.append(os.path.relpath(destination, build_dir))
-  return copied
 
 
 class WheelDependency(base_component._PipDependencyFuture):  # pylint: disable=protected-access
