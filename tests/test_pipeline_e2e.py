@@ -7,7 +7,9 @@ and the optional TPUBulkInferrer (`--bulk-infer`). Each run reports its own
 model (read from its own pipeline run's executions) and pushes a version of
 its own; neither reuses the other's executions; and no run leaves a file in
 the system temp directory: the processes get TMPDIR pointed at an empty
-folder, counted after. (`run` in the test's own process: tests/cli/.)
+folder, counted after. The bundled run is given secret Beam args: neither
+its output nor its run log shows them (tests/cli/test_log_secrets.py).
+(`run` in the test's own process: tests/cli/.)
 """
 
 import os
@@ -27,6 +29,7 @@ from tfx_tpu_trainer_cli import local_runner
 from tfx_tpu_trainer_cli import run_temp_dir
 
 from tests import conftest
+from tests.cli import test_log_secrets
 from tests.fixtures import bulk_inference
 from tests.fixtures import pipeline_outputs
 from tests.fixtures import saved_models
@@ -96,7 +99,8 @@ def test_two_runs_at_once_each_push_their_own_model_and_leave_no_temp_files(
   logs = {'bundled': tmp_path / 'bundled.log', 'linear': tmp_path / 'linear.log'}
   processes = {
       'bundled': _start_run(str(output_root), temp_dir, logs['bundled'],
-                            data_one, BUNDLED_STEPS),
+                            data_one, BUNDLED_STEPS,
+                            *test_log_secrets.SECRET_BEAM_ARGS),
       'linear': _start_run(
           str(output_root), temp_dir, logs['linear'], data_two, LINEAR_STEPS,
           '--module-file',
@@ -124,6 +128,7 @@ def test_two_runs_at_once_each_push_their_own_model_and_leave_no_temp_files(
   full_logs = {re.search(r'full log: (\S+)', output).group(1)
                for output in outputs.values()}
   assert len(full_logs) == 2  # Runs started in the same second log apart.
+  _assert_no_secret_in_output_or_log(bundled)
   assert _count_files(temp_dir) == 0, sorted(os.listdir(temp_dir))
 
   layout = local_runner.OutputLayout(str(output_root))
@@ -147,6 +152,16 @@ def test_two_runs_at_once_each_push_their_own_model_and_leave_no_temp_files(
   assert predictions and all(
       log.predict_log.response.outputs['probabilities'].float_val
       for log in predictions)
+
+
+def _assert_no_secret_in_output_or_log(output):
+  """The bundled run's secret Beam args, masked wherever they are shown."""
+  with open(re.search(r'full log: (\S+)', output).group(1)) as f:
+    log = f.read()
+  test_log_secrets.assert_no_secret(output, log)
+  # TFX's deployment config: two lines per Beam component and Beam arg.
+  assert log.count('beam_pipeline_args: "--s3_secret_access_key=***"') >= 4
+  assert log.count('AccountKey=***;EndpointSuffix') >= 8
 
 
 def _assert_both_runs_recorded(layout):
