@@ -13,6 +13,12 @@ PYTEST_ARGS ?=
 # long file starts last. TEST_WORKERS=0 runs the suite in this process alone.
 TEST_WORKERS ?= 2
 XDIST_ARGS := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+# Every run ends with its SLOWEST slowest test phases (setup, call, teardown:
+# a shared fixture's cost shows as its first user's setup) and each test
+# file's CPU seconds with the quiet-machine estimate (tests/suite_cost.py).
+# PYTEST_ARGS=--durations=0 lists them all.
+SLOWEST ?= 30
+REPORT_ARGS := --durations=$(SLOWEST)
 RUN_ARGS ?=
 UV ?= $(shell command -v uv || echo .tools/uv/bin/uv)
 
@@ -25,10 +31,10 @@ run: env
 	$(VENV)/bin/tfx-tpu-trainer run $(RUN_ARGS)
 
 test: env
-	$(PY) -m pytest $(XDIST_ARGS) $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST_ARGS) $(REPORT_ARGS) $(PYTEST_ARGS)
 
 test-fast: env
-	$(PY) -m pytest -m "not slow" $(XDIST_ARGS) $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" $(XDIST_ARGS) $(REPORT_ARGS) $(PYTEST_ARGS)
 
 # All trainers against each other and each module's compute limit, then the
 # scale run (the training split x1/x10/x100, replicas written once under

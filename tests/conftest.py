@@ -49,6 +49,17 @@ def read_taxi_rows(data_dir: str):
     return list(csv.DictReader(f))
 
 
+def pytest_addoption(parser):
+  from tests import suite_cost  # pylint: disable=g-import-not-at-top
+  suite_cost.add_option(parser)
+
+
+def pytest_configure(config):
+  """Prints the CPU seconds of the costliest files and tests at the end."""
+  from tests import suite_cost  # pylint: disable=g-import-not-at-top
+  suite_cost.register(config)
+
+
 def pytest_collection_modifyitems(items):
   """The files of `heavy` tests first, each file's tests kept together.
 
@@ -77,6 +88,37 @@ def taxi_artifacts(tmp_path_factory, taxi_data_dir):
   return run_once.artifacts(
       tmp_path_factory, 'taxi_pipeline',
       lambda root: pipeline_outputs.run_data_components(root, taxi_data_dir))
+
+
+# The shared taxi model's executor run (taxi_trainer_run).
+TAXI_TRAIN_STEPS = 30
+TAXI_EVAL_STEPS = 5
+
+
+@pytest.fixture(scope='session')
+def taxi_trainer_run(tmp_path_factory, taxi_artifacts):
+  """The bundled taxi module trained by the executor on taxi_artifacts.
+
+  One `Do()` per run of the suite (run_once.py): TAXI_TRAIN_STEPS steps,
+  TAXI_EVAL_STEPS eval steps, batches of 16; its model, {serve} and
+  {serve, tpu}, and its model_run are for tests to read, never to change.
+  """
+  from tests.fixtures import pipeline_outputs  # pylint: disable=g-import-not-at-top
+  from tests.fixtures import run_once  # pylint: disable=g-import-not-at-top
+  from tests.fixtures.run_settings import SMALL_BATCHES  # pylint: disable=g-import-not-at-top
+
+  def train(root):
+    from tfx_tpu_trainer import executor  # pylint: disable=g-import-not-at-top
+    from tfx_tpu_trainer_cli import paths  # pylint: disable=g-import-not-at-top
+    run = pipeline_outputs.trainer_run(
+        taxi_artifacts, root, paths.TRAINER_MODULE_FILE,
+        custom_config=dict(SMALL_BATCHES), train_steps=TAXI_TRAIN_STEPS,
+        eval_steps=TAXI_EVAL_STEPS)
+    executor.Executor().Do(run.input_dict, run.output_dict,
+                           run.exec_properties)
+    return run
+
+  return run_once.trainer_run(tmp_path_factory, 'taxi_trainer_run', train)
 
 
 @contextlib.contextmanager

@@ -14,7 +14,6 @@ from tfx_tpu_trainer.user_code import user_module
 from tfx_tpu_trainer.data import input_fns
 from tfx_tpu_trainer.publishing import export
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
-from tfx_tpu_trainer_cli import paths
 
 from tests.fixtures import pipeline_outputs
 from tests.fixtures import saved_models
@@ -48,12 +47,10 @@ def _assert_no_model(run):
     assert os.listdir(run.model.uri) == []
 
 
-def test_taxi_module_on_transformed_examples(taxi_artifacts, tmp_path):
-  run = pipeline_outputs.trainer_run(
-      taxi_artifacts, str(tmp_path), paths.TRAINER_MODULE_FILE,
-      custom_config=SMALL_BATCHES, train_steps=30, eval_steps=5)
-  _do(run)
-
+def test_taxi_module_on_transformed_examples(taxi_artifacts,
+                                             taxi_trainer_run):
+  # The session's shared run: conftest.TAXI_TRAIN_STEPS (30) steps.
+  run = taxi_trainer_run
   path = _assert_dual_tag_model(run.model.uri)
   loaded = tf.saved_model.load(path, tags=['serve'])
   raw = pipeline_outputs.read_serialized_examples(

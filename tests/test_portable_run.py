@@ -2,10 +2,13 @@
 worker pool, both Beam's own, started here as processes on localhost.
 
 `run --beam-arg` points the bundled pipeline's Beam components at them, with
-a preprocessing module that is not on the workers' path: the workers get it
-the way the image's boot gets it on a cluster, from the job's staged files
-(TFX's user-module wheel, `--extra_package`), installed by a boot stand-in
-(`fixtures/beam_boot.py`).
+TFX's own taxi_utils.py (the stock Trainer's module: its preprocessing_fn
+and its trainer_fn, a canned Estimator) from a folder on no one's path: the
+workers get it the way the image's boot gets it on a cluster, from the job's
+staged files (TFX's user-module wheel, `--extra_package`), installed by a
+boot stand-in (`fixtures/beam_boot.py`). The Evaluator follows that module
+(label tips_xf; how the keys are found: tests/cli/test_evaluator_keys.py) to
+its blessing decision.
 """
 
 import os
@@ -17,8 +20,8 @@ import pytest
 
 from tests import conftest
 from tests.fixtures import beam_jobs
+from tests.fixtures import serving_data
 from tfx_tpu_trainer_cli import main as cli
-from tfx_tpu_trainer_cli import paths
 
 pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
@@ -64,17 +67,16 @@ def test_pipeline_on_a_job_server_and_worker_pool(tmp_path, capfd,
   data = conftest.write_taxi_slice(str(tmp_path / 'data'), rows=ROWS)
   modules = tmp_path / 'user_modules'  # On no one's path.
   modules.mkdir()
-  shutil.copy(paths.PREPROCESSING_MODULE_FILE,
-              modules / 'user_preprocessing.py')
-  shutil.copy(os.path.join(paths.COMPONENTS_DIR, 'taxi_features.py'), modules)
+  taxi_utils = str(modules / 'taxi_utils.py')
+  shutil.copy(serving_data.stock_taxi_utils_module(), taxi_utils)
   output_root = tmp_path / 'out'
   started = time.time()
   code = cli.main([
       'run', '--train-steps', '60', '--eval-steps', '4', '--train-batch-size',
       '16', '--eval-batch-size', '16', '--min-accuracy', '0',
       '--min-balanced-accuracy', '0', '--data-root',
-      data, '--output-root', str(output_root), '--preprocessing-module-file',
-      str(modules / 'user_preprocessing.py'),
+      data, '--output-root', str(output_root), '--module-file', taxi_utils,
+      '--preprocessing-module-file', taxi_utils,
       '--beam-arg=--runner=PortableRunner',
       f'--beam-arg=--job_endpoint={job_endpoint}',
       '--beam-arg=--environment_type=EXTERNAL',
@@ -85,6 +87,8 @@ def test_pipeline_on_a_job_server_and_worker_pool(tmp_path, capfd,
   stdout = captured.out
   for index, component in enumerate(COMPONENTS, start=1):
     assert f'[{index}/8] {component} done in' in stdout
+  # The Evaluator scored taxi_utils' model and decided (thresholds 0: yes).
+  assert 'Evaluator metrics:      ' in stdout and 'binary_accuracy=' in stdout
   assert 'Blessed:                yes' in stdout
   assert 'Pushed model tag sets:  {serve}, {serve, tpu}' in stdout
 

@@ -1,4 +1,4 @@
-"""Models the bulk-inference tests score: trained once per session."""
+"""Models the bulk-inference tests score: trained once per run of the suite."""
 
 import os
 
@@ -6,25 +6,16 @@ import pytest
 import tensorflow as tf
 from tfx.utils import path_utils
 
-from tfx_tpu_trainer import executor
-from tfx_tpu_trainer_cli import paths
-
 from tests.fixtures import pipeline_outputs
-from tests.fixtures.run_settings import SMALL_BATCHES
 
 # Raw taxi features a canned estimator reads (floats in the CSV).
 CANNED_FEATURES = ('trip_miles', 'fare')
 
 
 @pytest.fixture(scope='session')
-def taxi_model(tmp_path_factory, taxi_artifacts):
+def taxi_model(taxi_trainer_run):
   """The bundled taxi module trained by TPUTrainer: {serve} + {serve, tpu}."""
-  run = pipeline_outputs.trainer_run(
-      taxi_artifacts, str(tmp_path_factory.mktemp('taxi_model')),
-      paths.TRAINER_MODULE_FILE, custom_config=dict(SMALL_BATCHES),
-      train_steps=20, eval_steps=2)
-  executor.Executor().Do(run.input_dict, run.output_dict, run.exec_properties)
-  return run.model
+  return taxi_trainer_run.model
 
 
 def _raw_eval_features(taxi_artifacts, count=64):

@@ -1,6 +1,7 @@
 """The Evaluator's default thresholds: a model no better than always
-answering the majority class is not blessed, a trained one is, and the run
-summary says why (each thresholded metric, its value, its bound)."""
+answering the majority class is not blessed, and the run summary says why
+(each thresholded metric, its value, its bound). A trained model that they
+bless, and the summary's reasons for it: tests/test_package.py's run."""
 
 import os
 import re
@@ -11,7 +12,9 @@ from tests import conftest
 from tfx_tpu_trainer_cli import blessing
 from tfx_tpu_trainer_cli import main as cli
 
-ROWS = 2000
+# Both classes in the eval split; a majority rate (of rows without a big
+# tip) of about 0.83.
+ROWS = 600
 
 
 @pytest.fixture(scope='module')
@@ -22,7 +25,7 @@ def data_root(tmp_path_factory):
 
 def _run(capfd, data_root, output_root, *args):
   code = cli.main(['run', '--data-root', data_root, '--output-root',
-                   str(output_root), '--eval-steps', '10',
+                   str(output_root), '--eval-steps', '5',
                    '--train-batch-size', '32', '--eval-batch-size', '32']
                   + list(args))
   captured = capfd.readouterr()
@@ -48,20 +51,6 @@ def test_a_constant_classifier_is_not_blessed_and_the_summary_says_why(
           in out), out
   assert 'Pushed model:           none (the model was not blessed)' in out
   assert not os.path.exists(tmp_path / 'out' / 'serving_model' / 'taxi_tpu')
-
-
-@pytest.mark.slow
-@pytest.mark.heavy
-def test_a_trained_classifier_is_blessed_and_the_summary_says_why(
-    tmp_path, capfd, data_root):
-  out = _run(capfd, data_root, tmp_path / 'out', '--train-steps', '300')
-  accuracy = _metric(out, 'binary_accuracy')
-  balanced = _metric(out, 'balanced_accuracy')
-  assert balanced >= 0.55
-  assert (f'Blessed:                yes (binary_accuracy {accuracy:.4g} (needs '
-          f'>= 0.5); balanced_accuracy {balanced:.4g} (needs >= 0.55))'
-          in out), out
-  assert 'Pushed model:           ' + str(tmp_path / 'out') in out
 
 
 def test_thresholds_are_named_as_tfma_names_their_values():

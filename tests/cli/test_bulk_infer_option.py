@@ -1,5 +1,5 @@
 """`compile --bulk-infer`: the bundled pipeline's optional TPUBulkInferrer step
-(`run --bulk-infer` runs in tests/test_pipeline_e2e.py's second run)."""
+(`run --bulk-infer` runs in tests/test_pipeline_e2e.py)."""
 
 import os
 import tarfile

@@ -2,14 +2,12 @@
 
 The label and prediction keys are found before any component runs (the
 preprocessing_fn and the module's PREDICT graph traced, nothing trained); a
-module whose serving outputs TFMA cannot read is one error naming them. The
-slow test runs TFX's own taxi_utils.py (a canned Estimator through
-trainer_fn, label tips_xf) to the Evaluator's blessing decision.
+module whose serving outputs TFMA cannot read is one error naming them. TFX's
+own taxi_utils.py (a canned Estimator through trainer_fn, label tips_xf) runs
+to the Evaluator's blessing decision in tests/test_portable_run.py.
 """
 
 import os
-
-import pytest
 
 from tests.conftest import TEST_MODULES_DIR
 from tests.fixtures import serving_data
@@ -91,20 +89,6 @@ def test_keras_module_reads_its_output_layer():
 def test_bundled_module_keeps_the_pipeline_keys():
   options = _validated([])
   assert 'eval_label_key' not in options  # taxi_pipeline's defaults.
-
-
-@pytest.mark.slow
-@pytest.mark.heavy
-def test_stock_taxi_utils_reaches_the_blessing_decision(tmp_path, capfd):
-  assert cli.main(['run', '--module-file', TAXI_UTILS,
-                   '--preprocessing-module-file', TAXI_UTILS,
-                   '--train-steps', '200', '--output-root',
-                   str(tmp_path / 'out')]) == 0
-  out = capfd.readouterr().out
-  assert '[7/8] Evaluator done in' in out, out
-  assert 'Evaluator metrics:      ' in out and 'binary_accuracy=' in out
-  assert 'Blessed:                yes' in out or (
-      'Blessed:                no' in out)
 
 
 def _tfx_testdata_transform_module():

@@ -18,6 +18,9 @@ from tests.fixtures import tfx_template
 from tfx_tpu_trainer_cli import main as cli
 
 
+TEMPLATE_ROWS = 1000
+
+
 def _exit_code(argv):
   try:
     return cli.main(argv)
@@ -69,8 +72,13 @@ def test_compile_packages_the_templates_models_package(tmp_path, monkeypatch):
 def test_the_template_runs_to_a_pushed_model_that_serves_raw_examples(
     tmp_path, capfd, monkeypatch):
   monkeypatch.chdir(tmp_path)  # The template's outputs are under '.'.
-  spec = tfx_template.copy_template(str(tmp_path / 'tpl'), train_steps=300,
-                                    eval_steps=50)
+  spec = tfx_template.copy_template(str(tmp_path / 'tpl'), train_steps=100,
+                                    eval_steps=10)
+  # The template's data, cut to its first rows: the run's path is what is
+  # tested, not the 15,002 rows (binary_accuracy >= 0.6 blesses).
+  data_csv = tmp_path / 'tpl' / 'data' / 'data.csv'
+  data_csv.write_text(''.join(data_csv.read_text().splitlines(True)[
+      :TEMPLATE_ROWS + 1]))
   assert cli.main(['run', '--pipeline', spec, '--output-root',
                    str(tmp_path / 'out')]) == 0
   out = capfd.readouterr().out

@@ -158,6 +158,7 @@ def test_user_pipeline_runs_every_step_in_the_image_to_a_pushed_model(
   packaged under the pipeline root."""
   workflow, root = compiled_runs.compile_user_pipeline(
       work, monkeypatch, 'user_image')
+  assert os.listdir(root / '_wheels')  # TFX's packaging, at compile time.
   os.chmod(work, 0o755)
   _shared_with_the_pods(root.parent)  # The wheel TFX packaged, the data.
   run = compiled_runs.workflow_run(work, workflow, mlmd_server, 'user-image')
@@ -168,13 +169,20 @@ def test_user_pipeline_runs_every_step_in_the_image_to_a_pushed_model(
     assert results[-1].returncode == 0, (
         f'{task["name"]}:\n{compiled_runs.tail(results[-1])}')
   assert [r.task for r in results] == USER_STEPS
+  # Transform's Beam ran in a worker process that got the module's wheel.
   transform_log = results[USER_STEPS.index('transform')].log()
+  assert 'multi_processing' in transform_log
   assert '_wheels/tfx_user_code_transform-' in transform_log
   assert 'No module named' not in transform_log
   versions = os.listdir(root / 'serving_model')
   assert len(versions) == 1, versions
   model = root / 'serving_model' / versions[0] / 'saved_model.pb'
   assert model.is_file() and os.stat(model).st_uid == USER_UID
+  trainer = results[USER_STEPS.index('tputrainer')]
+  metrics = compiled_runs.read_json(
+      trainer.root_file('/mlpipeline-metrics.json'))
+  by_name = {m['name']: m['numberValue'] for m in metrics['metrics']}
+  assert by_name['global_step'] == 200  # PENGUIN_TRAIN_STEPS of the compile.
 
 
 def test_kfp_v2_pipeline_runs_every_step_in_the_image_to_a_pushed_model(

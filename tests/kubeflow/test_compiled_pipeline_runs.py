@@ -11,7 +11,9 @@ points at. Data: 1,000 rows of the taxi CSV; 100 training steps on CPU.
 One KFP run, with the steps of two compiles of the taxi pipeline:
 
 1. The `--no-use-tpu` compile's data steps all exit 0 (Transform with Beam's
-   multi-processing DirectRunner included).
+   multi-processing DirectRunner included, one worker process per step:
+   `--beam-arg=--direct_num_workers=1` in both compiles; the default, one
+   per core, runs in the built image, tests/kubeflow/test_built_image.py).
 2. The TPU compile's trainer step (the default v4 2x2x1) in the same run: it
    fails with the project's "no TPU" message, and its declared metrics output
    exists. The TPU compile's data steps are not run: their TFX nodes are the
@@ -50,6 +52,8 @@ DATA_STEPS = ['csvexamplegen', 'statisticsgen', 'schemagen',
 ALL_STEPS = DATA_STEPS + ['tputrainer', 'evaluator', 'pusher']
 NO_TPU_MESSAGE = 'Could not resolve TPU'
 IN_MEMORY = '--direct_running_mode=in_memory'
+# Each Beam worker process imports TensorFlow and TFX (about 6 s of CPU).
+ONE_WORKER = '--beam-arg=--direct_num_workers=1'
 MULTI_PROCESSING = '--direct_running_mode=multi_processing'
 
 
@@ -66,13 +70,14 @@ class _SharedRun:
 def shared_run(work, data_root, mlmd_server):
   """The CPU compile's data steps, then the TPU compile's trainer step."""
   cpu_workflow = compiled_runs.compile_taxi(work, data_root, 'cpu',
-                                            '--no-use-tpu')
+                                            '--no-use-tpu', ONE_WORKER)
   # The default TPU (v4, StreamExecutor): PJRT's variables would make this
   # virtual environment's TensorFlow, which has no /lib/libtpu.so, fail at
   # import (NotFoundError ... pluggable device libraries ... '/lib/libtpu.so').
   tpu_workflow = compiled_runs.compile_taxi(
       work, data_root, 'tpu', '--trainer-image',
-      'gcr.io/test/tfx-tpu-trainer-tpu:1', f'--beam-arg={IN_MEMORY}')
+      'gcr.io/test/tfx-tpu-trainer-tpu:1', ONE_WORKER,
+      f'--beam-arg={IN_MEMORY}')
   cpu = compiled_runs.workflow_run(work, cpu_workflow, mlmd_server, 'cpu')
   tpu = compiled_runs.workflow_run(work, tpu_workflow, mlmd_server, 'tpu')
   tpu.join(cpu)

@@ -6,17 +6,27 @@ root while compiling; every step (tests/fixtures/argo_pod.py, as in
 test_compiled_pipeline_runs.py) exits 0 and the model is pushed. Beam runs
 in worker processes as by default (`multi_processing`), one per step
 (`--beam-arg=--direct_num_workers=1`; the default, one per core, runs in
-test_compiled_pipeline_runs.py): each worker installs the module's wheel.
+the built image, test_built_image.py): each worker installs the module's
+wheel. Where Docker runs, test_built_image.py runs these same compiled steps
+in the built image with the same checks
+(test_user_pipeline_runs_every_step_in_the_image_to_a_pushed_model), and
+this stand-in for the image is skipped.
 """
 
 import os
 
+import pytest
+
 from tests.fixtures import argo_pod
 from tests.fixtures import compiled_runs
+from tests.fixtures import docker_pod
 from tests.fixtures.compiled_runs import mlmd_server  # pylint: disable=unused-import
 from tests.fixtures.compiled_runs import work  # pylint: disable=unused-import
 
-pytestmark = compiled_runs.MARKS
+pytestmark = compiled_runs.MARKS + [pytest.mark.skipif(
+    not docker_pod.docker_unavailable_reason(),
+    reason='Docker runs here: test_built_image.py runs these steps in the '
+    'built image')]
 
 USER_STEPS = ['csvexamplegen', 'statisticsgen', 'schemagen', 'transform',
               'tputrainer', 'evaluator', 'pusher']
@@ -37,8 +47,8 @@ def test_user_pipeline_outside_the_repo_runs_every_step_to_a_pushed_model(
         f'{result.task}:\n{compiled_runs.tail(result)}')
   assert argo_pod.names(results) == USER_STEPS
   # Transform's Beam ran in a worker process that got the module's wheel
-  # (one worker, through --beam-arg; test_compiled_pipeline_runs.py runs
-  # the default count).
+  # (one worker, through --beam-arg; test_built_image.py runs the default
+  # count).
   transform_log = results[USER_STEPS.index('transform')].log()
   assert 'multi_processing' in transform_log
   assert '_wheels/tfx_user_code_transform-' in transform_log
