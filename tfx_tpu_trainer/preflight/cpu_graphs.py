@@ -76,33 +76,31 @@ def _cpu_step_findings(model_fn, mode: str, features: Any, labels: Any,
   return []
 
 
-def _tpu_inference_findings(
-    run: prepare.PreparedRun,
-    cpu_config: config_lib.TrainerConfig) -> List[preflight_report.Finding]:
+def _tpu_inference_findings(run: prepare.PreparedRun, run_config: Any
+                            ) -> List[preflight_report.Finding]:
   """Export API v2: the `{serve, tpu}` PREDICT graph must run on the TPU.
 
   Built as `export_saved_model` builds it (the serving input, then the
-  model_fn in PREDICT mode with `params['use_tpu']=True`); a graph without
-  TPU ops would be exported as a CPU graph tagged `{serve, tpu}`.
+  model_fn in PREDICT mode with `params['use_tpu']=True`), with the run
+  config of the other graphs of the check; a graph without TPU ops would be
+  exported as a CPU graph tagged `{serve, tpu}`.
   """
   params = dict(run.params, use_tpu=True)
-  with tempfile.TemporaryDirectory(prefix='tpu-trainer-check-') as tmp:
-    run_config = estimator_builder.build_run_config(cpu_config, tmp)
-    with tf.Graph().as_default() as graph:
-      tf.compat.v1.train.create_global_step()
-      receiver = run.serving_input_receiver_fn()
-      try:
-        estimator_spec_adapter.call_model_fn(
-            run.model_fn, receiver.features, None, ModeKeys.PREDICT, params,
-            run_config)
-      except errors.TPUTrainerError:
-        raise
-      except Exception as e:  # pylint: disable=broad-except
-        return [preflight_report.Finding(
-            'model-fn-error', ERROR,
-            "the model_fn failed in mode 'infer' with params['use_tpu']=True "
-            '(the {serve, tpu} graph of export_saved_model_api_version=2): '
-            f'{type(e).__name__}: {e}', 'export')]
+  with tf.Graph().as_default() as graph:
+    tf.compat.v1.train.create_global_step()
+    receiver = run.serving_input_receiver_fn()
+    try:
+      estimator_spec_adapter.call_model_fn(
+          run.model_fn, receiver.features, None, ModeKeys.PREDICT, params,
+          run_config)
+    except errors.TPUTrainerError:
+      raise
+    except Exception as e:  # pylint: disable=broad-except
+      return [preflight_report.Finding(
+          'model-fn-error', ERROR,
+          "the model_fn failed in mode 'infer' with params['use_tpu']=True "
+          '(the {serve, tpu} graph of export_saved_model_api_version=2): '
+          f'{type(e).__name__}: {e}', 'export')]
   if export.has_tpu_inference(graph.as_graph_def()):
     return []
   return [preflight_report.Finding(
@@ -272,7 +270,7 @@ def check_graphs_before_training(
           dict(run.params, use_tpu=False, batch_size=config.train_batch_size),
           run_config))
       if config.export_to_tpu and config.export_saved_model_api_version == 2:
-        report.findings.extend(_tpu_inference_findings(run, cpu_config))
+        report.findings.extend(_tpu_inference_findings(run, run_config))
   report.findings = preflight_report.merge_repeated(report.findings)
   logging.info('Graphs checked before training in %s s: %s', report.seconds,
                [finding.line() for finding in report.findings] or 'no errors')
