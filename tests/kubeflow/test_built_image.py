@@ -1,22 +1,34 @@
 """The built image runs every compiled step, as its pods would on a cluster.
 
 The image is built here (`scripts/build_image.sh`, as `make image`: local
-bases, docker's build cache), then the taxi pipeline compiled for KFP v1 on
-CPU runs step by step, each step a `docker run` of that image with the
-container spec's command, arguments and environment as Argo starts it, as
-the image's non-root user (`tests/fixtures/docker_pod.py`), the pipeline
-root on a volume and MLMD behind the test's gRPC server: to a pushed model,
-with the KFP UI files written in the container by that user; then a user's
-pipeline (examples/penguin_tpu compiled with `--pipeline`) the same way;
-and the taxi pipeline compiled for KFP v2, every task started from its
+bases, docker's build cache). Each step of a compiled KFP v1 workflow then
+runs as a `docker run` of that image with the container spec's command,
+arguments and environment as Argo starts it, as the image's non-root user
+(`tests/fixtures/docker_pod.py`), the pipeline root on a volume and MLMD
+behind the test's gRPC server:
+
+* The taxi pipeline's KFP v1 run (`tests/fixtures/taxi_kfp_v1_run.py`, with
+  Beam's default worker count, one process per core): the CPU compile's
+  data steps, the TPU compile's trainer step failing with "no TPU", the CPU
+  trainer as Argo's retry of it, the Evaluator and Pusher to a pushed model
+  (written by the image's user), the trainer retried again; the KFP UI files
+  written in each container by that user. These steps run only here where
+  Docker runs: test_compiled_pipeline_runs.py, which runs them in chroot
+  pods with the same checks, is skipped then.
+* A user's pipeline (examples/penguin_tpu compiled with `--pipeline`), to a
+  pushed model.
+
+Then the taxi pipeline compiled for KFP v2, every task started from its
 executor's container spec with the ExecutorInput and arguments the KFP v2
 driver and launcher give it (`tests/fixtures/kfp_v2_launch.py`), each fed
-its producers' outputs.
+its producers' outputs. The user's pipeline and the KFP v2 compile run one
+Beam worker process per step (`--beam-arg=--direct_num_workers=1`).
 
 Skipped only where Docker cannot be started (no docker CLI or dockerd, or
 not root); `.ci/run` installs and starts it.
 """
 
+import functools
 import itertools
 import json
 import os
@@ -31,6 +43,7 @@ import yaml
 from tests.fixtures import compiled_runs
 from tests.fixtures import docker_pod
 from tests.fixtures import kfp_v2_launch
+from tests.fixtures import taxi_kfp_v1_run
 from tests.fixtures.compiled_runs import data_root  # pylint: disable=unused-import
 from tests.fixtures.compiled_runs import mlmd_server  # pylint: disable=unused-import
 from tests.fixtures.compiled_runs import work  # pylint: disable=unused-import
@@ -44,8 +57,6 @@ _UNAVAILABLE = docker_pod.docker_unavailable_reason()
 pytestmark = [pytest.mark.slow, pytest.mark.heavy,
               pytest.mark.skipif(bool(_UNAVAILABLE), reason=_UNAVAILABLE)]
 
-STEPS = ['csvexamplegen', 'statisticsgen', 'schemagen', 'examplevalidator',
-         'transform', 'tputrainer', 'evaluator', 'pusher']
 USER_STEPS = ['csvexamplegen', 'statisticsgen', 'schemagen', 'transform',
               'tputrainer', 'evaluator', 'pusher']
 V2_TASKS = ['CsvExampleGen', 'StatisticsGen', 'SchemaGen', 'ExampleValidator',
@@ -109,46 +120,40 @@ def _shared_with_the_pods(path):
       os.chown(os.path.join(folder, name), USER_UID, -1)
 
 
-def test_taxi_pipeline_runs_every_step_in_the_image_to_a_pushed_model(
-    image, work, data_root, mlmd_server):
+@pytest.fixture(scope='module')
+def taxi_run(image, work, data_root, mlmd_server):
+  """The taxi KFP v1 run's data steps and TPU trainer step, in the image.
+
+  Beam's default worker count (one process per core) in both compiles. The
+  TPU compile's trainer step runs in this CPU image too (no TPU image can be
+  built here: libtpu's host is not reachable).
+  """
   os.chmod(work, 0o755)
   _shared_with_the_pods(work / 'pipeline_root')
-  workflow = compiled_runs.compile_taxi(work, data_root, 'image',
-                                        '--no-use-tpu')
+  run_step = functools.partial(docker_pod.run_step, mounts=[str(work)],
+                               image=image)
   # The steps' environment is the compiled one on top of the image's (no
   # PATH, no HOME from this machine).
-  run = compiled_runs.workflow_run(work, workflow, mlmd_server, 'image')
-  run.base_env = {}
-  mounts = [str(work)]
-  results = []
-  for task in run.dag_tasks():
-    results.append(docker_pod.run_step(run, task, mounts, image=image))
-    assert results[-1].returncode == 0, (
-        f'{task["name"]}:\n{compiled_runs.tail(results[-1])}')
-  assert [r.task for r in results] == STEPS
+  return taxi_kfp_v1_run.start(work, data_root, mlmd_server, run_step,
+                               pod_env={})
 
+
+def test_taxi_tpu_trainer_step_fails_in_the_image_with_no_tpu(taxi_run):
+  taxi_kfp_v1_run.check_tpu_compile(taxi_run)
+
+
+def test_taxi_pipeline_runs_every_step_in_the_image_to_a_pushed_model(
+    work, taxi_run):
+  """Then the CPU trainer as Argo's retry, the Evaluator, the Pusher and the
+  trainer retried again (taxi_kfp_v1_run's checks), every file written by
+  the image's user."""
+  results = taxi_kfp_v1_run.check_cpu_steps_and_retries(work, taxi_run)
   serving = work / 'pipeline_root' / 'serving_model'
-  versions = os.listdir(serving)
-  assert len(versions) == 1, versions
-  model = serving / versions[0] / 'saved_model.pb'
-  assert model.is_file()
-  assert os.stat(model).st_uid == USER_UID  # Written by the image's user.
-
-  trainer = results[STEPS.index('tputrainer')]
-  metrics = compiled_runs.read_json(
-      trainer.root_file('/mlpipeline-metrics.json'))
-  by_name = {m['name']: m['numberValue'] for m in metrics['metrics']}
-  assert by_name['global_step'] == compiled_runs.TRAIN_STEPS
-  ui = compiled_runs.read_json(
-      trainer.root_file('/mlpipeline-ui-metadata.json'))
-  types = [o['type'] for o in ui['outputs']]
-  assert types.count('tensorboard') == 1 and 'web-app' in types
+  [version] = os.listdir(serving)
+  assert os.stat(serving / version / 'saved_model.pb').st_uid == USER_UID
   for result in results:
-    outputs = compiled_runs.read_json(
-        result.root_file('/mlpipeline-ui-metadata.json'))['outputs']
-    assert outputs, result.task  # Written in the pod, not the image's empty file.
     for path in docker_pod.UI_FILES:
-      assert docker_pod.ui_file_owner(result, path) == USER_UID
+      assert docker_pod.ui_file_owner(result, path) == USER_UID, result.task
 
 
 def test_user_pipeline_runs_every_step_in_the_image_to_a_pushed_model(
@@ -199,7 +204,10 @@ def test_kfp_v2_pipeline_runs_every_step_in_the_image_to_a_pushed_model(
       '--output-dir', str(v2 / 'compiled'), '--image',
       'gcr.io/test/tfx-tpu-trainer:1', '--train-steps',
       str(compiled_runs.TRAIN_STEPS), '--eval-steps', '5',
-      '--train-batch-size', '32', '--eval-batch-size', '32']) == 0
+      '--train-batch-size', '32', '--eval-batch-size', '32',
+      # One Beam worker process per step, each importing TensorFlow; the
+      # default count runs in the KFP v1 taxi run (taxi_run).
+      '--beam-arg=--direct_num_workers=1']) == 0
   with open(v2 / 'compiled' / 'taxi-tpu.kfp-v2-pipeline.yaml') as f:
     spec = list(yaml.safe_load_all(f))[0]
   # The pipeline root, like a bucket, is the pods' to write (the Pusher
