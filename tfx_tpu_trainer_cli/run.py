@@ -115,6 +115,12 @@ def add_parser(subparsers) -> None:
                       help='The Cloud TPU\'s zone, with --tpu-name.')
   parser.add_argument('--tpu-project', default=None,
                       help='The Cloud TPU\'s project, with --tpu-name.')
+  parser.add_argument(
+      '--tpu-wait-secs', type=common.positive_int, default=None,
+      metavar='SECONDS',
+      help='How long to wait, before any component runs, for the named TPU '
+      'to list its devices (custom_config[\'tpu_wait_secs\']; default: '
+      f'{config_lib.TrainerConfig.tpu_wait_secs}).')
   parser.add_argument('--verbose', action='store_true',
                       help='Show the full TFX and TensorFlow log.')
   parser.add_argument(
@@ -164,6 +170,7 @@ _TAXI_OPTIONS = pipeline_choice.TaxiOptions({
     '--tpu-name': ('tpu_name', None),
     '--tpu-zone': ('tpu_zone', None),
     '--tpu-project': ('tpu_project', None),
+    '--tpu-wait-secs': ('tpu_wait_secs', None),
 }, set_by_your_pipeline='its data, steps, module files and TPU')
 
 
@@ -192,6 +199,8 @@ def _run_custom_config(args) -> dict:
                                                 args.tpu_project)
   elif args.tpu_zone or args.tpu_project:
     raise common.UsageError('--tpu-zone and --tpu-project need --tpu-name.')
+  if args.tpu_wait_secs is not None:
+    custom_config['tpu_wait_secs'] = args.tpu_wait_secs
   if args.use_tpu and not (args.tpu_name or os.environ.get('TPU_NAME')):
     raise common.UsageError('--use-tpu needs --tpu-name (or TPU_NAME set).')
   eval_every_steps = _eval_every_steps(args, _runs_on_tpu(custom_config))
@@ -332,7 +341,8 @@ def _check_tpu_answers(config) -> None:
   try:
     tpu_connect.wait_for_tpu(config)
   except tpu_connect.TPUUnreachableError as e:
-    raise common.UsageError(str(e)) from e
+    raise common.UsageError(
+        f'{e} (`run` sets the wait with --tpu-wait-secs.)') from e
 
 
 def _check_output_root(output_root: str) -> None:

@@ -27,9 +27,20 @@ threading.Thread(target=time.sleep, args=(100000,), name='forever',
 '''
 
 
+# `python -m tfx_tpu_trainer_cli`, giving left threads 0.5 s to end, not
+# leftover_threads.GRACE_SECS: the test's thread never ends, so a longer
+# grace would only be waited out.
+_CLI = ('import sys\n'
+        'from tfx_tpu_trainer.training import leftover_threads\n'
+        'leftover_threads.GRACE_SECS = 0.5\n'
+        'from tfx_tpu_trainer_cli import main\n'
+        'sys.argv[0] = "tfx-tpu-trainer"\n'
+        'sys.exit(main.main())\n')
+
+
 def _command(*argv):
   result = subprocess.run(
-      [sys.executable, '-m', 'tfx_tpu_trainer_cli'] + list(argv), cwd=REPO,
+      [sys.executable, '-c', _CLI] + list(argv), cwd=REPO,
       capture_output=True, text=True, check=False, timeout=_HANG_GUARD_SECS)
   return result.returncode, result.stdout, result.stderr
 

@@ -244,11 +244,34 @@ def test_a_tpu_name_that_does_not_answer_exits_2_before_any_component(
     address = f'grpc://127.0.0.1:{closed.getsockname()[1]}'
   monkeypatch.setenv('TPU_NAME', address)
   output_root = tmp_path / 'out'
+  # Nothing listens there: a longer wait would only be waited out.
   assert _exit_code(['run', '--output-root', str(output_root),
-                     '--train-steps', '10']) == 2
+                     '--train-steps', '10', '--tpu-wait-secs', '2']) == 2
   err = capsys.readouterr().err
   assert (f'tfx-tpu-trainer run: error: TPU {address} did not answer within '
-          "custom_config['tpu_wait_secs']=60 s") in err, err
+          "custom_config['tpu_wait_secs']=2 s") in err, err
   assert f'TPU_NAME={address} in the environment' in err
   assert 'unset TPU_NAME or set custom_config' in err
+  assert '(`run` sets the wait with --tpu-wait-secs.)' in err
   assert not output_root.exists() or not os.listdir(output_root)
+
+
+@pytest.mark.parametrize('argv,wait_secs', [
+    ([], 60),  # custom_config['tpu_wait_secs']'s default.
+    (['--tpu-wait-secs', '300'], 300),
+])
+def test_the_tpu_wait_is_the_config_default_unless_given(argv, wait_secs):
+  from tfx_tpu_trainer import config as config_lib  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli import main as cli  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli import run  # pylint: disable=g-import-not-at-top
+  args = cli.build_parser().parse_args(['run', '--tpu-name', 't'] + argv)
+  run._TAXI_OPTIONS.check(args)  # pylint: disable=protected-access
+  custom_config = run._run_custom_config(args)  # pylint: disable=protected-access
+  assert config_lib.TrainerConfig.from_custom_config(
+      custom_config, environ={}).tpu_wait_secs == wait_secs
+
+
+@pytest.mark.parametrize('value', ['0', '-1', 'soon'])
+def test_a_tpu_wait_that_is_no_positive_integer_exits_2(capsys, value):
+  assert _exit_code(['run', '--tpu-wait-secs', value]) == 2
+  assert 'argument --tpu-wait-secs:' in capsys.readouterr().err

@@ -209,20 +209,22 @@ def test_a_retry_rebuilds_a_damaged_cache_and_publishes_a_sound_model(
   # pylint: enable=g-import-not-at-top
   base = str(tmp_path / 'checkpoints')
   config = dict(reliability.SMALL_BATCHES, checkpoint_dir=base,
-                input_cache='disk', params={'step_seconds': 0.05})
+                input_cache='disk')
   cache = os.path.join(base, 'taxi', 'run-1', 'TPUTrainer',
                        checkpoints.INPUT_CACHE_DIR, 'host-0-of-1')
 
-  def attempt(name):
+  def attempt(name, step_seconds=0.0):
+    # A slow first attempt is still training when its cache is complete.
     run = pipeline_outputs.trainer_run(
         taxi_artifacts, str(tmp_path / name), reliability.LINEAR_MODULE,
-        custom_config=config, train_steps=300, eval_steps=2)
+        custom_config=dict(config, params={'step_seconds': step_seconds}),
+        train_steps=300, eval_steps=2)
     log_path = tmp_path / f'{name}.log'
     return run, log_path, reliability._start_executor(
         reliability._write_spec(tmp_path / f'{name}.json', run, 'run-1'),
         log_path)
 
-  _, log_path, process = attempt('attempt1')
+  _, log_path, process = attempt('attempt1', step_seconds=0.05)
   while not os.path.exists(os.path.join(cache, disk_cache.COMPLETE_FILE)):
     assert process.poll() is None, log_path.read_text()
     time.sleep(0.05)

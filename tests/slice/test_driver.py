@@ -257,21 +257,21 @@ def test_a_worker_whose_driver_never_comes_ends(tmp_path):
 
 def test_the_driver_timeout_counts_from_the_drivers_last_word(tmp_path):
   workers = slice_workers.LocalSlice(str(tmp_path), count=1,
-                                     driver_timeout=2)
+                                     driver_timeout=1)
   try:
     workers.wait_until_serving()
-    time.sleep(4)  # A driver that reaches its trainer late.
+    time.sleep(2)  # A driver that reaches its trainer late.
     link = driver.WorkerLink(0, workers.addresses[0])
     assert link.send(driver.ALIVE) is None  # The worker still serves.
     link.close()
-    # Then 2 s without a word: the driver is gone.
+    # Then 1 s without a word: the driver is gone.
     assert workers.wait() == [3]
   finally:
     workers.stop()
   log = workers.log(0)
   assert 'the driver is here' in log
   assert 'no word from the driver for' in log
-  assert '(--driver-timeout 2): the driver is gone' in log
+  assert '(--driver-timeout 1): the driver is gone' in log
 
 
 @pytest.mark.parametrize('error,described', [

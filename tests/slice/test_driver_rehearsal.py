@@ -26,11 +26,11 @@ from tfx.utils import path_utils
 from tfx_tpu_trainer import executor
 from tfx_tpu_trainer.publishing import metrics as metrics_lib
 from tfx_tpu_trainer.slice import driver
-from tfx_tpu_trainer.slice import driver_exit
 from tfx_tpu_trainer.training import checkpoints
 
 from tests import test_reliability as reliability
 from tests.conftest import REPO_ROOT
+from tests.fixtures import executor_subprocess
 from tests.fixtures import pipeline_outputs
 from tests.fixtures import slice_workers
 from tests.fixtures.run_settings import LINEAR_MODULE
@@ -38,6 +38,11 @@ from tests.fixtures.run_settings import SMALL_BATCHES
 
 # A guard against a test that would hang, not a time the test expects.
 HANG_GUARD_SECS = 900
+# Seconds without a heartbeat before the driver gives a worker up (60 by
+# default): a stopped or killed worker stays silent, so a slow machine only
+# delays the loss; a running worker would have to miss two heartbeats in a
+# row, each given 10 s to answer (driver.SIGNAL_TIMEOUT_SECS).
+LOST_SECS = 10
 
 
 def _context(run_id):
@@ -93,9 +98,8 @@ def test_driver_trains_on_two_local_workers_to_an_exported_model(
 def test_killed_worker_is_named_and_a_retry_resumes_from_its_checkpoint(
     taxi_artifacts, tmp_path, monkeypatch):
   # TensorFlow retries a step whose worker is gone (as for a preemption);
-  # the driver gives up on the worker after this many seconds without a
-  # heartbeat (60 by default).
-  monkeypatch.setenv(driver.LOST_SECS_ENV, '20')
+  # the driver gives up on the worker after LOST_SECS without a heartbeat.
+  monkeypatch.setenv(driver.LOST_SECS_ENV, str(LOST_SECS))
   base = str(tmp_path / 'checkpoints')
   model_dir = os.path.join(base, 'taxi', 'run-1', 'TPUTrainer')
   train_steps = 1000000  # Never reached: worker 1 is killed first.
@@ -151,7 +155,9 @@ def _log_text(path):
 def test_a_frozen_worker_fails_the_driver_naming_it(taxi_artifacts, tmp_path):
   # A stopped worker process (SIGSTOP: a hung host) takes its connections
   # and never answers; TensorFlow's step then waits for it without a
-  # deadline, where no exception raised into the training thread lands.
+  # deadline, where no exception raised into the training thread lands:
+  # the driver ends the process after its grace, here 2 s (the thread can
+  # never take the error, so a longer grace would only be waited out).
   base = str(tmp_path / 'checkpoints')
   model_dir = os.path.join(base, 'taxi', 'run-1', 'TPUTrainer')
   workers = slice_workers.LocalSlice(str(tmp_path / 'workers'), count=2)
@@ -167,7 +173,9 @@ def test_a_frozen_worker_fails_the_driver_naming_it(taxi_artifacts, tmp_path):
         [sys.executable, '-m', 'tests.fixtures.executor_subprocess',
          reliability._write_spec(tmp_path / 'spec.json', run, 'run-1')],  # pylint: disable=protected-access
         cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
-        env=dict(os.environ, **{driver.LOST_SECS_ENV: '20'}))
+        env=dict(os.environ, **{
+            driver.LOST_SECS_ENV: str(LOST_SECS),
+            executor_subprocess.STUCK_GRACE_ENV: '2'}))
   try:
     while checkpoints.latest_step(model_dir) < 50:
       assert driver_process.poll() is None, _log_text(log_path)[-3000:]
@@ -186,9 +194,9 @@ def test_a_frozen_worker_fails_the_driver_naming_it(taxi_artifacts, tmp_path):
       r'TPU worker 1 \(localhost:\d+\) took no heartbeat for \d+ s', log)
   assert re.search(
       r'WorkerLostError: The TPU slice lost worker 1 \(localhost:\d+\): '
-      r'.*, so training stopped \(no heartbeat for 20 s\)\. A retry of this '
-      r'step \(with every worker running again\) resumes from the last '
-      rf'checkpoint in {re.escape(model_dir)} \(step \d+\)', log)
+      rf'.*, so training stopped \(no heartbeat for {LOST_SECS} s\)\. A retry '
+      r'of this step \(with every worker running again\) resumes from the '
+      rf'last checkpoint in {re.escape(model_dir)} \(step \d+\)', log)
   assert 'worker 0 (' not in log.split('The TPU slice lost')[-1].split(
       'resumes from')[0]
   assert 'MISMATCH' not in log
@@ -196,12 +204,17 @@ def test_a_frozen_worker_fails_the_driver_naming_it(taxi_artifacts, tmp_path):
 
 @pytest.mark.slow
 def test_the_driver_exits_when_a_session_close_would_wait_for_ever(tmp_path):
+  # The close waits for ever, so a shorter grace than the default's 60 s
+  # (driver_exit.EXIT_GRACE_SECS) only ends the wait sooner; it leaves the
+  # interpreter its exit up to the close, which takes well under a second.
+  grace_secs = 15
   workers = slice_workers.LocalSlice(str(tmp_path), count=2)
   try:
     workers.wait_until_serving()
     result = subprocess.run(
         [sys.executable, '-m', 'tests.fixtures.slice_exit_driver',
-         str(workers.processes[0].pid), ','.join(workers.addresses)],
+         str(workers.processes[0].pid), ','.join(workers.addresses),
+         str(grace_secs)],
         cwd=REPO_ROOT, capture_output=True, text=True,
         timeout=HANG_GUARD_SECS)
     assert workers.processes[1].wait() == 0  # Told the driver is done.
@@ -211,9 +224,9 @@ def test_the_driver_exits_when_a_session_close_would_wait_for_ever(tmp_path):
   assert result.returncode == 1, result.stderr[-3000:]
   assert 'RuntimeError: training failed with the session open' in (
       result.stderr)
-  assert (f'this process ends within {driver_exit.EXIT_GRACE_SECS} s even if '
+  assert (f'this process ends within {grace_secs} s even if '
           'TensorFlow\'s session close waits') in result.stderr
   # Where it waited, from faulthandler: the session's close at exit.
-  grace = datetime.timedelta(seconds=driver_exit.EXIT_GRACE_SECS)
+  grace = datetime.timedelta(seconds=grace_secs)
   assert f'Timeout ({grace})!' in result.stderr
   assert 'in close' in result.stderr

@@ -83,7 +83,9 @@ def test_a_frozen_worker_is_named(local_slice):
   frozen = local_slice.processes[1].pid
   os.kill(frozen, signal.SIGSTOP)
   try:
-    result = _tpu_check('--timeout', '30', '--workers',
+    # Each probe of the stopped worker waits 10 s for its answer, longer
+    # than the whole wait: it is named after that one probe.
+    result = _tpu_check('--timeout', '5', '--workers',
                         ','.join(local_slice.addresses))
   finally:
     os.kill(frozen, signal.SIGCONT)

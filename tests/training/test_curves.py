@@ -13,9 +13,10 @@ from tfx_tpu_trainer.training import estimator_builder
 from tfx_tpu_trainer.training import host_loop
 from tfx_tpu_trainer.training import schedule
 
-# Each evaluation takes at least this long: with it in the intervals, no
-# interval of 20 steps could reach 20 / EVAL_SECONDS steps/s.
-EVAL_SECONDS = 2.0
+# Each evaluation takes at least this long: an interval of the curves that
+# holds one is at least this much longer on the wall clock than the
+# training time its rate gives.
+EVAL_SECONDS = 0.5
 
 
 def _model_fn(features, labels, mode, params):
@@ -58,13 +59,23 @@ def _train(tmp_path, strategy, train_steps=100, eval_every_steps=20):
       {}, train_steps=train_steps)
   schedule.train_and_evaluate(estimator, config, _input_fn,
                               _slow_eval_input_fn, train_steps, eval_steps=1)
-  return training_events.read_scalars(model_dir)
+  return training_events.read_scalars(model_dir), _point_wall_times(model_dir)
+
+
+def _point_wall_times(model_dir):
+  """Step -> when the curves' point at that step was written (wall clock)."""
+  wall_times = {}
+  for path in tf.io.gfile.glob(f'{model_dir}/events.out.tfevents.*'):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      if any(v.tag == curves.LOSS_TAG for v in event.summary.value):
+        wall_times[event.step] = event.wall_time
+  return wall_times
 
 
 @pytest.mark.parametrize('strategy', ['train_and_evaluate', 'alternate'])
 def test_loss_to_the_last_step_and_speed_without_evaluations(tmp_path,
                                                              strategy):
-  scalars = _train(tmp_path, strategy)
+  scalars, wall_times = _train(tmp_path, strategy)
   loss_steps = [step for step, _ in scalars.series[curves.LOSS_TAG]]
   # The cadence of a 100-step run is 10 steps, and the loop ends there:
   # a tenth of the training, as TensorBoard's 100 steps for longer ones.
@@ -74,9 +85,13 @@ def test_loss_to_the_last_step_and_speed_without_evaluations(tmp_path,
   # From the second point of each session on (no rate across a start-up).
   assert [step for step, _ in rates][-1] == 100
   assert len(rates) >= 5
-  # Every other interval of 10 steps held an evaluation of >= EVAL_SECONDS:
-  # a rate above 10 / EVAL_SECONDS shows the evaluations were left out.
-  assert min(rate for _, rate in rates) > 2 * 10 / EVAL_SECONDS, rates
+  # Every other interval of 10 steps held an evaluation (after the
+  # checkpoint at its start) of >= EVAL_SECONDS: the training time its rate
+  # gives is shorter than the interval on the wall clock by at least that.
+  rate_at = dict(rates)
+  for step in (30, 50, 70, 90):
+    left_out = wall_times[step] - wall_times[step - 10] - 10 / rate_at[step]
+    assert left_out >= EVAL_SECONDS, (step, left_out, rates)
   examples = dict(scalars.series[curves.EXAMPLE_RATE_TAG])
   for step, rate in rates:
     assert examples[step] == pytest.approx(4 * rate, rel=1e-5)

@@ -95,7 +95,7 @@ def closed_port_address():
   return f'grpc://127.0.0.1:{port}'
 
 
-def _tpu_from_environment(monkeypatch, address, wait_secs=3):
+def _tpu_from_environment(monkeypatch, address, wait_secs=1):
   monkeypatch.setenv('TPU_NAME', address)
   config = from_custom_config({'tpu_wait_secs': wait_secs})
   assert config.use_tpu  # TPU_NAME switches the run to the TPU.
@@ -114,7 +114,7 @@ def test_a_tpu_address_that_does_not_answer_is_named(request, monkeypatch,
   assert message.startswith(
       f'TPU {address} did not answer within '
 
-      "custom_config['tpu_wait_secs']=3 s ("), message
+      "custom_config['tpu_wait_secs']=1 s ("), message
   assert 'so training did not start' in message
   assert f'The TPU comes from TPU_NAME={address} in the environment.' in (
       message)
@@ -187,13 +187,13 @@ def test_the_trainer_fails_before_training_naming_the_address(
   run = pipeline_outputs.trainer_run(
       taxi_artifacts, str(tmp_path),
       os.path.join(TEST_MODULES_DIR, 'linear_module.py'),
-      custom_config={'tpu_wait_secs': 2}, train_steps=10, eval_steps=2)
+      custom_config={'tpu_wait_secs': 1}, train_steps=10, eval_steps=2)
   with pytest.raises(tpu_connect.TPUUnreachableError) as raised:
     executor.Executor().Do(run.input_dict, run.output_dict,
                            run.exec_properties)
   assert str(raised.value).startswith(
       f'TPU {closed_port_address} did not answer within '
-      "custom_config['tpu_wait_secs']=2 s")
+      "custom_config['tpu_wait_secs']=1 s")
   # Nothing was built or written: no checkpoint, no model.
   for uri in (run.model.uri, run.model_run.uri):
     assert not os.path.exists(uri) or not os.listdir(uri), uri

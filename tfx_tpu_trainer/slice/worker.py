@@ -22,6 +22,10 @@ EXIT_BAD_ARGUMENTS = 2
 # Where a GKE TPU pod and an Indexed Job pod find their index.
 TASK_INDEX_ENVS = ('TPU_WORKER_ID', 'JOB_COMPLETION_INDEX')
 POLL_SECS = 30
+# How long a worker stays after the done signal: its driver closes its
+# session here right after sending it, and that close waits out its
+# operation timeout (driver.SIGNAL_TIMEOUT_SECS) for a worker already gone.
+DONE_LINGER_SECS = 1
 # Read by TensorFlow's gRPC runtime: `true` fails a call to an unreachable
 # task at once instead of waiting for it (`use_caller`, its default, lets
 # the master's device lookup wait).
@@ -165,6 +169,7 @@ def serve(port: int, driver_timeout: float, task: Optional[int],
     last_heard = time.monotonic()
     if message == driver.DONE:
       logging.info('TPU %s: the driver is done; ending.', name)
+      time.sleep(DONE_LINGER_SECS)
       return 0
 
 

@@ -5,7 +5,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Collection, List
+from typing import Collection, List, Optional
 
 from absl import logging
 
@@ -48,19 +48,21 @@ def _describe(thread: threading.Thread) -> str:
 
 
 def end_process_if_threads_left(
-    exit_code: int, what: str, grace_secs: float = GRACE_SECS,
+    exit_code: int, what: str, grace_secs: Optional[float] = None,
     existing: Collection[threading.Thread] = ()) -> None:
   """Ends the process now if non-daemon threads outlive `grace_secs`.
 
   Args:
     exit_code: the code the process exits with.
     what: what finished, for the message ('The pipeline').
-    grace_secs: how long the threads may take to end on their own.
+    grace_secs: how long the threads may take to end on their own
+      (default `GRACE_SECS`).
     existing: threads that ran before the work began, left alone (a
       command run in-process, as the tests do, is not the process's only
       work).
   """
-  deadline = time.monotonic() + grace_secs
+  deadline = time.monotonic() + (GRACE_SECS if grace_secs is None
+                                 else grace_secs)
   for thread in non_daemon_threads(existing):
     thread.join(max(0.0, deadline - time.monotonic()))
   left = non_daemon_threads(existing)
@@ -79,7 +81,7 @@ def end_process_if_threads_left(
 
 
 def run_then_end(function, what: str,
-                 grace_secs: float = GRACE_SECS) -> None:
+                 grace_secs: Optional[float] = None) -> None:
   """Runs `function()`, then ends the process even if threads are left.
 
   A failure prints its traceback and exits 1; success exits 0 (as Python
@@ -88,7 +90,8 @@ def run_then_end(function, what: str,
   Args:
     function: the process's work.
     what: what it is, for the message ('The TPUTrainer step').
-    grace_secs: how long left threads may take to end on their own.
+    grace_secs: how long left threads may take to end on their own
+      (default `GRACE_SECS`).
   """
   try:
     function()
