@@ -126,8 +126,11 @@ def test_version(installed):
 
 def test_run_from_another_directory_pushes_a_model(installed):
   venv, elsewhere = installed
+  # 200 steps train a model the Evaluator blesses; the Trainer's own
+  # evaluations (5 over training) read 5 batches each, as the blessing is
+  # TFMA's, on the whole eval split.
   result = _run(installed, str(venv / 'bin' / 'tfx-tpu-trainer'), 'run',
-                '--train-steps', '200')
+                '--train-steps', '200', '--eval-steps', '5')
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
   # The Evaluator's default thresholds bless the trained model, and the
   # summary says why (a model that is not blessed: tests/cli/test_blessing.py).

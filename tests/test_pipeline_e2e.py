@@ -31,6 +31,7 @@ from tfx_tpu_trainer_cli import run_temp_dir
 from tests import conftest
 from tests.cli import test_log_secrets
 from tests.fixtures import bulk_inference
+from tests.fixtures import cli_processes
 from tests.fixtures import pipeline_outputs
 from tests.fixtures import saved_models
 
@@ -100,7 +101,7 @@ def test_two_runs_at_once_each_push_their_own_model_and_leave_no_temp_files(
   processes = {
       'bundled': _start_run(str(output_root), temp_dir, logs['bundled'],
                             data_one, BUNDLED_STEPS,
-                            *test_log_secrets.SECRET_BEAM_ARGS),
+                            *cli_processes.SECRET_BEAM_ARGS),
       'linear': _start_run(
           str(output_root), temp_dir, logs['linear'], data_two, LINEAR_STEPS,
           '--module-file',

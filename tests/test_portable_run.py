@@ -72,8 +72,9 @@ def test_pipeline_on_a_job_server_and_worker_pool(tmp_path, capfd,
   output_root = tmp_path / 'out'
   started = time.time()
   code = cli.main([
-      'run', '--train-steps', '60', '--eval-steps', '4', '--train-batch-size',
-      '16', '--eval-batch-size', '16', '--min-accuracy', '0',
+      'run', '--train-steps', '60', '--eval-steps', '4', '--eval-every-steps',
+      '0', '--train-batch-size', '16', '--eval-batch-size', '16',
+      '--min-accuracy', '0',
       '--min-balanced-accuracy', '0', '--data-root',
       data, '--output-root', str(output_root), '--module-file', taxi_utils,
       '--preprocessing-module-file', taxi_utils,

@@ -272,8 +272,8 @@ def test_readme_job_server_lines_run_in_a_fresh_shell(tmp_path):
       f' && (setsid {server} > server.log 2>&1 & echo $! > server.pid)'
       f' && until (echo > /dev/tcp/localhost/{port}) 2>/dev/null; do sleep 1;'
       f' done && {run_line} --data-root {shlex.quote(data)} --train-steps 20'
-      ' --eval-steps 2 --train-batch-size 16 --eval-batch-size 16'
-      ' --min-accuracy 0 --min-balanced-accuracy 0')
+      ' --eval-steps 2 --eval-every-steps 0 --train-batch-size 16'
+      ' --eval-batch-size 16 --min-accuracy 0 --min-balanced-accuracy 0')
   try:
     result = _fresh_shell(script, cwd=str(tmp_path))
   finally:

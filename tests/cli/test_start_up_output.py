@@ -5,7 +5,9 @@ Each command runs as the console script does, in a fresh process
 google.api_core FutureWarnings before the command's output, usage errors
 the command line and the files show answered before TensorFlow, TFX or kfp
 is imported, a first line before they load, and `compile` keeping what
-TFX, kfp and TFX's packaging print in a log file.
+TFX, kfp and TFX's packaging print in a log file. The bundled compile and
+the penguin run without data are the processes tests/cli/test_log_secrets.py
+reads too, run once (tests/fixtures/cli_processes.py).
 """
 
 import os
@@ -16,6 +18,7 @@ import tempfile
 
 import pytest
 
+from tests.fixtures import cli_processes
 from tests.fixtures import serving_data
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -40,33 +43,7 @@ print('loaded:', sorted(m for m in ('tensorflow', 'tfx', 'kfp')
                         if m in sys.modules), file=sys.stderr)
 sys.exit(code)
 '''
-# A program that runs the command as the console script does and writes
-# TENSORFLOW_LOADS to the command's stdout when TensorFlow starts to load
-# (also once the command sent its own output to a log file).
-TENSORFLOW_LOADS = '<TensorFlow loads>'
-_MARKS_TENSORFLOW = f'''
-import importlib.abc, os, sys
-stdout = os.fdopen(os.dup(1), 'w', buffering=1)
-
-class Mark(importlib.abc.MetaPathFinder):
-  def find_spec(self, name, path, target=None):
-    if name == 'tensorflow':
-      sys.meta_path.remove(self)
-      stdout.write({TENSORFLOW_LOADS!r} + '\\n')
-      stdout.flush()
-    return None
-
-sys.meta_path.insert(0, Mark())
-from tfx_tpu_trainer_cli import main
-sys.argv[0] = 'tfx-tpu-trainer'
-sys.exit(main.main())
-'''
-
-
-def _cli(args, cwd, env=None):
-  return subprocess.run(
-      [sys.executable, '-m', 'tfx_tpu_trainer_cli', *args], cwd=cwd,
-      capture_output=True, text=True, env=env, check=False)
+TENSORFLOW_LOADS = cli_processes.TENSORFLOW_LOADS
 
 
 def _noise(text):
@@ -74,24 +51,18 @@ def _noise(text):
           if any(marker in line for marker in NOISE_MARKERS)]
 
 
-def _marked(args, cwd, env=None):
-  """The command as a console script, TENSORFLOW_LOADS in its stdout."""
-  return subprocess.run(
-      [sys.executable, '-c', _MARKS_TENSORFLOW, *args], cwd=cwd,
-      capture_output=True, text=True, env=env, check=False)
-
-
-def test_taxi_compile_prints_a_first_line_then_no_start_up_noise(tmp_path):
-  result = _marked(['compile', '--pipeline-root', 'gs://bucket/root',
-                    '--data-root', 'gs://bucket/data', '--output-dir',
-                    str(tmp_path)], cwd=str(tmp_path))
+def test_taxi_compile_prints_a_first_line_then_no_start_up_noise(
+    taxi_compile_with_a_secret):
+  # The compile whose secret tests/cli/test_log_secrets.py checks masked.
+  result = taxi_compile_with_a_secret
   assert result.returncode == 0, result.stderr
   assert _noise(result.stderr) == [] and _noise(result.stdout) == []
   lines = result.stdout.splitlines()
   # What it does, at once: before TensorFlow starts to load.
   assert lines[:2] == ['Compiling the taxi pipeline for KFP v1 (TensorFlow, '
                        'TFX and kfp load first) ...', TENSORFLOW_LOADS]
-  assert lines[2].startswith(f'Wrote {tmp_path / "taxi_tpu.tar.gz"} ')
+  output = os.path.join(result.folder, 'taxi_tpu.tar.gz')
+  assert lines[2].startswith(f'Wrote {output} ')
   assert result.stderr == ''
 
 
@@ -99,8 +70,9 @@ def test_run_prints_its_first_lines_before_tensorflow_loads(tmp_path):
   module = os.path.join(REPO, 'tests', 'fixtures', 'modules',
                         'no_model_fn.py')
   output_root = tmp_path / 'out'
-  result = _marked(['run', '--module-file', module, '--output-root',
-                    str(output_root)], cwd=str(tmp_path))
+  result = cli_processes.marked(['run', '--module-file', module,
+                                 '--output-root', str(output_root)],
+                                cwd=str(tmp_path))
   # The module breaks the contract: found once TensorFlow loaded.
   assert result.returncode == 2, result.stderr
   assert 'tfx-tpu-trainer run: error: --module-file: ' in result.stderr
@@ -116,8 +88,8 @@ def test_preflight_says_what_it_does_before_tensorflow_loads(tmp_path):
   module = os.path.join(REPO, 'tests', 'fixtures', 'modules',
                         'fails_to_import.py')
   result = subprocess.run(
-      [sys.executable, '-c', _MARKS_TENSORFLOW, 'preflight', '--module-file',
-       module], cwd=str(tmp_path), stdout=subprocess.PIPE,
+      [sys.executable, '-c', cli_processes.MARKS_TENSORFLOW, 'preflight',
+       '--module-file', module], cwd=str(tmp_path), stdout=subprocess.PIPE,
       stderr=subprocess.STDOUT, text=True, check=False)
   lines = result.stdout.splitlines()
   # On stderr (stdout holds the report alone), before TensorFlow loads.
@@ -130,9 +102,9 @@ def test_preflight_says_what_it_does_before_tensorflow_loads(tmp_path):
 def test_run_of_a_pipeline_file_says_it_loads_before_tensorflow_does(
     tmp_path):
   (tmp_path / 'p.py').write_text(_NO_TRAINER)
-  result = _marked(['run', '--pipeline', 'p.py:create_pipeline',
-                    '--output-root', str(tmp_path / 'out')],
-                   cwd=str(tmp_path))
+  result = cli_processes.marked(['run', '--pipeline', 'p.py:create_pipeline',
+                                 '--output-root', str(tmp_path / 'out')],
+                                cwd=str(tmp_path))
   assert result.returncode == 2, result.stderr
   assert 'has no TPUTrainer' in result.stderr
   assert result.stdout.splitlines() == [
@@ -151,24 +123,42 @@ def create_pipeline():
 """
 
 
+# A file (TensorFlow warns of a deprecated name only from a file) that
+# imports TensorFlow, quietly given `quiet`, then writes a line of its own,
+# uses a name of tf.compat.v1.estimator.tpu (what the library's model_fn
+# wrapper does on import) and logs another deprecation.
+_IMPORTS_TENSORFLOW = (
+    'import logging, os, sys\n'
+    'from tfx_tpu_trainer_cli import quiet_start\n'
+    'if sys.argv[1:] == ["quiet"]:\n'
+    '  quiet_start.install()\n'
+    'import tensorflow as tf\n'
+    'os.write(2, b"after the import\\n")\n'
+    'spec = tf.compat.v1.estimator.tpu.TPUEstimatorSpec\n'
+    'logging.getLogger("tensorflow").warning(\n'
+    '    "The name tf.foo is deprecated. Please use tf.bar instead.")\n')
+
+
+@pytest.fixture(scope='module')
+def tensorflow_imports(tmp_path_factory):
+  """{'plain': ..., 'quiet': ...}: _IMPORTS_TENSORFLOW's finished runs.
+
+  TF_CPP_MIN_LOG_LEVEL=0: TensorFlow's C++ start-up writes its I lines too.
+  """
+  work = tmp_path_factory.mktemp('tensorflow_imports')
+  program = work / 'imports_tensorflow.py'
+  program.write_text(_IMPORTS_TENSORFLOW)
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='0')
+  return {how: subprocess.run(
+      [sys.executable, str(program), *argv], cwd=str(work), env=env,
+      capture_output=True, text=True, check=True)
+          for how, argv in (('plain', []), ('quiet', ['quiet']))}
+
+
 def test_tensorflow_s_warning_that_a_name_is_deprecated_for_itself_is_dropped(
-    tmp_path):
-  # From a file, as TensorFlow warns only there: the first use of a name of
-  # tf.compat.v1.estimator.tpu (what the library's model_fn wrapper does on
-  # import). Another deprecation still reaches stderr.
-  program = tmp_path / 'uses_tpu_estimator_spec.py'
-  program.write_text(
-      'import logging, sys\n'
-      'from tfx_tpu_trainer_cli import quiet_start\n'
-      'if sys.argv[1:] == ["quiet"]:\n'
-      '  quiet_start.install()\n'
-      'import tensorflow as tf\n'
-      'spec = tf.compat.v1.estimator.tpu.TPUEstimatorSpec\n'
-      'logging.getLogger("tensorflow").warning(\n'
-      '    "The name tf.foo is deprecated. Please use tf.bar instead.")\n')
-  plain, quiet = [subprocess.run(
-      [sys.executable, str(program), *argv], cwd=str(tmp_path),
-      capture_output=True, text=True, check=True) for argv in ([], ['quiet'])]
+    tensorflow_imports):
+  # Another deprecation still reaches stderr.
+  plain, quiet = tensorflow_imports['plain'], tensorflow_imports['quiet']
   rename = ('The name tf.estimator.tpu.TPUEstimatorSpec is deprecated. Please '
             'use tf.compat.v1.estimator.tpu.TPUEstimatorSpec instead.')
   assert rename in plain.stderr
@@ -209,23 +199,15 @@ def test_the_program_ends_without_tearing_down_its_objects(tmp_path):
                                           'torn down']
 
 
-def test_tensorflow_import_keeps_its_other_lines(tmp_path):
+def test_tensorflow_import_keeps_its_other_lines(tensorflow_imports):
   from tfx_tpu_trainer_cli import quiet_start  # pylint: disable=g-import-not-at-top
   # The filter drops the three registration lines only: anything else
   # TensorFlow writes while loading still reaches stderr.
-  program = ('import os, sys\n'
-             'from tfx_tpu_trainer_cli import quiet_start\n'
-             'quiet_start.install()\n'
-             'import tensorflow\n'
-             'os.write(2, b"after the import\\n")\n')
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='0')
-  result = subprocess.run([sys.executable, '-c', program], cwd=str(tmp_path),
-                          capture_output=True, text=True, env=env,
-                          check=True)
-  assert not quiet_start.TENSORFLOW_NOISE.search(result.stderr)
-  assert 'after the import' in result.stderr
+  quiet = tensorflow_imports['quiet']
+  assert not quiet_start.TENSORFLOW_NOISE.search(quiet.stderr)
+  assert 'after the import' in quiet.stderr
   # TF_CPP_MIN_LOG_LEVEL=0 shows its I lines: they pass the filter.
-  assert 'I ' in result.stderr or 'cpu_feature_guard' in result.stderr
+  assert 'I ' in quiet.stderr or 'cpu_feature_guard' in quiet.stderr
 
 
 # A pipeline file whose import would load TFX and TensorFlow.
@@ -322,10 +304,10 @@ def test_compile_of_a_user_pipeline_keeps_tfx_packaging_in_a_log(penguin):
   env = dict(os.environ, PENGUIN_DATA_ROOT=str(penguin / 'data'),
              PENGUIN_PIPELINE_ROOT=str(penguin / 'root'))
   out = penguin / 'out'
-  result = _cli(['compile', '--pipeline',
-                 f'{penguin / "my_pipeline" / "penguin_pipeline.py"}'
-                 ':create_pipeline', '--output-dir', str(out),
-                 '--no-use-tpu'], cwd=str(penguin), env=env)
+  result = cli_processes.cli(
+      ['compile', '--pipeline',
+       f'{penguin / "my_pipeline" / "penguin_pipeline.py"}:create_pipeline',
+       '--output-dir', str(out), '--no-use-tpu'], cwd=str(penguin), env=env)
   assert result.returncode == 0, result.stderr
   lines = result.stdout.splitlines()
   assert lines[0].startswith('Compiling the pipeline of ')
@@ -375,23 +357,20 @@ def test_the_python_compile_keeps_tfx_packaging_off_the_terminal(penguin):
   assert output.exists()
 
 
-def test_run_of_a_user_pipeline_names_its_root_as_where_outputs_go(penguin):
+def test_run_of_a_user_pipeline_names_its_root_as_where_outputs_go(
+    penguin_run_without_data):
   # No data: the run fails at its first component, after the heading.
-  (penguin / 'no_data').mkdir()
-  env = dict(os.environ, PENGUIN_DATA_ROOT=str(penguin / 'no_data'),
-             PENGUIN_PIPELINE_ROOT=str(penguin / 'run_root'))
-  result = _cli(['run', '--pipeline',
-                 f'{penguin / "my_pipeline" / "penguin_pipeline.py"}'
-                 ':create_pipeline', '--output-root', str(penguin / 'out')],
-                cwd=str(penguin), env=env)
+  result = penguin_run_without_data
+  folder = result.folder
+  output_root = os.path.join(folder, 'out')
   assert result.returncode == 1, result.stderr
   lines = result.stdout.splitlines()
   assert lines[0].startswith('Loading the pipeline of ')
   assert lines[1].startswith("Running pipeline 'penguin-tpu' from ")
-  assert lines[2] == (f'  outputs under {penguin / "run_root"} (its '
-                      'pipeline root)')
-  assert lines[3].startswith(f'  full log: {penguin / "out" / "logs"}')
+  run_root = os.path.join(folder, 'run_root')
+  assert lines[2] == f'  outputs under {run_root} (its pipeline root)'
+  assert lines[3].startswith(f'  full log: {os.path.join(output_root, "logs")}')
   assert lines[4] == ('  starting the local runner (it packages the module '
                       'files first) ...')
-  assert not any(line.startswith(f'  outputs under {penguin / "out"}')
+  assert not any(line.startswith(f'  outputs under {output_root}')
                  for line in lines)

@@ -268,14 +268,16 @@ def test_a_second_attempt_waits_for_the_first_and_resumes_after_its_kill(
   base = str(tmp_path / 'checkpoints')
   model_dir = os.path.join(base, 'taxi', 'run-1', 'TPUTrainer')
   attempts = []
-  # The first attempt is slow (1 s a step) so that it still trains while
-  # the second starts up; the second, alike but for that, trains at speed.
-  for index, step_seconds in ((1, 1.0), (2, 0.0)):
+  # The first attempt is slow (1 s a step, a checkpoint every 5) so that it
+  # still trains while the second starts up; the second, alike but for
+  # that, trains at speed and checkpoints every 100 steps (the steps after
+  # the kill are not what is checked).
+  for index, step_seconds, every in ((1, 1.0, 5), (2, 0.0, 100)):
     run = pipeline_outputs.trainer_run(
         taxi_artifacts, str(tmp_path / f'attempt{index}'),
         reliability.LINEAR_MODULE, train_steps=1000, eval_steps=2,
         custom_config=dict(SMALL_BATCHES, checkpoint_dir=base,
-                           save_checkpoints_steps=5,
+                           save_checkpoints_steps=every,
                            params={'step_seconds': step_seconds}))
     attempts.append(run)
   log1, log2 = tmp_path / 'attempt1.log', tmp_path / 'attempt2.log'
