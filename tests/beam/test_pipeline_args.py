@@ -12,6 +12,8 @@ import yaml
 from tfx_tpu_trainer.beam import pipeline_args
 from tfx_tpu_trainer_cli import main as cli
 
+from tests.fixtures import cli_exit
+
 PIPELINE_ROOT = 'gs://test-bucket/tfx/taxi_tpu'
 DATA_ROOT = 'gs://test-bucket/data/taxi'
 DATAFLOW_NEEDS = (' needs --beam-arg=--region=..., --beam-arg=--temp_location'
@@ -23,13 +25,6 @@ DATAFLOW_NEEDS = (' needs --beam-arg=--region=..., --beam-arg=--temp_location'
 BEAM_STEPS_V1 = {'csvexamplegen', 'statisticsgen', 'transform', 'evaluator'}
 BEAM_EXECUTORS_V2 = {'CsvExampleGen_executor', 'StatisticsGen_executor',
                      'Transform_executor', 'Evaluator_executor'}
-
-
-def _exit_code(argv):
-  try:
-    return cli.main(argv)
-  except SystemExit as e:  # argparse's own errors.
-    return e.code
 
 
 @pytest.mark.parametrize('argv,message', [
@@ -51,7 +46,7 @@ def _exit_code(argv):
 def test_beam_arg_holes_exit_2_and_write_nothing(tmp_path, capsys, argv,
                                                  message):
   output_dir = tmp_path / 'out'
-  code = _exit_code(['compile', '--pipeline-root', PIPELINE_ROOT,
+  code = cli_exit.exit_code(['compile', '--pipeline-root', PIPELINE_ROOT,
                      '--data-root', DATA_ROOT, '--output-dir',
                      str(output_dir)] + argv)
   assert code == 2
@@ -93,7 +88,7 @@ def test_a_later_argument_replaces_an_earlier_one_of_its_name():
 
 
 def test_help_shows_the_form_argparse_accepts(capsys):
-  assert _exit_code(['compile', '--help']) == 0
+  assert cli_exit.exit_code(['compile', '--help']) == 0
   help_text = capsys.readouterr().out
   assert '--beam-arg --NAME=VALUE' not in help_text
   # Lines break between words only (never at a hyphen).

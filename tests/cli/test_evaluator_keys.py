@@ -10,19 +10,13 @@ to the Evaluator's blessing decision in tests/test_portable_run.py.
 import os
 
 from tests.conftest import TEST_MODULES_DIR
+from tests.fixtures import cli_exit
 from tests.fixtures import serving_data
 from tfx_tpu_trainer_cli import main as cli
 from tfx_tpu_trainer_cli import run as run_command
 
 PROB_MODULE = os.path.join(TEST_MODULES_DIR, 'prob_key_module.py')
 TAXI_UTILS = serving_data.stock_taxi_utils_module()
-
-
-def _exit_code(argv):
-  try:
-    return cli.main(argv)
-  except SystemExit as e:
-    return e.code
 
 
 def _validated(argv):
@@ -34,7 +28,7 @@ def _validated(argv):
 def test_prediction_key_tfma_cannot_read_fails_before_any_component(
     tmp_path, capsys):
   output_root = tmp_path / 'out'
-  assert _exit_code(['run', '--module-file', PROB_MODULE, '--output-root',
+  assert cli_exit.exit_code(['run', '--module-file', PROB_MODULE, '--output-root',
                      str(output_root)]) == 2
   err = capsys.readouterr().err
   assert (f'tfx-tpu-trainer run: error: The serving_default signature of '
@@ -56,7 +50,7 @@ def test_eval_prediction_key_names_the_output():
 
 
 def test_eval_prediction_key_that_is_not_an_output(capsys):
-  assert _exit_code(['run', '--module-file', PROB_MODULE,
+  assert cli_exit.exit_code(['run', '--module-file', PROB_MODULE,
                      '--eval-prediction-key', 'probs']) == 2
   assert ("--eval-prediction-key 'probs' is not an output of the "
           f"serving_default signature of {PROB_MODULE} (outputs: "
@@ -64,7 +58,7 @@ def test_eval_prediction_key_that_is_not_an_output(capsys):
 
 
 def test_eval_label_key_not_made_by_the_transform(capsys):
-  assert _exit_code(['run', '--eval-label-key', 'tips']) == 2
+  assert cli_exit.exit_code(['run', '--eval-label-key', 'tips']) == 2
   assert ("The Evaluator's label 'tips' is not an output of the "
           'preprocessing_fn of ' in capsys.readouterr().err)
 

@@ -11,14 +11,9 @@ from tfx_tpu_trainer_cli import main as cli
 from tfx_tpu_trainer_cli import paths
 from tfx_tpu_trainer_cli import run as run_command
 
+from tests.fixtures import cli_exit
+
 IMAGE_COMPONENTS = '/tfx-tpu-trainer/components'
-
-
-def _exit_code(argv):
-  try:
-    return cli.main(argv)
-  except SystemExit as e:
-    return e.code
 
 
 def test_every_bundled_model_is_a_module_file_of_components():
@@ -42,14 +37,14 @@ def test_run_model_embeddings_picks_the_embedding_module():
 
 def test_model_and_module_file_exclude_each_other(capsys):
   for command in ('run', 'compile'):
-    assert _exit_code([command, '--model', 'keras', '--module-file',
+    assert cli_exit.exit_code([command, '--model', 'keras', '--module-file',
                        '/x.py']) == 2
     assert ('argument --module-file: not allowed with argument --model'
             in capsys.readouterr().err)
 
 
 def test_an_unknown_model_names_the_bundled_ones(capsys):
-  assert _exit_code(['run', '--model', 'dlrm']) == 2
+  assert cli_exit.exit_code(['run', '--model', 'dlrm']) == 2
   assert ("argument --model: invalid choice: 'dlrm' (choose from "
           "'embeddings', 'keras', 'wide_and_deep')") in capsys.readouterr().err
 

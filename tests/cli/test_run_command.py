@@ -5,15 +5,9 @@ import os
 import pytest
 
 from tests.conftest import TEST_MODULES_DIR
+from tests.fixtures import cli_exit
 
 from tfx_tpu_trainer_cli import main as cli
-
-
-def _exit_code(argv):
-  try:
-    return cli.main(argv)
-  except SystemExit as e:  # argparse's own errors.
-    return e.code
 
 
 @pytest.mark.parametrize('argv,message', [
@@ -38,7 +32,7 @@ def test_bad_arguments_exit_non_zero_and_write_nothing(tmp_path, capsys,
                                                        message):
   monkeypatch.delenv('TPU_NAME', raising=False)
   output_root = tmp_path / 'out'
-  assert _exit_code(['run', '--output-root', str(output_root)] + argv) == 2
+  assert cli_exit.exit_code(['run', '--output-root', str(output_root)] + argv) == 2
   assert message in capsys.readouterr().err
   assert not output_root.exists()
 
@@ -46,7 +40,7 @@ def test_bad_arguments_exit_non_zero_and_write_nothing(tmp_path, capsys,
 def test_data_root_without_csv(tmp_path, capsys):
   empty = tmp_path / 'empty'
   empty.mkdir()
-  assert _exit_code(['run', '--data-root', str(empty), '--output-root',
+  assert cli_exit.exit_code(['run', '--data-root', str(empty), '--output-root',
                      str(tmp_path / 'out')]) == 2
   assert 'holds no .csv file' in capsys.readouterr().err
   assert not (tmp_path / 'out').exists()
@@ -55,7 +49,7 @@ def test_data_root_without_csv(tmp_path, capsys):
 def test_output_root_that_is_a_file(tmp_path, capsys):
   not_a_dir = tmp_path / 'file'
   not_a_dir.write_text('x')
-  assert _exit_code(['run', '--output-root', str(not_a_dir)]) == 2
+  assert cli_exit.exit_code(['run', '--output-root', str(not_a_dir)]) == 2
   assert 'is not a directory' in capsys.readouterr().err
   assert not_a_dir.read_text() == 'x'
 
@@ -70,7 +64,7 @@ def test_module_that_breaks_the_contract_fails_before_any_component(
     tmp_path, capsys, module_name, message):
   path = os.path.join(TEST_MODULES_DIR, module_name)
   output_root = tmp_path / 'out'
-  assert _exit_code(['run', '--output-root', str(output_root),
+  assert cli_exit.exit_code(['run', '--output-root', str(output_root),
                      '--module-file', path]) == 2
   err = capsys.readouterr().err
   assert 'tfx-tpu-trainer run: error: --module-file: ' in err
@@ -111,7 +105,7 @@ def test_csv_data_root_is_checked_before_any_component(tmp_path, capsys,
     content = _header().replace('trip_miles,', '') + _row()[2:]
   (data / 'data.csv').write_text(content)
   output_root = tmp_path / 'out'
-  assert _exit_code(['run', '--data-root', str(data), '--output-root',
+  assert cli_exit.exit_code(['run', '--data-root', str(data), '--output-root',
                      str(output_root)]) == 2
   assert message in capsys.readouterr().err
   assert not output_root.exists()
@@ -122,7 +116,7 @@ def test_every_file_of_the_data_root_is_checked(tmp_path, capsys):
   data.mkdir()
   (data / 'a.csv').write_text(_header() + _row())
   (data / 'b.csv').write_text(_header())
-  assert _exit_code(['run', '--data-root', str(data), '--output-root',
+  assert cli_exit.exit_code(['run', '--data-root', str(data), '--output-root',
                      str(tmp_path / 'out')]) == 2
   assert 'b.csv has a header but no data row' in capsys.readouterr().err
 

@@ -14,6 +14,7 @@ import zipfile
 import pytest
 import yaml
 
+from tests.fixtures import cli_exit
 from tests.fixtures import tfx_template
 from tfx_tpu_trainer_cli import main as cli
 
@@ -21,19 +22,12 @@ from tfx_tpu_trainer_cli import main as cli
 TEMPLATE_ROWS = 1000
 
 
-def _exit_code(argv):
-  try:
-    return cli.main(argv)
-  except SystemExit as e:
-    return e.code
-
-
 def test_a_run_fn_that_names_no_function_is_refused_before_any_component(
     tmp_path, capfd, monkeypatch):
   monkeypatch.chdir(tmp_path)
   spec = tfx_template.copy_template(
       str(tmp_path / 'tpl'), run_fn='models.estimator_model.model.train_fn')
-  assert _exit_code(['run', '--pipeline', spec, '--output-root',
+  assert cli_exit.exit_code(['run', '--pipeline', spec, '--output-root',
                      str(tmp_path / 'out')]) == 2
   err = capfd.readouterr().err
   assert ("TPUTrainer(run_fn='models.estimator_model.model.train_fn'): "

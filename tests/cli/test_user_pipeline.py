@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from tests.fixtures import beam_jobs
+from tests.fixtures import cli_exit
 from tests.fixtures import serving_data
 from tfx_tpu_trainer_cli import common
 from tfx_tpu_trainer_cli import main as cli
@@ -44,13 +45,6 @@ def create_pipeline():
   return tfx.dsl.Pipeline(pipeline_name='no-trainer', pipeline_root='/root',
                           components=[example_gen, statistics_gen])
 '''
-
-
-def _exit_code(argv):
-  try:
-    return cli.main(argv)
-  except SystemExit as e:  # argparse's own errors.
-    return e.code
 
 
 def _write(directory, name, text):
@@ -96,7 +90,7 @@ def test_bad_pipeline_file_exits_2_naming_file_and_function(
   output = tmp_path / 'out'
   extra = (['--output-root', str(output)] if command == 'run' else
            ['--output-dir', str(output)])
-  assert _exit_code([command, '--pipeline', f'{path}:{function}'] +
+  assert cli_exit.exit_code([command, '--pipeline', f'{path}:{function}'] +
                     extra) == 2
   err = capsys.readouterr().err
   assert f'tfx-tpu-trainer {command}: error: ' + message.format(
@@ -105,7 +99,7 @@ def test_bad_pipeline_file_exits_2_naming_file_and_function(
 
 
 def test_pipeline_spec_without_a_function_name(tmp_path, capsys):
-  assert _exit_code(['compile', '--pipeline', str(tmp_path / 'p.py'),
+  assert cli_exit.exit_code(['compile', '--pipeline', str(tmp_path / 'p.py'),
                      '--output-dir', str(tmp_path / 'out')]) == 2
   assert (f"--pipeline '{tmp_path / 'p.py'}' is not FILE:FUNCTION (e.g. "
           'my_pipeline.py:create_pipeline)' in capsys.readouterr().err)
@@ -122,14 +116,14 @@ def test_pipeline_spec_without_a_function_name(tmp_path, capsys):
 def test_bundled_pipeline_options_are_refused_with_pipeline(
     tmp_path, capsys, command, argv, flags):
   path = _write(tmp_path, 'p.py', _NO_TRAINER)
-  assert _exit_code([command, '--pipeline', f'{path}:create_pipeline'] +
+  assert cli_exit.exit_code([command, '--pipeline', f'{path}:create_pipeline'] +
                     argv) == 2
   assert (f'error: {flags} to the bundled taxi pipeline only; with '
           '--pipeline' in capsys.readouterr().err)
 
 
 def test_module_files_in_image_needs_pipeline(tmp_path, capsys):
-  assert _exit_code(['compile', '--pipeline-root', 'gs://b/r', '--data-root',
+  assert cli_exit.exit_code(['compile', '--pipeline-root', 'gs://b/r', '--data-root',
                      'gs://b/d', '--module-files-in-image', '--output-dir',
                      str(tmp_path)]) == 2
   assert '--module-files-in-image needs --pipeline' in capsys.readouterr().err
@@ -160,7 +154,7 @@ def test_module_files_in_image_needs_pipeline(tmp_path, capsys):
      "'tpu-check') (did you mean run?)"),
 ])
 def test_options_are_never_matched_by_prefix(capsys, argv, usage, message):
-  assert _exit_code(argv) == 2
+  assert cli_exit.exit_code(argv) == 2
   err = capsys.readouterr().err
   assert err.startswith(usage), err
   assert message in err, err
@@ -186,7 +180,7 @@ def test_options_are_never_matched_by_prefix(capsys, argv, usage, message):
 ])
 def test_a_mistaken_option_is_answered_with_what_is_meant(capsys, argv,
                                                           message):
-  assert _exit_code(argv) == 2
+  assert cli_exit.exit_code(argv) == 2
   err = capsys.readouterr().err
   assert message in err, err
   assert 'did you mean' not in err
@@ -195,7 +189,7 @@ def test_a_mistaken_option_is_answered_with_what_is_meant(capsys, argv,
 @pytest.mark.parametrize('command', ['run', 'compile', 'preflight',
                                      'tpu-check'])
 def test_help_never_breaks_an_example_at_a_hyphen(capsys, command):
-  assert _exit_code([command, '--help']) == 0
+  assert cli_exit.exit_code([command, '--help']) == 0
   text = capsys.readouterr().out
   for line in text.splitlines():
     assert not line.rstrip().endswith(('-', '=')), line
@@ -258,7 +252,7 @@ def test_every_parser_refuses_abbreviations():
 
 def test_version(capsys):
   from tfx_tpu_trainer import version  # pylint: disable=g-import-not-at-top
-  assert _exit_code(['--version']) == 0
+  assert cli_exit.exit_code(['--version']) == 0
   assert capsys.readouterr().out == f'tfx-tpu-trainer {version.__version__}\n'
 
 
@@ -418,7 +412,7 @@ def test_user_pipeline_compiles_for_kfp_v2_with_tpu_on_the_trainer_only(
 
 def test_user_pipeline_vertex_job_with_a_tpu_is_refused(penguin_env, capsys):
   out = penguin_env / 'vertex_tpu'
-  assert _exit_code(['compile', '--pipeline', _spec(penguin_env), '--runner',
+  assert cli_exit.exit_code(['compile', '--pipeline', _spec(penguin_env), '--runner',
                      'kubeflow_v2', '--output-dir', str(out), '--image',
                      IMAGE, '--module-files-in-image', '--accelerator',
                      V5E]) == 2
@@ -472,7 +466,7 @@ def test_user_pipeline_name_must_suit_kfp_v2(tmp_path, capsys):
                           train_args=tfx.proto.TrainArgs(num_steps=1),
                           eval_args=tfx.proto.EvalArgs(num_steps=1))
       '''))
-  assert _exit_code(['compile', '--pipeline', f'{path}:create_pipeline',
+  assert cli_exit.exit_code(['compile', '--pipeline', f'{path}:create_pipeline',
                      '--runner', 'kubeflow_v2', '--module-files-in-image',
                      '--no-vertex-job', '--output-dir',
                      str(tmp_path / 'out')]) == 2

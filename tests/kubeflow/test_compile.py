@@ -18,6 +18,8 @@ from google.protobuf import json_format
 from tfx_tpu_trainer.kubeflow import kfp_v2_protos
 from tfx_tpu_trainer_cli import main as cli
 
+from tests.fixtures import cli_exit
+
 PIPELINE_ROOT = 'gs://test-bucket/tfx/taxi_tpu'
 DATA_ROOT = 'gs://test-bucket/data/taxi'
 IMAGE = 'gcr.io/test-project/tfx-tpu-trainer:1'
@@ -636,7 +638,7 @@ def test_bad_options_exit_2_and_write_nothing(tmp_path, capsys, argv,
   output_dir = tmp_path / 'out'
   base = ['compile', '--pipeline-root', PIPELINE_ROOT, '--data-root',
           DATA_ROOT, '--output-dir', str(output_dir)]
-  assert _exit_code(base + argv) == 2
+  assert cli_exit.exit_code(base + argv) == 2
   err = capsys.readouterr().err
   assert message in err
   if not message.startswith('argument '):
@@ -648,7 +650,7 @@ def test_bad_options_exit_2_and_write_nothing(tmp_path, capsys, argv,
 
 
 def test_missing_pipeline_root_is_a_usage_error(tmp_path, capsys):
-  assert _exit_code(['compile', '--data-root', DATA_ROOT, '--output-dir',
+  assert cli_exit.exit_code(['compile', '--data-root', DATA_ROOT, '--output-dir',
                      str(tmp_path / 'out')]) == 2
   assert ('the following arguments are required: --pipeline-root' in
           capsys.readouterr().err)
@@ -658,20 +660,13 @@ def test_missing_pipeline_root_is_a_usage_error(tmp_path, capsys):
 def test_output_dir_that_is_a_file(tmp_path, capsys):
   not_a_dir = tmp_path / 'file'
   not_a_dir.write_text('x')
-  assert _exit_code(['compile', '--pipeline-root', PIPELINE_ROOT,
+  assert cli_exit.exit_code(['compile', '--pipeline-root', PIPELINE_ROOT,
                      '--data-root', DATA_ROOT, '--output-dir',
                      str(not_a_dir)]) == 2
   assert capsys.readouterr().err == (
       f'tfx-tpu-trainer compile: error: --output-dir {str(not_a_dir)!r} is '
       'not a directory.\n')
   assert not_a_dir.read_text() == 'x'
-
-
-def _exit_code(argv):
-  try:
-    return cli.main(argv)
-  except SystemExit as e:  # argparse's own errors.
-    return e.code
 
 
 # --- The console script, offline -------------------------------------------

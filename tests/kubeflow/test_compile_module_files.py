@@ -7,17 +7,11 @@ import tarfile
 
 import yaml
 
+from tests.fixtures import cli_exit
 from tests.fixtures import serving_data
 from tfx_tpu_trainer_cli import main as cli
 from tfx_tpu_trainer_cli import paths
 from tfx_tpu_trainer_cli import run as run_command
-
-
-def _exit_code(argv):
-  try:
-    return cli.main(argv)
-  except SystemExit as e:
-    return e.code
 
 
 def _steps(path):
@@ -83,7 +77,7 @@ def test_the_evaluator_follows_the_module_as_in_run(tmp_path):
 
 
 def test_module_files_not_here_need_both_evaluator_keys(tmp_path, capsys):
-  assert _exit_code([
+  assert cli_exit.exit_code([
       'compile', '--pipeline-root', 'gs://b/root', '--data-root', 'gs://b/d',
       '--output-dir', str(tmp_path / 'out'), '--module-file',
       '/opt/mine/my_trainer.py', '--eval-label-key', 'label_xf']) == 2
@@ -97,7 +91,7 @@ def test_module_files_not_here_need_both_evaluator_keys(tmp_path, capsys):
 
 def test_preprocessing_module_file_must_be_importable_by_name(tmp_path,
                                                                capsys):
-  assert _exit_code([
+  assert cli_exit.exit_code([
       'compile', '--pipeline-root', 'gs://b/root', '--data-root', 'gs://b/d',
       '--output-dir', str(tmp_path / 'out'), '--preprocessing-module-file',
       '/opt/mine/my-preprocessing.py']) == 2
@@ -108,7 +102,7 @@ def test_preprocessing_module_file_must_be_importable_by_name(tmp_path,
 
 
 def test_module_file_must_be_a_path_in_the_image(tmp_path, capsys):
-  assert _exit_code([
+  assert cli_exit.exit_code([
       'compile', '--pipeline-root', 'gs://b/root', '--data-root', 'gs://b/d',
       '--output-dir', str(tmp_path / 'out'), '--module-file',
       'relative/m.py']) == 2

@@ -7,7 +7,6 @@ it (tests/fixtures/executor_subprocess.py), on free localhost ports.
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 
@@ -19,20 +18,11 @@ from tfx_tpu_trainer.publishing import metrics as metrics_lib
 
 from tests.conftest import REPO_ROOT
 from tests.fixtures import pipeline_outputs
+from tests.fixtures import slice_workers
 from tests.fixtures.run_settings import LINEAR_MODULE
 
 # A hang guard only: every task must end by itself.
 HANG_GUARD_SECONDS = 900
-
-
-def _free_ports(count):
-  sockets = [socket.socket() for _ in range(count)]
-  for s in sockets:
-    s.bind(('localhost', 0))
-  ports = [s.getsockname()[1] for s in sockets]
-  for s in sockets:
-    s.close()
-  return ports
 
 
 @pytest.mark.slow
@@ -54,7 +44,7 @@ def test_chief_worker_and_evaluator_all_end_and_chief_publishes_metrics(
       'exec_properties': run.exec_properties,
       'pipeline_name': 'taxi', 'pipeline_run_id': 'run-1',
       'node_id': 'TPUTrainer'}))
-  chief_port, worker_port = _free_ports(2)
+  chief_port, worker_port = slice_workers.free_ports(2)
   cluster = {'chief': [f'localhost:{chief_port}'],
              'worker': [f'localhost:{worker_port}']}
   processes = {}
