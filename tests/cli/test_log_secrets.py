@@ -10,10 +10,9 @@ import os
 
 import pytest
 
-from tests.cli import test_run_command as run_command_tests
+from tests.fixtures import cli_exit
 from tests.fixtures import cli_processes
 
-_exit_code = run_command_tests._exit_code  # pylint: disable=protected-access
 
 
 def assert_no_secret(*texts):
@@ -49,7 +48,7 @@ def test_a_run_log_masks_secret_beam_args(penguin_run_without_data):
 ])
 def test_a_refused_secret_option_is_named_not_echoed(tmp_path, capsys,
                                                     argv):
-  code = _exit_code(['run', '--output-root', str(tmp_path / 'out'), *argv])
+  code = cli_exit.exit_code(['run', '--output-root', str(tmp_path / 'out'), *argv])
   assert code == 2
   out, err = capsys.readouterr()
   assert 'TOKEN-VALUE' not in out + err, err

@@ -5,9 +5,8 @@ import os
 
 import pytest
 
-from tests.cli import test_run_command as run_command_tests
+from tests.fixtures import cli_exit
 
-_exit_code = run_command_tests._exit_code  # pylint: disable=protected-access
 
 PORTABLE = ('--beam-arg=--runner=PortableRunner',
             '--beam-arg=--job_endpoint=localhost:8099')
@@ -36,7 +35,7 @@ PORTABLE = ('--beam-arg=--runner=PortableRunner',
 def test_run_refuses_a_beam_set_it_cannot_run_before_any_component(
     tmp_path, capsys, argv, message):
   output_root = tmp_path / 'out'
-  code = _exit_code(['run', '--output-root', str(output_root)] + argv)
+  code = cli_exit.exit_code(['run', '--output-root', str(output_root)] + argv)
   assert code == 2
   err = capsys.readouterr().err
   assert 'tfx-tpu-trainer run: error: --beam-arg' in err, err

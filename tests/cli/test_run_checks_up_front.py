@@ -12,8 +12,8 @@ import subprocess
 import pytest
 
 from tests.cli import test_run_command as run_command_tests
+from tests.fixtures import cli_exit
 
-_exit_code = run_command_tests._exit_code  # pylint: disable=protected-access
 
 
 @contextlib.contextmanager
@@ -44,7 +44,7 @@ def test_read_only_output_root_exits_2_naming_it(tmp_path, capsys, below):
   with _read_only_dir(tmp_path / 'ro') as read_only:
     output_root = os.path.join(str(read_only), below) if below else str(
         read_only)
-    assert _exit_code(['run', '--output-root', output_root]) == 2
+    assert cli_exit.exit_code(['run', '--output-root', output_root]) == 2
     err = capsys.readouterr().err
     assert (f"tfx-tpu-trainer run: error: --output-root {output_root!r} is "
             'not writable') in err, err
@@ -59,7 +59,7 @@ def test_read_only_output_root_exits_2_naming_it(tmp_path, capsys, below):
 def test_train_batch_size_larger_than_the_data_exits_2_before_transform(
     tmp_path, capsys):
   output_root = tmp_path / 'out'
-  assert _exit_code(['run', '--output-root', str(output_root),
+  assert cli_exit.exit_code(['run', '--output-root', str(output_root),
                      '--train-batch-size', '10000000']) == 2
   err = capsys.readouterr().err
   assert ('--train-batch-size 10000000 is larger than the train split: '
@@ -77,7 +77,7 @@ def test_one_row_csv_exits_2_naming_the_batch_it_cannot_fill(tmp_path,
   data.mkdir()
   (data / 'data.csv').write_text(run_command_tests._header() +  # pylint: disable=protected-access
                                  run_command_tests._row())  # pylint: disable=protected-access
-  assert _exit_code(['run', '--data-root', str(data), '--output-root',
+  assert cli_exit.exit_code(['run', '--data-root', str(data), '--output-root',
                      str(tmp_path / 'out')]) == 2
   err = capsys.readouterr().err
   assert ('--train-batch-size 64 is larger than the train split: --data-root '
@@ -97,7 +97,7 @@ def test_csv_with_a_byte_order_mark_exits_2_naming_the_bom(tmp_path, capsys):
   path.write_bytes(b'\xef\xbb\xbf' + (
       run_command_tests._header() +  # pylint: disable=protected-access
       run_command_tests._row() * 300).encode())  # pylint: disable=protected-access
-  assert _exit_code(['run', '--data-root', str(data), '--output-root',
+  assert cli_exit.exit_code(['run', '--data-root', str(data), '--output-root',
                      str(tmp_path / 'out')]) == 2
   err = capsys.readouterr().err
   assert (f'--data-root: {path} starts with a UTF-8 byte order mark (BOM, '
@@ -116,7 +116,7 @@ def test_preprocessing_fn_error_names_the_preprocessing_module(tmp_path,
   module = tmp_path / 'broken_preprocessing.py'
   module.write_text('def preprocessing_fn(inputs):\n'
                     '  raise ValueError("no such feature: fare_xf")\n')
-  assert _exit_code(['run', '--data-root', str(data), '--output-root',
+  assert cli_exit.exit_code(['run', '--data-root', str(data), '--output-root',
                      str(tmp_path / 'out'), '--preprocessing-module-file',
                      str(module), '--train-steps', '5',
                      '--eval-steps', '1']) == 2
@@ -137,7 +137,7 @@ def test_latin1_byte_past_row_2_names_file_line_and_byte(tmp_path, capsys):
   path = data / 'data.csv'
   path.write_bytes((run_command_tests._header() + ''.join(rows)).encode(  # pylint: disable=protected-access
       'latin-1'))
-  assert _exit_code(['run', '--data-root', str(data), '--output-root',
+  assert cli_exit.exit_code(['run', '--data-root', str(data), '--output-root',
                      str(tmp_path / 'out')]) == 2
   err = capsys.readouterr().err
   assert (f'--data-root: {path} is not UTF-8 text: line 6, column 4 holds the '
@@ -180,7 +180,7 @@ def test_pipeline_name_leaving_the_output_root_exits_2_writing_nothing(
   (data / 'data.csv').write_text(run_command_tests._header() +  # pylint: disable=protected-access
                                  run_command_tests._row() * 300)  # pylint: disable=protected-access
   output_root = tmp_path / 'a' / 'b' / 'out'
-  assert _exit_code(['run', '--data-root', str(data), '--output-root',
+  assert cli_exit.exit_code(['run', '--data-root', str(data), '--output-root',
                      str(output_root), '--pipeline-name', name,
                      '--train-steps', '5', '--eval-steps', '1']) == 2
   err = capsys.readouterr().err
@@ -194,7 +194,7 @@ def test_user_pipeline_name_leaving_the_output_root_exits_2_writing_nothing(
     tmp_path, capsys):
   spec = _penguin_pipeline_file(tmp_path, '../../escaped')
   output_root = tmp_path / 'a' / 'b' / 'out'
-  assert _exit_code(['run', '--pipeline', spec, '--output-root',
+  assert cli_exit.exit_code(['run', '--pipeline', spec, '--output-root',
                      str(output_root)]) == 2
   err = capsys.readouterr().err
   assert (f"tfx-tpu-trainer run: error: --pipeline {spec}: pipeline_name "
@@ -207,7 +207,7 @@ def test_read_only_output_root_with_pipeline_exits_2_naming_it(tmp_path,
                                                                capsys):
   spec = _penguin_pipeline_file(tmp_path)
   with _read_only_dir(tmp_path / 'ro') as read_only:
-    assert _exit_code(['run', '--pipeline', spec, '--output-root',
+    assert cli_exit.exit_code(['run', '--pipeline', spec, '--output-root',
                        str(read_only)]) == 2
     err = capsys.readouterr().err
     assert (f"tfx-tpu-trainer run: error: --output-root {str(read_only)!r} "
@@ -225,7 +225,7 @@ def test_output_root_inside_data_root_exits_2_writing_nothing(
   (data / 'data.csv').write_text(run_command_tests._header() +  # pylint: disable=protected-access
                                  run_command_tests._row() * 300)  # pylint: disable=protected-access
   output_root = os.path.join(str(data), below) if below else str(data)
-  assert _exit_code(['run', '--data-root', str(data), '--output-root',
+  assert cli_exit.exit_code(['run', '--data-root', str(data), '--output-root',
                      output_root, '--train-steps', '5',
                      '--eval-steps', '1']) == 2
   err = capsys.readouterr().err
@@ -245,7 +245,7 @@ def test_a_tpu_name_that_does_not_answer_exits_2_before_any_component(
   monkeypatch.setenv('TPU_NAME', address)
   output_root = tmp_path / 'out'
   # Nothing listens there: a longer wait would only be waited out.
-  assert _exit_code(['run', '--output-root', str(output_root),
+  assert cli_exit.exit_code(['run', '--output-root', str(output_root),
                      '--train-steps', '10', '--tpu-wait-secs', '2']) == 2
   err = capsys.readouterr().err
   assert (f'tfx-tpu-trainer run: error: TPU {address} did not answer within '
@@ -273,5 +273,5 @@ def test_the_tpu_wait_is_the_config_default_unless_given(argv, wait_secs):
 
 @pytest.mark.parametrize('value', ['0', '-1', 'soon'])
 def test_a_tpu_wait_that_is_no_positive_integer_exits_2(capsys, value):
-  assert _exit_code(['run', '--tpu-wait-secs', value]) == 2
+  assert cli_exit.exit_code(['run', '--tpu-wait-secs', value]) == 2
   assert 'argument --tpu-wait-secs:' in capsys.readouterr().err
