@@ -23,6 +23,11 @@ INSTALL_REQUIRES = [
     'tensorflow-transform==1.15.0',
     'apache-beam[gcp]==2.59.0',
     'kfp==1.8.22',
+    # jsonschema 4.25 added rfc3987-syntax to its format-nongpl extra
+    # (jupyter-events asks for it), whose import builds a Lark grammar: about
+    # 1.3 s of CPU in every process that imports kfp (every tfx.v1 import,
+    # every pipeline step's container).
+    'jsonschema<4.25',
     # The training progress bar and the training report's plots.
     'tqdm',
     'matplotlib',
@@ -70,7 +75,7 @@ setuptools.setup(
     # pytest-xdist: `make test` runs the suite in 2 processes (Makefile).
     # jsonschema: the Kubernetes manifests checked against the API's schemas.
     extras_require={'test': ['pytest', 'pytest-xdist==3.8.0',
-                             'jsonschema==4.26.0']},
+                             'jsonschema==4.24.1']},
     entry_points={
         'console_scripts': ['tfx-tpu-trainer=tfx_tpu_trainer_cli.main:main'],
     },

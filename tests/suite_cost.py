@@ -10,15 +10,17 @@ quiet machine with one core per test process: the CPU seconds shared out
 evenly plus the longest file (a file stays in one process under `--dist
 loadfile`). `--suite-cost-json=PATH` also writes every test's figures.
 
-Not counted: processes a test leaves running or does not wait for, and
-containers run by a Docker daemon.
+What a Docker daemon's containers used (the built-image steps) is read
+from the daemon's cgroup, for the whole run: it counts every container on
+the machine in that time, and nothing where the cgroup is elsewhere. Not
+counted: processes a test leaves running or does not wait for.
 """
 
 import collections
 import json
 import os
 import time
-from typing import Dict, Iterable, List, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 import pytest
 
@@ -26,6 +28,26 @@ _WORKER_OUTPUT_KEY = 'tfx_tpu_trainer_suite_cost'
 _SHOWN_FROM = 0.5  # CPU seconds: cheaper files and tests are not listed.
 # Test id -> [CPU seconds, wall seconds].
 TestCosts = Dict[str, List[float]]
+
+
+# Docker's cgroup with the cgroupfs driver: cgroup v1 (nanoseconds), v2.
+_DOCKER_CPU_V1 = '/sys/fs/cgroup/cpuacct/docker/cpuacct.usage'
+_DOCKER_CPU_V2 = '/sys/fs/cgroup/docker/cpu.stat'
+
+
+def _docker_cpu_seconds() -> Optional[float]:
+  """CPU seconds of the Docker daemon's containers so far, if readable."""
+  try:
+    with open(_DOCKER_CPU_V1) as f:
+      return int(f.read()) / 1e9
+  except (OSError, ValueError):
+    pass
+  try:
+    with open(_DOCKER_CPU_V2) as f:
+      fields = dict(line.split() for line in f if line.strip())
+    return int(fields['usage_usec']) / 1e6
+  except (OSError, ValueError, KeyError):
+    return None
 
 
 def _cpu_seconds() -> float:
@@ -58,6 +80,7 @@ class SuiteCost:
     self._tests: TestCosts = {}
     self._workers = 0
     self._worker_seconds = 0.0  # Of the xdist workers, start-up included.
+    self._docker_at_start = _docker_cpu_seconds()
 
   @pytest.hookimpl(wrapper=True)
   def pytest_runtest_protocol(self, item: pytest.Item, nextitem):
@@ -105,7 +128,15 @@ class SuiteCost:
     if self._json_path:
       with open(self._json_path, 'w') as f:
         json.dump({'tests': self._tests, 'workers': self._workers,
-                   'worker_seconds': self._worker_seconds}, f, indent=1)
+                   'worker_seconds': self._worker_seconds,
+                   'container_seconds': self._container_seconds()}, f,
+                  indent=1)
+
+  def _container_seconds(self) -> float:
+    now = _docker_cpu_seconds()
+    if now is None or self._docker_at_start is None:
+      return 0.0
+    return now - self._docker_at_start
 
   def _estimate(self, files: Iterable[Tuple[str, float, float, int]]) -> str:
     """The totals and the quiet-machine estimate, as one line."""
@@ -115,15 +146,18 @@ class SuiteCost:
     # With start-up and collection (each process imports TF, TFX and kfp).
     total = max(in_tests, self._worker_seconds if self._workers
                 else _cpu_seconds())
+    containers = self._container_seconds()
     longest = files[0][1]
-    estimate = (f'{total:.0f} s' if processes == 1 else
-                f'{total / processes + longest:.0f} s (CPU / {processes} + '
-                'the longest file)')
+    cores = min(processes, os.cpu_count() or 1)
+    estimate = (f'{total + containers:.0f} s' if cores == 1 else
+                f'{(total + containers) / cores + longest:.0f} s (CPU / '
+                f'{cores} + the longest file)')
     return (f'{len(self._tests)} tests in {len(files)} files: {in_tests:.0f} '
             f's CPU in tests, {total:.0f} s in the {processes} test '
-            f'process(es) with start-up; longest file {longest:.0f} s; on a '
-            f'quiet machine with {processes} core(s) about {estimate}; load '
-            f'now {os.getloadavg()[0]:.1f}')
+            f'process(es) with start-up, {containers:.0f} s in Docker '
+            f'containers; longest file {longest:.0f} s; on a quiet machine '
+            f'with {cores} core(s) about {estimate}; load now '
+            f'{os.getloadavg()[0]:.1f}')
 
 
 def add_option(parser: pytest.Parser) -> None:

@@ -54,6 +54,15 @@ def test_tfx_trainer_and_kubeflow_runner_import():
   assert hasattr(kubeflow_dag_runner, 'KubeflowDagRunner')
 
 
+def test_importing_kfp_builds_no_lark_grammar():
+  # setup.py keeps jsonschema below 4.25: its rfc3987-syntax format checker
+  # builds a Lark grammar on import, about 1.3 s in every kfp process.
+  import kfp  # pylint: disable=g-import-not-at-top,unused-import
+
+  assert 'rfc3987_syntax' not in sys.modules
+  assert 'lark' not in sys.modules
+
+
 def test_venv_has_pip_for_module_file_packaging():
   # TFX installs packaged module files with `python -m pip`.
   assert importlib.metadata.version('pip')

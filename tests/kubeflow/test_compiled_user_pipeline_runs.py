@@ -6,11 +6,10 @@ root while compiling; every step (tests/fixtures/argo_pod.py, as in
 test_compiled_pipeline_runs.py) exits 0 and the model is pushed. Beam runs
 in worker processes as by default (`multi_processing`), one per step
 (`--beam-arg=--direct_num_workers=1`; the default, one per core, runs in
-the built image, test_built_image.py): each worker installs the module's
-wheel. Where Docker runs, test_built_image.py runs these same compiled steps
-in the built image with the same checks
-(test_user_pipeline_runs_every_step_in_the_image_to_a_pushed_model), and
-this stand-in for the image is skipped.
+the taxi KFP v1 run): each worker installs the module's wheel. Where Docker
+runs, test_built_image.py runs these same compiled steps in the built image
+with the same checks (`compiled_runs.check_user_pipeline_run`), and this
+stand-in for the image is skipped.
 """
 
 import os
@@ -28,10 +27,6 @@ pytestmark = compiled_runs.MARKS + [pytest.mark.skipif(
     reason='Docker runs here: test_built_image.py runs these steps in the '
     'built image')]
 
-USER_STEPS = ['csvexamplegen', 'statisticsgen', 'schemagen', 'transform',
-              'tputrainer', 'evaluator', 'pusher']
-
-
 def test_user_pipeline_outside_the_repo_runs_every_step_to_a_pushed_model(
     work, mlmd_server, monkeypatch):
   """examples/penguin_tpu, copied out of the repository, through
@@ -45,20 +40,4 @@ def test_user_pipeline_outside_the_repo_runs_every_step_to_a_pushed_model(
   for result in results:
     assert result.returncode == 0, (
         f'{result.task}:\n{compiled_runs.tail(result)}')
-  assert argo_pod.names(results) == USER_STEPS
-  # Transform's Beam ran in a worker process that got the module's wheel
-  # (one worker, through --beam-arg; test_built_image.py runs the default
-  # count).
-  transform_log = results[USER_STEPS.index('transform')].log()
-  assert 'multi_processing' in transform_log
-  assert '_wheels/tfx_user_code_transform-' in transform_log
-  assert 'No module named' not in transform_log
-  versions = os.listdir(root / 'serving_model')
-  assert len(versions) == 1, versions
-  assert os.path.isfile(root / 'serving_model' / versions[0] /
-                        'saved_model.pb')
-  trainer = results[USER_STEPS.index('tputrainer')]
-  metrics = compiled_runs.read_json(
-      trainer.root_file('/mlpipeline-metrics.json'))
-  by_name = {m['name']: m['numberValue'] for m in metrics['metrics']}
-  assert by_name['global_step'] == 200
+  compiled_runs.check_user_pipeline_run(results, root)
