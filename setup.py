@@ -72,7 +72,7 @@ setuptools.setup(
     cmdclass={'build_py': BuildPy},
     package_data={'tfx_tpu_trainer.kubeflow': ['proto/*.proto', 'rbac/*.yaml']},
     install_requires=INSTALL_REQUIRES,
-    # pytest-xdist: `make test` runs the suite in 2 processes (Makefile).
+    # pytest-xdist: `make test` runs the suite in 3 processes (Makefile).
     # jsonschema: the Kubernetes manifests checked against the API's schemas.
     extras_require={'test': ['pytest', 'pytest-xdist==3.8.0',
                              'jsonschema==4.24.1']},
