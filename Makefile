@@ -7,9 +7,10 @@ PYTEST_ARGS ?=
 # `make test` and `make test-fast` run the suite in TEST_WORKERS processes
 # (pytest-xdist; one more than the 2-core machine's cores: about a tenth of
 # the suite's time is spent waiting, on containers, job servers and the
-# slice rehearsals' deadlines, and a third process fills it). Each test file stays in
-# one process (--dist loadfile), so a module's fixtures are built once; the
-# session data fixtures are built once per run (tests/fixtures/run_once.py).
+# slice rehearsals' deadlines, and a third process fills it). Each test file
+# stays in one process (--dist loadfile), so a module's fixtures are built
+# once; the session data fixtures are built once per run
+# (tests/fixtures/run_once.py).
 # Files are handed out in the order tests/conftest.py gives them (the files
 # of `heavy` tests first), not xdist's most-tests-first, so that no minutes-
 # long file starts last. TEST_WORKERS=0 runs the suite in this process alone.

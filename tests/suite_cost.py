@@ -6,9 +6,9 @@ teardown included), the CPU seconds of its own and of its finished child
 processes (TensorFlow subprocesses, Beam workers, Kubeflow steps run as
 processes); the xdist workers hand their figures to the controller. The
 summary ranks the files and the tests and estimates the run's wall time on a
-quiet machine with one core per test process: the CPU seconds shared out
-evenly plus the longest file (a file stays in one process under `--dist
-loadfile`). `--suite-cost-json=PATH` also writes every test's figures.
+quiet machine: the CPU seconds (containers' included) shared out over the
+cores the test processes can use, plus the longest file (a file stays in
+one process under `--dist loadfile`). `--suite-cost-json=PATH` also writes every test's figures.
 
 What a Docker daemon's containers used (the built-image steps) is read
 from the daemon's cgroup, for the whole run: it counts every container on
@@ -124,13 +124,13 @@ class SuiteCost:
       if cpu < _SHOWN_FROM:
         break
       write(f'{cpu:8.1f} s CPU {wall:8.1f} s wall  {test_id}')
-    write(self._estimate(files))
+    containers = self._container_seconds()
+    write(self._estimate(files, containers))
     if self._json_path:
       with open(self._json_path, 'w') as f:
         json.dump({'tests': self._tests, 'workers': self._workers,
                    'worker_seconds': self._worker_seconds,
-                   'container_seconds': self._container_seconds()}, f,
-                  indent=1)
+                   'container_seconds': containers}, f, indent=1)
 
   def _container_seconds(self) -> float:
     now = _docker_cpu_seconds()
@@ -138,7 +138,8 @@ class SuiteCost:
       return 0.0
     return now - self._docker_at_start
 
-  def _estimate(self, files: Iterable[Tuple[str, float, float, int]]) -> str:
+  def _estimate(self, files: Iterable[Tuple[str, float, float, int]],
+                containers: float) -> str:
     """The totals and the quiet-machine estimate, as one line."""
     files = list(files)
     in_tests = sum(row[1] for row in files)
@@ -146,7 +147,6 @@ class SuiteCost:
     # With start-up and collection (each process imports TF, TFX and kfp).
     total = max(in_tests, self._worker_seconds if self._workers
                 else _cpu_seconds())
-    containers = self._container_seconds()
     longest = files[0][1]
     cores = min(processes, os.cpu_count() or 1)
     estimate = (f'{total + containers:.0f} s' if cores == 1 else

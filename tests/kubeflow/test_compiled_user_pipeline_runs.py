@@ -27,6 +27,7 @@ pytestmark = compiled_runs.MARKS + [pytest.mark.skipif(
     reason='Docker runs here: test_built_image.py runs these steps in the '
     'built image')]
 
+
 def test_user_pipeline_outside_the_repo_runs_every_step_to_a_pushed_model(
     work, mlmd_server, monkeypatch):
   """examples/penguin_tpu, copied out of the repository, through
