@@ -4,6 +4,7 @@ import inspect
 from typing import Any, List, Optional, Sequence
 
 from tfx_tpu_trainer_cli import common
+from tfx_tpu_trainer_cli import paths
 
 PREPROCESSING_FLAG = '--preprocessing-module-file'
 MODULE_FLAG = '--module-file'
@@ -80,8 +81,10 @@ def check_trainer_module(module_file: str, label_key: Optional[str],
   from tfx_tpu_trainer_cli import check_server  # pylint: disable=g-import-not-at-top
   try:
     # First in a child process: an exit in the module's code must not end
-    # this one; then here, for the label checks below.
-    check_server.check_in_child(module_file)
+    # this one (a bundled module's never does); then here, for the label
+    # checks below.
+    if not paths.is_bundled_module(module_file):
+      check_server.check_in_child(module_file)
     module = user_module.load_user_module({'module_file': module_file})
   except user_module.UserModuleError as e:
     raise common.UsageError(f'{MODULE_FLAG}: {e}') from e

@@ -7,7 +7,8 @@ import types
 
 from tfx_tpu_trainer.user_code import user_module
 
-__all__ = ['TRAINER_MODULE_FILE', 'taxi_pipeline', 'embedded_data_root']
+__all__ = ['TRAINER_MODULE_FILE', 'is_bundled_module', 'taxi_pipeline',
+           'embedded_data_root']
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # A wheel carries pipelines/ and components/ as data in bundled/ (setup.py);
@@ -36,6 +37,13 @@ def model_module_file(model: str, components_dir: str = COMPONENTS_DIR) -> str:
 
 
 TRAINER_MODULE_FILE = model_module_file(DEFAULT_MODEL)
+
+
+def is_bundled_module(module_file: str) -> bool:
+  """Whether `module_file` is a bundled model's trainer module (this one's)."""
+  bundled = {os.path.realpath(model_module_file(model))
+             for model in MODEL_MODULE_FILES}
+  return os.path.realpath(module_file) in bundled
 
 
 @functools.lru_cache(maxsize=None)

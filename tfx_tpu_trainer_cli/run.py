@@ -504,9 +504,11 @@ def _checked_taxi_pipeline(args, output_root: str):
   options |= _checked_beam_args(args)
   print('  checking the module files (TensorFlow and TFX load first) ...',
         flush=True)
-  # The trainer module is checked in a child of this server: it imports
-  # TensorFlow and TFX while this process checks the other module.
-  check_server.start_server()
+  # A user's trainer module is checked in a child of this server: it
+  # imports TensorFlow and TFX while this process checks the other module.
+  # A bundled one is checked here (module_checks.check_trainer_module).
+  if not paths.is_bundled_module(options['trainer_module_file']):
+    check_server.start_server()
   options = _checked_run_args(args, options)
 
   def run_it(local_runner, printer):

@@ -82,3 +82,30 @@ def test_run_ends_the_check_server_once_the_checks_are_done(tmp_path, capsys):
   assert 'does not match any files' in captured.out + captured.err
   # The module was checked in the server's child, then the server ended.
   assert check_server._server is None  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize('bundled', [True, False])
+def test_only_a_trainer_module_not_bundled_starts_the_server(
+    tmp_path, monkeypatch, bundled):
+  """A bundled module never ends the process: `run` of the bundled pipeline
+  checks it in its own process and starts no server (a process importing
+  TensorFlow and TFX); a user's module starts it."""
+  from tfx_tpu_trainer_cli import main as cli  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli import paths  # pylint: disable=g-import-not-at-top
+  from tfx_tpu_trainer_cli import run as run_command  # pylint: disable=g-import-not-at-top
+  check_server.stop_server()
+  starts = []
+  running_server = check_server._running_server  # pylint: disable=protected-access
+  monkeypatch.setattr(check_server, '_running_server',
+                      lambda: starts.append(1) or running_server())
+  module = paths.TRAINER_MODULE_FILE if bundled else LINEAR
+  assert paths.is_bundled_module(module) == bundled
+  args = cli.build_parser().parse_args(
+      ['run', '--output-root', str(tmp_path / 'out'), '--module-file', module])
+  try:
+    _, checked = run_command._checked_taxi_pipeline(  # pylint: disable=protected-access
+        args, str(tmp_path / 'out'))
+  finally:
+    check_server.stop_server()
+  assert checked == module
+  assert bool(starts) != bundled
