@@ -40,7 +40,7 @@ TRAINER_MODULE_FILE = model_module_file(DEFAULT_MODEL)
 
 
 def is_bundled_module(module_file: str) -> bool:
-  """Whether `module_file` is a bundled model's trainer module (this one's)."""
+  """Whether `module_file` is the trainer module of a bundled `--model`."""
   bundled = {os.path.realpath(model_module_file(model))
              for model in MODEL_MODULE_FILES}
   return os.path.realpath(module_file) in bundled
