@@ -8,7 +8,8 @@ processes); the xdist workers hand their figures to the controller. The
 summary ranks the files and the tests and estimates the run's wall time on a
 quiet machine: the CPU seconds (containers' included) shared out over the
 cores the test processes can use, plus the longest file (a file stays in
-one process under `--dist loadfile`). `--suite-cost-json=PATH` also writes every test's figures.
+one process under `--dist loadfile`). `--suite-cost-json=PATH` also writes
+every test's figures.
 
 What a Docker daemon's containers used (the built-image steps) is read
 from the daemon's cgroup, for the whole run: it counts every container on
