@@ -269,6 +269,7 @@ def test_config_table_masks_values_of_secret_named_options(tmp_path):
 _REPORT_WRITER = '''
 import sys
 from tfx_tpu_trainer.publishing import training_report
+print('imported', flush=True)
 while True:
   training_report.write_report(sys.argv[1], final_metrics={'accuracy': 0.8})
 '''
@@ -285,8 +286,11 @@ def _kill_writer_mid_write(model_run, plots_dir, prefix, attempts=20):
   import sys  # pylint: disable=g-import-not-at-top
   for _ in range(attempts):
     writer = subprocess.Popen([sys.executable, '-c', _REPORT_WRITER,
-                               model_run])
+                               model_run], stdout=subprocess.PIPE)
     try:
+      # Waits without polling while the writer imports (seconds of CPU that
+      # a polling loop would take from it on a busy machine), then polls.
+      writer.stdout.readline()
       while writer.poll() is None:
         names = os.listdir(plots_dir) if os.path.isdir(plots_dir) else []
         if any(n.startswith(prefix) and n.endswith('.tmp') for n in names):
@@ -296,6 +300,7 @@ def _kill_writer_mid_write(model_run, plots_dir, prefix, attempts=20):
       if writer.poll() is None:
         writer.kill()
       writer.wait()
+      writer.stdout.close()
     assert writer.returncode == -signal.SIGKILL, writer.returncode
     left = [n for n in os.listdir(plots_dir) if n.endswith('.tmp')]
     if any(n.startswith(prefix) for n in left):
