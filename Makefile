@@ -16,6 +16,13 @@ PYTEST_ARGS ?=
 # long file starts last. TEST_WORKERS=0 runs the suite in this process alone.
 TEST_WORKERS ?= 3
 XDIST_ARGS := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+# The tests that run steps in the built image (`image`: tests/kubeflow/
+# test_built_image*.py, test_beam_docker_worker.py) are `make test-image`'s:
+# it builds the image (Docker's cache) and runs them; .ci/run runs it after
+# `make test`. `make test` runs the same compiled steps in chroot pods
+# unless TFX_TPU_TRAINER_TEST_IMAGE names an image and Docker runs (as in
+# .ci/run): then test-image runs them in that image, once.
+TEST_IMAGE ?= $(or $(TFX_TPU_TRAINER_TEST_IMAGE),tfx-tpu-trainer:test-built-image)
 # Every run ends with its SLOWEST slowest test phases (setup, call, teardown:
 # a shared fixture's cost shows as its first user's setup) and each test
 # file's CPU seconds with the quiet-machine estimate (tests/suite_cost.py).
@@ -25,7 +32,7 @@ REPORT_ARGS := --durations=$(SLOWEST)
 RUN_ARGS ?=
 UV ?= $(shell command -v uv || echo .tools/uv/bin/uv)
 
-.PHONY: env run test test-fast lock docs bench bench-smoke clean image tpu-image
+.PHONY: env run test test-image test-fast lock docs bench bench-smoke clean image tpu-image
 
 env:
 	@bash scripts/setup_env.sh
@@ -34,7 +41,12 @@ run: env
 	$(VENV)/bin/tfx-tpu-trainer run $(RUN_ARGS)
 
 test: env
-	$(PY) -m pytest $(XDIST_ARGS) $(REPORT_ARGS) $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not image" $(XDIST_ARGS) $(REPORT_ARGS) $(PYTEST_ARGS)
+
+test-image: env
+	bash scripts/build_image.sh image $(TEST_IMAGE)
+	TFX_TPU_TRAINER_TEST_IMAGE=$(TEST_IMAGE) $(PY) -m pytest -m image \
+	  $(XDIST_ARGS) $(REPORT_ARGS) $(PYTEST_ARGS)
 
 test-fast: env
 	$(PY) -m pytest -m "not slow" $(XDIST_ARGS) $(REPORT_ARGS) $(PYTEST_ARGS)

@@ -11,6 +11,11 @@ cores the test processes can use, plus the longest file (a file stays in
 one process under `--dist loadfile`). `--suite-cost-json=PATH` also writes
 every test's figures.
 
+The VM's speed moves too (the same files have taken 1.0-1.6x the CPU
+seconds of another run on the same machine): the run's controller times a
+fixed pure-Python loop at its start and end and prints both, so that two
+runs' CPU seconds can be compared with the speed each ran at.
+
 What a Docker daemon's containers used (the built-image steps) is read
 from the daemon's cgroup, for the whole run: it counts every container on
 the machine in that time, and nothing where the cgroup is elsewhere. Not
@@ -51,6 +56,16 @@ def _docker_cpu_seconds() -> Optional[float]:
     return None
 
 
+def speed_probe(repeats: int = 3) -> float:
+  """CPU seconds of a fixed pure-Python loop, the least of `repeats`."""
+  best = float('inf')
+  for _ in range(repeats):
+    start = time.process_time()
+    sum(i * i for i in range(10**7))
+    best = min(best, time.process_time() - start)
+  return best
+
+
 def _cpu_seconds() -> float:
   """CPU seconds of this process and of its finished child processes."""
   times = os.times()
@@ -82,6 +97,11 @@ class SuiteCost:
     self._workers = 0
     self._worker_seconds = 0.0  # Of the xdist workers, start-up included.
     self._docker_at_start = _docker_cpu_seconds()
+    self._probe_at_start: Optional[float] = None
+
+  def pytest_sessionstart(self, session: pytest.Session):
+    if not hasattr(session.config, 'workerinput'):  # Not an xdist worker.
+      self._probe_at_start = speed_probe()
 
   @pytest.hookimpl(wrapper=True)
   def pytest_runtest_protocol(self, item: pytest.Item, nextitem):
@@ -127,11 +147,17 @@ class SuiteCost:
       write(f'{cpu:8.1f} s CPU {wall:8.1f} s wall  {test_id}')
     containers = self._container_seconds()
     write(self._estimate(files, containers))
+    probes = [self._probe_at_start, speed_probe()]
+    if probes[0] is not None:
+      write(f"The VM's speed: a fixed Python loop took {probes[0]:.2f} s of "
+            f'CPU at the start, {probes[1]:.2f} s at the end (compare runs '
+            'at the same speed; tests/suite_cost.py)')
     if self._json_path:
       with open(self._json_path, 'w') as f:
         json.dump({'tests': self._tests, 'workers': self._workers,
                    'worker_seconds': self._worker_seconds,
-                   'container_seconds': containers}, f, indent=1)
+                   'container_seconds': containers,
+                   'speed_probe': probes}, f, indent=1)
 
   def _container_seconds(self) -> float:
     now = _docker_cpu_seconds()

@@ -1,4 +1,7 @@
-"""The suite's cost report reads Docker's cgroup, v1 or v2, or nothing."""
+"""The suite's cost report reads Docker's cgroup (v1, v2 or none) and times
+the VM's speed."""
+
+import pytest
 
 from tests import suite_cost
 
@@ -24,3 +27,9 @@ def test_no_docker_cgroup_counts_nothing(tmp_path, monkeypatch):
   monkeypatch.setattr(suite_cost, '_DOCKER_CPU_V1', str(tmp_path / 'none'))
   monkeypatch.setattr(suite_cost, '_DOCKER_CPU_V2', str(tmp_path / 'none'))
   assert suite_cost._docker_cpu_seconds() is None  # pylint: disable=protected-access
+
+
+def test_speed_probe_is_the_least_cpu_time_of_its_repeats(monkeypatch):
+  clock = iter([10.0, 10.7, 20.0, 20.5, 30.0, 30.9])
+  monkeypatch.setattr(suite_cost.time, 'process_time', lambda: next(clock))
+  assert suite_cost.speed_probe(repeats=3) == pytest.approx(0.5)

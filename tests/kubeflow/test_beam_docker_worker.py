@@ -41,10 +41,7 @@ from tests.fixtures import beam_jobs
 from tests.fixtures import docker_pod
 from tfx_tpu_trainer_cli import paths
 
-_UNAVAILABLE = docker_pod.docker_unavailable_reason()
-
-pytestmark = [pytest.mark.slow, pytest.mark.heavy,
-              pytest.mark.skipif(bool(_UNAVAILABLE), reason=_UNAVAILABLE)]
+pytestmark = docker_pod.image_marks()
 
 ROWS = 300
 USER_UID = 1000

@@ -12,10 +12,12 @@ The run and its checks are `tests/fixtures/taxi_kfp_v1_run.py`'s: the CPU
 compile's data steps, the TPU compile's trainer step failing with "no TPU",
 the CPU trainer as Argo's retry of it, the Evaluator and Pusher, and the
 trainer retried again. Here each Beam step runs one worker process
-(`--beam-arg=--direct_num_workers=1` in both compiles). Where Docker runs,
-tests/kubeflow/test_built_image.py runs these same steps in the built image,
-with Beam's default worker count (one per core), the same checks and the
-image's own, and this stand-in for the image is skipped.
+(`--beam-arg=--direct_num_workers=1` in both compiles).
+tests/kubeflow/test_built_image.py runs these same steps in the built image
+(`make test-image`), with Beam's default worker count (one per core), the
+same checks and the image's own; where an image is named for them
+(TFX_TPU_TRAINER_TEST_IMAGE, as .ci/run names the one it builds before it
+runs both) and Docker runs, this stand-in for the image is skipped.
 (A user's pipeline: test_compiled_user_pipeline_runs.py, a module of its own
 so that the two can run in different xdist processes.)
 """
@@ -30,10 +32,10 @@ from tests.fixtures.compiled_runs import data_root  # pylint: disable=unused-imp
 from tests.fixtures.compiled_runs import mlmd_server  # pylint: disable=unused-import
 from tests.fixtures.compiled_runs import work  # pylint: disable=unused-import
 
-pytestmark = compiled_runs.MARKS + [pytest.mark.skipif(
-    not docker_pod.docker_unavailable_reason(),
-    reason='Docker runs here: test_built_image.py runs these steps in the '
-    'built image')]
+_IN_THE_IMAGE = docker_pod.steps_run_in_the_image()
+
+pytestmark = compiled_runs.MARKS + [
+    pytest.mark.skipif(bool(_IN_THE_IMAGE), reason=_IN_THE_IMAGE)]
 
 # Each Beam worker process imports TensorFlow and TFX (about 6 s of CPU).
 ONE_WORKER = '--beam-arg=--direct_num_workers=1'

@@ -6,10 +6,12 @@ root while compiling; every step (tests/fixtures/argo_pod.py, as in
 test_compiled_pipeline_runs.py) exits 0 and the model is pushed. Beam runs
 in worker processes as by default (`multi_processing`), one per step
 (`--beam-arg=--direct_num_workers=1`; the default, one per core, runs in
-the taxi KFP v1 run): each worker installs the module's wheel. Where Docker
-runs, test_built_image.py runs these same compiled steps in the built image
-with the same checks (`compiled_runs.check_user_pipeline_run`), and this
-stand-in for the image is skipped.
+the taxi KFP v1 run): each worker installs the module's wheel.
+test_built_image_user_pipeline.py runs these same compiled steps in the
+built image (`make test-image`) with the same checks
+(`compiled_runs.check_user_pipeline_run`); where an image is named for them
+and Docker runs (docker_pod.steps_run_in_the_image), this stand-in is
+skipped.
 """
 
 import os
@@ -22,10 +24,10 @@ from tests.fixtures import docker_pod
 from tests.fixtures.compiled_runs import mlmd_server  # pylint: disable=unused-import
 from tests.fixtures.compiled_runs import work  # pylint: disable=unused-import
 
-pytestmark = compiled_runs.MARKS + [pytest.mark.skipif(
-    not docker_pod.docker_unavailable_reason(),
-    reason='Docker runs here: test_built_image.py runs these steps in the '
-    'built image')]
+_IN_THE_IMAGE = docker_pod.steps_run_in_the_image()
+
+pytestmark = compiled_runs.MARKS + [
+    pytest.mark.skipif(bool(_IN_THE_IMAGE), reason=_IN_THE_IMAGE)]
 
 
 def test_user_pipeline_outside_the_repo_runs_every_step_to_a_pushed_model(

@@ -269,13 +269,18 @@ def test_config_table_masks_values_of_secret_named_options(tmp_path):
 _REPORT_WRITER = '''
 import sys
 from tfx_tpu_trainer.publishing import training_report
+print('imported', flush=True)
 while True:
   training_report.write_report(sys.argv[1], final_metrics={'accuracy': 0.8})
 '''
 
 
-def _kill_writer_mid_write(model_run, plots_dir, prefix, attempts=20):
+def _kill_writer_mid_write(model_run, plots_dir, prefix):
   """SIGKILLs a process writing the report while a `prefix*.tmp` file exists.
+
+  The writer writes the report over and over; it is stopped (SIGSTOP) when a
+  `prefix*.tmp` file is seen, killed if the file is still there, else let
+  go on until the next one.
 
   Returns:
     The temporary files the killed writer left.
@@ -283,24 +288,32 @@ def _kill_writer_mid_write(model_run, plots_dir, prefix, attempts=20):
   import signal  # pylint: disable=g-import-not-at-top
   import subprocess  # pylint: disable=g-import-not-at-top
   import sys  # pylint: disable=g-import-not-at-top
-  for _ in range(attempts):
-    writer = subprocess.Popen([sys.executable, '-c', _REPORT_WRITER,
-                               model_run])
-    try:
-      while writer.poll() is None:
-        names = os.listdir(plots_dir) if os.path.isdir(plots_dir) else []
-        if any(n.startswith(prefix) and n.endswith('.tmp') for n in names):
-          os.kill(writer.pid, signal.SIGKILL)
-          break
-    finally:
-      if writer.poll() is None:
-        writer.kill()
-      writer.wait()
-    assert writer.returncode == -signal.SIGKILL, writer.returncode
-    left = [n for n in os.listdir(plots_dir) if n.endswith('.tmp')]
-    if any(n.startswith(prefix) for n in left):
-      return left
-  raise AssertionError(f'no writer was killed mid-write in {attempts} tries')
+
+  def temporary_files():
+    names = os.listdir(plots_dir) if os.path.isdir(plots_dir) else []
+    return [n for n in names if n.endswith('.tmp')]
+
+  writer = subprocess.Popen([sys.executable, '-c', _REPORT_WRITER, model_run],
+                            stdout=subprocess.PIPE)
+  try:
+    # Waits without polling while the writer imports (seconds of CPU that a
+    # polling loop would take from it on a busy machine), then polls.
+    writer.stdout.readline()
+    while writer.poll() is None:
+      if any(n.startswith(prefix) for n in temporary_files()):
+        writer.send_signal(signal.SIGSTOP)
+        left = temporary_files()
+        if any(n.startswith(prefix) for n in left):
+          writer.send_signal(signal.SIGKILL)
+          assert writer.wait() == -signal.SIGKILL, writer.returncode
+          return left
+        writer.send_signal(signal.SIGCONT)
+  finally:
+    if writer.poll() is None:
+      writer.kill()
+    writer.wait()
+    writer.stdout.close()
+  raise AssertionError(f'the report writer ended with {writer.returncode}')
 
 
 @pytest.mark.slow
