@@ -266,21 +266,27 @@ def test_config_table_masks_values_of_secret_named_options(tmp_path):
   assert '<tr><th>label_key</th><td>tips</td></tr>' in html
 
 
+# Writes the report and is SIGKILLed as it is about to rename a temporary
+# file whose name starts with the prefix into place: the file is written
+# and not renamed, as a writer killed mid-write leaves it.
 _REPORT_WRITER = '''
-import sys
+import os, signal, sys
+from tfx.dsl.io import fileio
 from tfx_tpu_trainer.publishing import training_report
-print('imported', flush=True)
-while True:
-  training_report.write_report(sys.argv[1], final_metrics={'accuracy': 0.8})
+model_run, prefix = sys.argv[1:]
+rename = fileio.rename
+def rename_unless_killed(source, *args, **kwargs):
+  name = os.path.basename(source)
+  if name.startswith(prefix) and name.endswith('.tmp'):
+    os.kill(os.getpid(), signal.SIGKILL)
+  return rename(source, *args, **kwargs)
+fileio.rename = rename_unless_killed
+training_report.write_report(model_run, final_metrics={'accuracy': 0.8})
 '''
 
 
 def _kill_writer_mid_write(model_run, plots_dir, prefix):
-  """SIGKILLs a process writing the report while a `prefix*.tmp` file exists.
-
-  The writer writes the report over and over; it is stopped (SIGSTOP) when a
-  `prefix*.tmp` file is seen, killed if the file is still there, else let
-  go on until the next one.
+  """A report writer SIGKILLed before its first `prefix*.tmp` is renamed.
 
   Returns:
     The temporary files the killed writer left.
@@ -288,32 +294,11 @@ def _kill_writer_mid_write(model_run, plots_dir, prefix):
   import signal  # pylint: disable=g-import-not-at-top
   import subprocess  # pylint: disable=g-import-not-at-top
   import sys  # pylint: disable=g-import-not-at-top
-
-  def temporary_files():
-    names = os.listdir(plots_dir) if os.path.isdir(plots_dir) else []
-    return [n for n in names if n.endswith('.tmp')]
-
-  writer = subprocess.Popen([sys.executable, '-c', _REPORT_WRITER, model_run],
-                            stdout=subprocess.PIPE)
-  try:
-    # Waits without polling while the writer imports (seconds of CPU that a
-    # polling loop would take from it on a busy machine), then polls.
-    writer.stdout.readline()
-    while writer.poll() is None:
-      if any(n.startswith(prefix) for n in temporary_files()):
-        writer.send_signal(signal.SIGSTOP)
-        left = temporary_files()
-        if any(n.startswith(prefix) for n in left):
-          writer.send_signal(signal.SIGKILL)
-          assert writer.wait() == -signal.SIGKILL, writer.returncode
-          return left
-        writer.send_signal(signal.SIGCONT)
-  finally:
-    if writer.poll() is None:
-      writer.kill()
-    writer.wait()
-    writer.stdout.close()
-  raise AssertionError(f'the report writer ended with {writer.returncode}')
+  writer = subprocess.run([sys.executable, '-c', _REPORT_WRITER, model_run,
+                           prefix], capture_output=True, text=True,
+                          check=False)
+  assert writer.returncode == -signal.SIGKILL, writer.stderr[-3000:]
+  return [n for n in os.listdir(plots_dir) if n.endswith('.tmp')]
 
 
 @pytest.mark.slow
