@@ -39,6 +39,7 @@ from tests import conftest
 from tests.conftest import REPO_ROOT
 from tests.fixtures import beam_jobs
 from tests.fixtures import docker_pod
+from tests.fixtures.docker_pod import built_image  # pylint: disable=unused-import
 from tfx_tpu_trainer_cli import paths
 
 pytestmark = docker_pod.image_marks()
@@ -59,12 +60,6 @@ a = pipeline_outputs.run_data_components(*sys.argv[1:4], sys.argv[4:])
 print(json.dumps({k: getattr(a, k).uri for k in (
     'raw_examples', 'transformed_examples', 'transform_graph')}))
 """
-
-
-@pytest.fixture(scope='module')
-def image():
-  docker_pod.build_image()
-  return docker_pod.IMAGE
 
 
 def _containers():
