@@ -147,8 +147,9 @@ class SuiteCost:
       write(f'{cpu:8.1f} s CPU {wall:8.1f} s wall  {test_id}')
     containers = self._container_seconds()
     write(self._estimate(files, containers))
-    probes = [self._probe_at_start, speed_probe()]
-    if probes[0] is not None:
+    probes = []
+    if self._probe_at_start is not None:
+      probes = [self._probe_at_start, speed_probe()]
       write(f"The VM's speed: a fixed Python loop took {probes[0]:.2f} s of "
             f'CPU at the start, {probes[1]:.2f} s at the end (compare runs '
             'at the same speed; tests/suite_cost.py)')
